@@ -1,0 +1,267 @@
+"""Weight loading and key mapping between checkpoint layouts.
+
+Three layouts are understood:
+
+* **ours** - ``backbone.layer0.conv1.weight``, ``backbone.layer1.0.conv1.weight``,
+  ``reduce_low.0.weight``, ``predict3.6.bias`` ... (optionally ``module.``-prefixed
+  by DistributedDataParallel);
+* **torchvision** backbone - ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
+* **original** (zijundeng/R3Net) - the torch7-converted ResNeXt is one nested
+  ``nn.Sequential``, so its keys are positional: ``0.weight`` (stem conv),
+  ``4.0.0.0.0.weight`` (layer1, block 0, first 1x1 conv). The original R3Net
+  wraps it as ``layer0`` (= children 0..3) and ``layer1..layer4`` (= children 4..7).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ignite_r3net.model.backbones import backbone_spec
+
+if TYPE_CHECKING:
+    from ignite_r3net.model.backbones import Backbone
+
+logger = logging.getLogger(__name__)
+
+StateDict = Mapping[str, torch.Tensor]
+
+# Inside one block of the torch7-converted ResNeXt:
+#   <block>.0 = ConcatTable(residual branch, shortcut); <block>.1 = add; <block>.2 = relu
+#   residual branch = Sequential(Sequential(conv1, bn1, relu, conv2, bn2, relu), conv3, bn3)
+_ORIGINAL_BLOCK_PARTS = {
+    "0.0.0.0": "conv1",
+    "0.0.0.1": "bn1",
+    "0.0.0.3": "conv2",
+    "0.0.0.4": "bn2",
+    "0.0.1": "conv3",
+    "0.0.2": "bn3",
+    "0.1.0": "downsample.0",
+    "0.1.1": "downsample.1",
+}
+# Top-level children of the torch7-converted Sequential that carry weights.
+_ORIGINAL_TOP = {"0": "conv1", "1": "bn1", "10.1": "fc"}
+_ORIGINAL_STAGE_OFFSET = 3  # child 4 is layer1, ..., child 7 is layer4
+_ORIGINAL_BLOCK_KEY = re.compile(
+    r"^(\d+)\.(\d+)\.(.+)\.(weight|bias|running_mean|running_var|num_batches_tracked)$"
+)
+_HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(
+    f"predict{i}." for i in range(7)
+)
+_DDP_PREFIX = "module."
+
+
+# --------------------------------------------------------------------------- key mapping
+
+
+def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
+    """Map the torch7-converted ResNeXt keys (``4.0.0.0.0.weight``) to torchvision keys.
+
+    The classifier (child ``10``) becomes ``fc.*``; raises ValueError on a key
+    that fits neither the stem, a residual block nor the classifier.
+    """
+    out: dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in sd.items():
+        new_key = _convert_original_backbone_key(key)
+        if new_key is None:
+            unknown.append(key)
+        else:
+            out[new_key] = value
+    if unknown:
+        raise ValueError(
+            f"keys not in the original ResNeXt layout: {_preview(unknown)}"
+        )
+    return out
+
+
+def _convert_original_backbone_key(key: str) -> str | None:
+    for old, new in _ORIGINAL_TOP.items():
+        if key.startswith(old + ".") and key.count(".") == old.count(".") + 1:
+            return new + key[len(old) :]
+    match = _ORIGINAL_BLOCK_KEY.match(key)
+    if match is None:
+        return None
+    child, block, part, param = match.groups()
+    stage = int(child) - _ORIGINAL_STAGE_OFFSET
+    if not 1 <= stage <= 4 or part not in _ORIGINAL_BLOCK_PARTS:
+        return None
+    return f"layer{stage}.{block}.{_ORIGINAL_BLOCK_PARTS[part]}.{param}"
+
+
+def convert_original_r3net_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
+    """Map a whole original R3Net checkpoint to this package's R3Net keys.
+
+    Backbone keys (``layer0.0.weight``, ``layer1.0.0.0.0.0.weight``...) are
+    renamed; head keys (``reduce_low.*``, ``reduce_high.*``, ``predict0..6.*``)
+    already match and pass through.
+    """
+    backbone: dict[str, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in _strip_ddp_prefix(sd).items():
+        if key.startswith(_HEAD_PREFIXES):
+            out[key] = value
+            continue
+        match = re.match(r"^layer(\d)\.(.+)$", key)
+        if match is None:
+            raise ValueError(f"key {key!r} is not in the original R3Net layout")
+        stage, rest = int(match.group(1)), match.group(2)
+        # layer0 is Sequential(children 0..3) of the converted net, so its
+        # indices are already the top-level ones; layerN is child N + 3.
+        child = rest if stage == 0 else f"{stage + _ORIGINAL_STAGE_OFFSET}.{rest}"
+        backbone[child] = value
+    for key, value in convert_original_backbone_state_dict(backbone).items():
+        out[_torchvision_to_backbone_key(key, prefix="backbone.")] = value
+    return out
+
+
+def _torchvision_to_backbone_key(key: str, prefix: str = "") -> str:
+    if key.startswith(("conv1.", "bn1.")):
+        return f"{prefix}layer0.{key}"
+    return prefix + key
+
+
+def torchvision_to_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
+    """Map torchvision ResNet keys to :class:`Backbone` keys (``conv1.*`` -> ``layer0.conv1.*``)."""
+    return {_torchvision_to_backbone_key(k): v for k, v in sd.items()}
+
+
+def _strip_ddp_prefix(sd: StateDict) -> dict[str, torch.Tensor]:
+    if sd and all(k.startswith(_DDP_PREFIX) for k in sd):
+        return {k[len(_DDP_PREFIX) :]: v for k, v in sd.items()}
+    return dict(sd)
+
+
+def _is_original_backbone_layout(sd: StateDict) -> bool:
+    return "0.weight" in sd
+
+
+def _is_original_r3net_layout(sd: StateDict) -> bool:
+    return "layer0.0.weight" in sd
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _preview(keys: list[str], limit: int = 20) -> str:
+    shown = ", ".join(keys[:limit])
+    more = len(keys) - limit
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def _strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
+    """Load ``sd`` exactly, raising ValueError that lists missing/unexpected keys.
+
+    ``num_batches_tracked`` buffers are tolerated when absent: checkpoints from
+    PyTorch < 0.4.1 (such as the original release) predate them, and they only
+    matter for BatchNorm with ``momentum=None``.
+    """
+    sd = dict(sd)
+    own = module.state_dict()
+    for key, value in own.items():
+        if key.endswith("num_batches_tracked") and key not in sd:
+            sd[key] = value
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    if missing or unexpected:
+        raise ValueError(
+            f"{what} does not match the model: "
+            f"{len(missing)} missing keys [{_preview(missing)}], "
+            f"{len(unexpected)} unexpected keys [{_preview(unexpected)}]"
+        )
+    module.load_state_dict(sd, strict=True)
+
+
+def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """Read a state_dict on CPU with ``weights_only=True``; FileNotFoundError names the path."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"weights file not found: {os.fspath(path)!r}")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _looks_like_path(source: str) -> bool:
+    # torchvision weights names are bare identifiers ("IMAGENET1K_V2", "DEFAULT").
+    return (
+        os.sep in source
+        or "/" in source
+        or source.endswith((".pth", ".pt", ".bin"))
+        or os.path.exists(source)
+    )
+
+
+def torchvision_state_dict(
+    backbone_name: str, weights_name: str
+) -> dict[str, torch.Tensor]:
+    """Fetch torchvision ImageNet weights ``weights_name`` (e.g. "IMAGENET1K_V1", "DEFAULT").
+
+    Downloads through torchvision's cache. ValueError if the backbone has no
+    torchvision weights or the name is not one of its weights.
+    """
+    from torchvision.models import get_model_weights
+
+    tv_name = backbone_spec(backbone_name).torchvision_name
+    if tv_name is None:
+        raise ValueError(
+            f"torchvision publishes no weights for backbone {backbone_name!r}; "
+            "pass the path of a state_dict file instead"
+        )
+    enum = get_model_weights(tv_name)
+    valid = ["DEFAULT"] + [w.name for w in enum]
+    if weights_name not in valid:
+        raise ValueError(
+            f"unknown torchvision weights {weights_name!r} for {backbone_name!r}; "
+            f"valid names: {', '.join(valid)} (or a path to a state_dict file)"
+        )
+    weights = enum.DEFAULT if weights_name == "DEFAULT" else enum[weights_name]
+    return weights.get_state_dict(progress=True)
+
+
+def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
+    """Detect the layout of a backbone state_dict and return it in :class:`Backbone` keys.
+
+    Accepts torchvision keys, the original torch7-converted ResNeXt keys or our
+    own Backbone keys; ``fc.*`` classifier keys are dropped (logged).
+    """
+    sd = _strip_ddp_prefix(sd)
+    if _is_original_backbone_layout(sd):
+        sd = convert_original_backbone_state_dict(sd)
+    fc_keys = sorted(k for k in sd if k.startswith("fc."))
+    if fc_keys:
+        logger.info("ignoring ImageNet classifier keys: %s", ", ".join(fc_keys))
+    return torchvision_to_backbone_state_dict(
+        {k: v for k, v in sd.items() if not k.startswith("fc.")}
+    )
+
+
+def load_backbone_weights(
+    backbone: Backbone, source: str | os.PathLike[str], backbone_name: str
+) -> None:
+    """Load ``source`` (a file path or a torchvision weights name) into ``backbone`` strictly."""
+    source_str = os.fspath(source)
+    if _looks_like_path(source_str):
+        sd = load_state_dict_file(source_str)
+    else:
+        sd = torchvision_state_dict(backbone_name, source_str)
+    _strict_load(
+        backbone, backbone_state_dict_from_any(sd), f"backbone weights {source_str!r}"
+    )
+    logger.info("loaded %s backbone weights from %s", backbone_name, source_str)
+
+
+def load_model_state(model: nn.Module, state_dict: StateDict) -> None:
+    """Load a whole R3Net state_dict strictly, whatever its layout.
+
+    Accepts our layout, our layout saved from a DDP-wrapped model (``module.``
+    prefix) or the original R3Net release layout. Raises ValueError listing
+    missing and unexpected keys.
+    """
+    sd = _strip_ddp_prefix(state_dict)
+    if _is_original_r3net_layout(sd):
+        sd = convert_original_r3net_state_dict(sd)
+    _strict_load(model, sd, "model state_dict")
