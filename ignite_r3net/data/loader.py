@@ -1,0 +1,122 @@
+"""Datasets and DataLoaders for training (cropped uint8 samples + angle) and evaluation (full size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .folder import DataError, list_pairs, load_image, load_mask
+from .sampler import EvalShardSampler, ResumableDistributedSampler
+from .transforms import JointCropFlip, draw_angle
+
+__all__ = ["SaliencyTrainSet", "SaliencyEvalSet", "build_train_loader", "build_eval_loader"]
+
+
+def _load_pair(image_path: Path, mask_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    image = load_image(image_path)
+    mask = load_mask(mask_path)
+    if image.shape[-2:] != mask.shape[-2:]:
+        raise DataError(
+            f"size mismatch: image {image_path} is {image.shape[-1]}x{image.shape[-2]} "
+            f"but mask {mask_path} is {mask.shape[-1]}x{mask.shape[-2]}"
+        )
+    return image, mask
+
+
+class SaliencyTrainSet(Dataset):
+    """Training pairs under ``root``, indexed by ``(index, sample_seed)`` keys from the sampler.
+
+    Each item is ``dict(image=uint8 (3, crop, crop), mask=uint8 (1, crop, crop),
+    angle=float32 scalar, index=int)``. All randomness (crop offset, flip, angle) comes from a
+    generator seeded with ``sample_seed``, so the item is a pure function of its key; rotation and
+    normalisation are left to :class:`~ignite_r3net.data.transforms.DeviceAugment`.
+    """
+
+    def __init__(self, root: str | Path, crop: int, rotate: float, flip: bool = True) -> None:
+        self.root = Path(root)
+        self.pairs = list_pairs(self.root)
+        self.crop_flip = JointCropFlip(crop, flip)
+        self.rotate = float(rotate)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
+        # A bare int (debugging, plain samplers) gets a fixed seed so it still works deterministically.
+        index, seed = (int(key), int(key)) if isinstance(key, int) else (int(key[0]), int(key[1]))
+        generator = torch.Generator().manual_seed(seed)
+        image, mask = _load_pair(*self.pairs[index])
+        image, mask = self.crop_flip(image, mask, generator)
+        angle = draw_angle(generator, self.rotate) if self.rotate > 0 else 0.0
+        return {"image": image, "mask": mask, "angle": torch.tensor(angle, dtype=torch.float32), "index": index}
+
+
+class SaliencyEvalSet(Dataset):
+    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W), name, index)``.
+
+    The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.pairs = list_pairs(self.root)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        image_path, mask_path = self.pairs[index]
+        image, mask = _load_pair(image_path, mask_path)
+        return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index)}
+
+
+def build_train_loader(
+    root: str | Path,
+    crop: int,
+    rotate: float,
+    batch_size: int,
+    num_replicas: int = 1,
+    rank: int = 0,
+    seed: int = 2018,
+    workers: int = 0,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    flip: bool = True,
+) -> tuple[DataLoader, ResumableDistributedSampler]:
+    """Training DataLoader (per-rank ``batch_size``, ``drop_last=True``) and its resumable sampler.
+
+    Call ``sampler.set_epoch(epoch, skip_batches)`` before each epoch's iterator is created. Do not
+    pass the loader through ``idist.auto_dataloader``: it would replace the sampler.
+    """
+    dataset = SaliencyTrainSet(root, crop, rotate, flip=flip)
+    sampler = ResumableDistributedSampler(
+        len(dataset), num_replicas=num_replicas, rank=rank, seed=seed, shuffle=True, batch_size=batch_size
+    )
+    if sampler.num_batches == 0:
+        raise DataError(
+            f"{root} holds {len(dataset)} pairs: too few for batch size {batch_size} on {num_replicas} process(es)"
+        )
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers and workers > 0,
+    )
+    return loader, sampler
+
+
+def build_eval_loader(root: str | Path, num_replicas: int = 1, rank: int = 0, workers: int = 0) -> DataLoader:
+    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard."""
+    dataset = SaliencyEvalSet(root)
+    return DataLoader(
+        dataset,
+        batch_size=1,
+        sampler=EvalShardSampler(len(dataset), num_replicas, rank),
+        num_workers=workers,
+    )

@@ -1,0 +1,280 @@
+"""A small, deterministic, learnable salient-object data set for smoke tests and demos.
+
+Each image holds one (sometimes two) saturated, textured object near the centre on a cluttered but
+desaturated background (gradients, smooth noise, grain and muted distractor shapes). Saliency is
+therefore learnable from colour saturation, contrast and position by a small net in a few hundred
+iterations, while the shapes, textures, sizes, aspect ratios and soft/hard edges vary enough that
+the task is not trivial. Files are written in the MSRA10K layout (``name.jpg`` + ``name.png``).
+"""
+
+from __future__ import annotations
+
+import colorsys
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["make_synthetic_dataset", "synthetic_paths", "ensure_synthetic"]
+
+_FORMAT = 1  # bump when the generator changes so old sets are regenerated
+_MANIFEST = "manifest.json"
+_SPLITS = {"train": 0, "val": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Signed distance fields in pixels (negative inside), vectorised over the whole image.
+
+
+def _local(xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
+    c, s = np.cos(phi), np.sin(phi)
+    dx, dy = xx - cx, yy - cy
+    return c * dx + s * dy, -s * dx + c * dy
+
+
+def _sdf_ellipse(u: np.ndarray, v: np.ndarray, a: float, b: float) -> np.ndarray:
+    r = np.sqrt((u / a) ** 2 + (v / b) ** 2)
+    return (r - 1.0) * min(a, b)
+
+
+def _sdf_polygon(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random.Generator) -> np.ndarray:
+    # Points on an ellipse are in convex position, so the max of edge half-plane distances is the SDF inside.
+    n = int(rng.integers(3, 8))
+    # Jittered, evenly spread angles avoid degenerate slivers.
+    ang = np.sort((np.arange(n) + rng.uniform(0, 0.7, n)) * 2 * np.pi / n)
+    px, py = a * np.cos(ang), b * np.sin(ang)
+    d = np.full(u.shape, -np.inf, dtype=np.float32)
+    for i in range(n):  # loop over edges (<= 7), not pixels
+        x0, y0, x1, y1 = px[i], py[i], px[(i + 1) % n], py[(i + 1) % n]
+        ex, ey = x1 - x0, y1 - y0
+        length = np.hypot(ex, ey) + 1e-9
+        nx, ny = ey / length, -ex / length  # outward normal for counter-clockwise vertices
+        d = np.maximum(d, nx * (u - x0) + ny * (v - y0))
+    return d
+
+
+def _sdf_radial(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random.Generator, star: bool) -> np.ndarray:
+    su, sv = u / a, v / b
+    rho = np.sqrt(su**2 + sv**2)
+    theta = np.arctan2(sv, su)
+    if star:
+        k = int(rng.integers(4, 8))
+        radius = 1.0 + rng.uniform(0.25, 0.45) * np.sin(k * theta + rng.uniform(0, 2 * np.pi))
+    else:
+        radius = np.ones_like(theta)
+        for j in range(2, 5):
+            radius = radius + rng.uniform(0.05, 0.18) * np.sin(j * theta + rng.uniform(0, 2 * np.pi))
+    return (rho - radius) * min(a, b)
+
+
+def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator, kind: str | None = None) -> np.ndarray:
+    kind = kind or str(rng.choice(["ellipse", "polygon", "star", "blob"]))
+    u, v = _local(xx, yy, cx, cy, rng.uniform(0, np.pi))
+    if kind == "ellipse":
+        return _sdf_ellipse(u, v, a, b)
+    if kind == "polygon":
+        return _sdf_polygon(u, v, a, b, rng)
+    return _sdf_radial(u, v, a, b, rng, star=kind == "star")
+
+
+# ---------------------------------------------------------------------------------------------
+# Textures
+
+
+def _smooth_noise(h: int, w: int, cells: int, rng: np.random.Generator) -> np.ndarray:
+    """Bilinearly upsampled Gaussian noise in [-1, 1]-ish, shape (h, w)."""
+    gh, gw = cells + 1, max(2, int(round(cells * w / h)) + 1)
+    grid = rng.standard_normal((gh, gw)).astype(np.float32)
+    ys = np.linspace(0, gh - 1, h, dtype=np.float32)
+    xs = np.linspace(0, gw - 1, w, dtype=np.float32)
+    y0 = np.minimum(ys.astype(np.int64), gh - 2)
+    x0 = np.minimum(xs.astype(np.int64), gw - 2)
+    fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
+    g00, g01 = grid[y0][:, x0], grid[y0][:, x0 + 1]
+    g10, g11 = grid[y0 + 1][:, x0], grid[y0 + 1][:, x0 + 1]
+    return (g00 * (1 - fy) * (1 - fx) + g01 * (1 - fy) * fx + g10 * fy * (1 - fx) + g11 * fy * fx) / 1.5
+
+
+def _stripes(xx, yy, rng: np.random.Generator) -> np.ndarray:
+    """Stripes in [0, 1] with random direction and period."""
+    phi = rng.uniform(0, np.pi)
+    period = rng.uniform(5, 18)
+    s = np.sin(2 * np.pi * (xx * np.cos(phi) + yy * np.sin(phi)) / period)
+    return (0.5 + 0.5 * (np.sign(s) if rng.random() < 0.5 else s)).astype(np.float32)
+
+
+def _gradient(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    phi = rng.uniform(0, 2 * np.pi)
+    t = (xx - w / 2) * np.cos(phi) + (yy - h / 2) * np.sin(phi)
+    return np.clip(0.5 + t / max(h, w), 0, 1).astype(np.float32)
+
+
+def _vivid(rng: np.random.Generator) -> np.ndarray:
+    r, g, b = colorsys.hsv_to_rgb(rng.uniform(0, 1), rng.uniform(0.7, 1.0), rng.uniform(0.65, 1.0))
+    return np.array([r, g, b], dtype=np.float32) * 255
+
+
+def _muted(rng: np.random.Generator, level: float | None = None) -> np.ndarray:
+    level = rng.uniform(60, 200) if level is None else level
+    return np.clip(level + rng.uniform(-18, 18, 3), 0, 255).astype(np.float32)
+
+
+def _background(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    t = _gradient(xx, yy, h, w, rng)[..., None]
+    bg = _muted(rng) * (1 - t) + _muted(rng) * t
+    grey_noise = _smooth_noise(h, w, int(rng.integers(2, 7)), rng)[..., None] * rng.uniform(10, 30)
+    tint_noise = np.stack([_smooth_noise(h, w, 3, rng) for _ in range(3)], -1) * 6
+    bg = bg + grey_noise + tint_noise
+    for _ in range(int(rng.integers(2, 6))):  # muted distractor shapes and textured patches
+        a, b = rng.uniform(0.06, 0.25) * min(h, w), rng.uniform(0.06, 0.25) * min(h, w)
+        sdf = _shape_sdf(xx, yy, rng.uniform(0, w), rng.uniform(0, h), a, b, rng)
+        alpha = np.clip(0.5 - sdf, 0, 1)[..., None] * rng.uniform(0.5, 0.9)
+        fill = _muted(rng)
+        if rng.random() < 0.5:
+            fill = fill + (_stripes(xx, yy, rng)[..., None] - 0.5) * rng.uniform(15, 40)
+        bg = bg * (1 - alpha) + fill * alpha
+    return bg
+
+
+def _object_fill(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    c1 = _vivid(rng)
+    kind = rng.integers(0, 4)
+    if kind == 0:  # flat
+        return np.broadcast_to(c1, (h, w, 3)).astype(np.float32)
+    if kind == 1:  # two-colour stripes
+        t = _stripes(xx, yy, rng)[..., None]
+        return c1 * (1 - t) + _vivid(rng) * t
+    if kind == 2:  # gradient between two vivid colours
+        t = _gradient(xx, yy, h, w, rng)[..., None]
+        return c1 * (1 - t) + _vivid(rng) * t
+    noise = _smooth_noise(h, w, int(rng.integers(6, 14)), rng)[..., None] * 30
+    return c1 + noise
+
+
+def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """One (image uint8 (h, w, 3), mask uint8 (h, w)) sample."""
+    h, w = (int(v) for v in rng.integers(size[0], size[1] + 1, 2))
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32) + 0.5
+    image = _background(xx, yy, h, w, rng)
+    alpha_total = np.zeros((h, w), np.float32)
+    n_objects = 2 if rng.random() < 0.2 else 1
+    for k in range(n_objects):
+        # The main object sits near the centre (a prior real saliency sets share); a second is off-centre.
+        spread = 0.15 if k == 0 else 0.3
+        cx = w * (0.5 + rng.uniform(-spread, spread))
+        cy = h * (0.5 + rng.uniform(-spread, spread))
+        scale = rng.uniform(0.15, 0.32) if k == 0 else rng.uniform(0.08, 0.16)
+        aspect = np.exp(rng.uniform(-0.6, 0.6))
+        r = scale * min(h, w)
+        sdf = _shape_sdf(xx, yy, cx, cy, r * np.sqrt(aspect), r / np.sqrt(aspect), rng)
+        if rng.random() < 0.3:
+            alpha = np.clip(0.5 - sdf / rng.uniform(3, 8), 0, 1)  # soft edge, kept soft in the mask
+        else:
+            alpha = (sdf <= 0).astype(np.float32)
+        fill = _object_fill(xx, yy, h, w, rng)
+        image = image * (1 - alpha[..., None]) + fill * alpha[..., None]
+        alpha_total = np.maximum(alpha_total, alpha)
+    image = image + rng.standard_normal(image.shape, dtype=np.float32) * np.float32(rng.uniform(1, 5))
+    image = np.clip(np.rint(image), 0, 255).astype(np.uint8)
+    mask = np.clip(np.rint(alpha_total * 255), 0, 255).astype(np.uint8)
+    return image, mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    # Unique temp name + rename: a crash never leaves a half file, and concurrent writers of the
+    # same (deterministic) bytes do not corrupt each other.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _encode(array: np.ndarray, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    if fmt == "JPEG":
+        Image.fromarray(array).save(buf, format="JPEG", quality=90)
+    else:
+        Image.fromarray(array).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _params(seed: int, n_train: int, n_val: int, size: tuple[int, int]) -> dict:
+    return {"format": _FORMAT, "seed": int(seed), "n_train": int(n_train), "n_val": int(n_val), "size": list(size)}
+
+
+def _complete(out_dir: Path, params: dict) -> bool:
+    try:
+        manifest = json.loads((out_dir / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("params") != params:
+        return False
+    for split, n in (("train", params["n_train"]), ("val", params["n_val"])):
+        for i in range(n):
+            for ext in (".jpg", ".png"):
+                if not (out_dir / split / f"syn_{i:05d}{ext}").is_file():
+                    return False
+    return True
+
+
+def make_synthetic_dataset(
+    out_dir: str | Path,
+    n_train: int = 400,
+    n_val: int = 60,
+    size: tuple[int, int] = (120, 200),
+    seed: int = 2018,
+) -> tuple[Path, Path]:
+    """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs); return both folders.
+
+    ``size`` is the (min, max) side length; height and width are drawn independently. The same
+    arguments always give byte-identical files. A complete set with the same arguments is reused;
+    the manifest is written last, so an interrupted generation is redone.
+    """
+    out_dir = Path(out_dir)
+    lo, hi = int(size[0]), int(size[1])
+    if not 8 <= lo <= hi:
+        raise ValueError(f"size must be (min, max) with 8 <= min <= max, got {size}")
+    params = _params(seed, n_train, n_val, (lo, hi))
+    train_dir, val_dir = out_dir / "train", out_dir / "val"
+    if _complete(out_dir, params):
+        return train_dir, val_dir
+    (out_dir / _MANIFEST).unlink(missing_ok=True)
+    for split, n in (("train", n_train), ("val", n_val)):
+        folder = out_dir / split
+        folder.mkdir(parents=True, exist_ok=True)
+        expected = {f"syn_{i:05d}{ext}" for i in range(n) for ext in (".jpg", ".png")}
+        for stale in folder.glob("syn_*"):  # leftovers of a bigger earlier set would join the listing
+            if stale.name not in expected:
+                stale.unlink(missing_ok=True)
+        for i in range(n):
+            # One generator per sample: any sample can be regenerated alone, and n does not shift others.
+            rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, _SPLITS[split], i])
+            image, mask = _render(rng, (lo, hi))
+            _write_atomic(folder / f"syn_{i:05d}.jpg", _encode(image, "JPEG"))
+            _write_atomic(folder / f"syn_{i:05d}.png", _encode(mask, "PNG"))
+    _write_atomic(out_dir / _MANIFEST, json.dumps({"params": params}, indent=1).encode())
+    return train_dir, val_dir
+
+
+def synthetic_paths(output_dir: str | Path) -> tuple[Path, Path]:
+    """Where a run keeps its synthetic data: ``<output_dir>/synthetic/{train,val}``."""
+    root = Path(output_dir) / "synthetic"
+    return root / "train", root / "val"
+
+
+def ensure_synthetic(
+    output_dir: str | Path, seed: int = 2018, n_train: int = 400, n_val: int = 60
+) -> tuple[Path, Path]:
+    """Generate (or reuse) the synthetic set under ``<output_dir>/synthetic``; return (train_dir, val_dir).
+
+    Safe to call from several ranks at once (identical bytes, atomic renames), but calling it on
+    one rank and then waiting at a barrier avoids duplicate work.
+    """
+    make_synthetic_dataset(Path(output_dir) / "synthetic", n_train=n_train, n_val=n_val, seed=seed)
+    return synthetic_paths(output_dir)
