@@ -1,0 +1,260 @@
+"""SaliencyMetrics against PySODMetrics (the reference implementation) and by hand."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from ignite.exceptions import NotComputableError
+
+from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics, nearest_feature_transform
+
+py_sod_metrics = pytest.importorskip("py_sod_metrics")
+ndimage = pytest.importorskip("scipy.ndimage")
+
+TIGHT = ("mae", "maxF", "meanF", "adpF")  # 1e-6; the rest 1e-4
+
+
+def _smooth(rng, h, w, cells=5):
+    """Random smooth map in [0, 1]: bilinear upsampling of a coarse random grid."""
+    coarse = torch.from_numpy(rng.random((1, 1, cells, cells)))
+    return torch.nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=True)[0, 0].numpy()
+
+
+def _u8(x):
+    return np.clip(np.round(x * 255), 0, 255).astype(np.uint8)
+
+
+def _blob(h, w, cy, cx, r):
+    yy, xx = np.mgrid[:h, :w]
+    return (((yy - cy) ** 2 + (xx - cx) ** 2) <= r * r).astype(np.uint8) * 255
+
+
+def make_cases(seed=0):
+    """~40 (pred, gt) uint8 pairs covering the edge cases and ordinary maps."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    h, w = 37, 53
+    obj = _blob(h, w, 15, 20, 9)
+    smooth = _u8(_smooth(rng, h, w))
+    cases += [
+        (smooth, np.zeros((h, w), np.uint8)),  # empty gt
+        (smooth, np.full((h, w), 255, np.uint8)),  # full gt
+        (np.zeros((h, w), np.uint8), np.zeros((h, w), np.uint8)),
+        (np.full((h, w), 255, np.uint8), np.full((h, w), 255, np.uint8)),
+        (np.zeros((h, w), np.uint8), obj),  # constant predictions
+        (np.full((h, w), 255, np.uint8), obj),
+        (np.full((h, w), 128, np.uint8), obj),
+        (np.full((h, w), 77, np.uint8), obj),
+        (obj.copy(), obj),  # perfect
+        (255 - obj, obj),  # inverted
+    ]
+    # tiny objects of 1-3 px, away from the last row / column (see the NaN test below)
+    for pts in ([(10, 10)], [(5, 30), (5, 31)], [(20, 7), (21, 7), (21, 8)], [(0, 0)]):
+        gt = np.zeros((h, w), np.uint8)
+        for y, x in pts:
+            gt[y, x] = 255
+        cases.append((_u8(_smooth(rng, h, w)), gt))
+        near = np.zeros((h, w), np.uint8)
+        for y, x in pts:
+            near[y, min(x + 1, w - 2)] = 200
+        cases.append((near, gt))
+    # ordinary maps at several sizes (odd ones included)
+    for hh, ww in ((37, 53), (48, 64), (61, 45), (80, 100)):
+        for _ in range(3):
+            gt = (_smooth(rng, hh, ww, 4) > 0.6).astype(np.uint8) * 255
+            if not gt.any() or gt.all():
+                gt = _blob(hh, ww, hh // 2, ww // 3, min(hh, ww) // 4)
+            noisy = 0.6 * gt / 255 + 0.4 * _smooth(rng, hh, ww, 7)
+            cases.append((_u8(noisy), gt))
+        # binary prediction, soft gt, random-noise prediction
+        gt = _blob(hh, ww, hh // 3, ww // 2, min(hh, ww) // 3)
+        cases.append(((_smooth(rng, hh, ww, 6) > 0.5).astype(np.uint8) * 255, gt))
+        soft = _u8(_smooth(rng, hh, ww, 3))
+        cases.append((_u8(_smooth(rng, hh, ww, 6)), soft))
+        cases.append((rng.integers(0, 256, (hh, ww), dtype=np.uint8), gt))
+    # constant prediction over a constant-gt quadrant: ssim's 0/0 branch hinges on numpy's
+    # rounding of the quadrant mean (249/255 over a 15x6 slice of 30x12 does not round back)
+    gt = np.full((30, 12), 255, np.uint8)
+    gt[25:, 8:] = 0
+    cases.append((np.full((30, 12), 249, np.uint8), gt))
+    cases.append((np.full((30, 12), 128, np.uint8), gt))
+    # a small range of values: the min-max normalisation stretches it
+    cases.append((_u8(0.3 + 0.1 * _smooth(rng, h, w)), obj))
+    return cases
+
+
+def reference(cases):
+    """PySODMetrics on the same maps, as the keys of SaliencyMetrics."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Fmeasure's deprecation warning
+        mae, fm, sm = py_sod_metrics.MAE(), py_sod_metrics.Fmeasure(), py_sod_metrics.Smeasure()
+        em, wfm = py_sod_metrics.Emeasure(), py_sod_metrics.WeightedFmeasure()
+        for pred, gt in cases:
+            for m in (mae, fm, sm, em, wfm):
+                m.step(pred=pred, gt=gt)
+        f, e = fm.get_results(), em.get_results()
+    return {
+        "mae": mae.get_results()["mae"],
+        "maxF": f["fm"]["curve"].max(),
+        "meanF": f["fm"]["curve"].mean(),
+        "adpF": f["fm"]["adp"],
+        "Sm": sm.get_results()["sm"],
+        "maxE": e["em"]["curve"].max(),
+        "meanE": e["em"]["curve"].mean(),
+        "adpE": e["em"]["adp"],
+        "wF": wfm.get_results()["wfm"],
+    }, f["pr"]
+
+
+def ours(cases, **kw):
+    metric = SaliencyMetrics(**kw)
+    for pred, gt in cases:
+        metric.update(([torch.from_numpy(pred)], [torch.from_numpy(gt)]))
+    return metric
+
+
+def assert_close(got, want, context=""):
+    assert set(got) == set(METRIC_KEYS)
+    for key in METRIC_KEYS:
+        tol = 1e-6 if key in TIGHT else 1e-4
+        assert abs(got[key] - want[key]) <= tol, f"{context}{key}: ours {got[key]!r} vs PySODMetrics {want[key]!r}"
+
+
+CASES = make_cases()
+
+
+def test_agrees_with_pysodmetrics_over_the_set():
+    metric = ours(CASES)
+    want, pr = reference(CASES)
+    assert_close(metric.compute(), want)
+    precision, recall = metric.pr_curve()
+    # PySODMetrics orders its curves from threshold 255 down to 0
+    np.testing.assert_allclose(precision.numpy(), pr["p"][::-1], atol=1e-12)
+    np.testing.assert_allclose(recall.numpy(), pr["r"][::-1], atol=1e-12)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_agrees_with_pysodmetrics_per_image(index):
+    case = [CASES[index]]
+    assert_close(ours(case).compute(), reference(case)[0], context=f"case {index}: ")
+
+
+def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
+    gt = np.zeros((20, 30), np.uint8)
+    gt[5:9, 29] = 255
+    pred = np.zeros_like(gt)
+    pred[4:10, 27:30] = 180
+    got = ours([(pred, gt)]).compute()
+    want = reference([(pred, gt)])[0]
+    assert math.isnan(want["Sm"]) and math.isfinite(got["Sm"])
+    # the region term of the empty quadrant has weight 0: with it dropped the scores agree
+    want_rest = {k: v for k, v in want.items() if k != "Sm"}
+    assert all(abs(got[k] - v) <= 1e-4 for k, v in want_rest.items())
+
+
+def test_feature_transform_matches_scipy_including_ties():
+    rng = np.random.default_rng(1)
+    masks = [rng.random((23, 31)) < p for p in (0.002, 0.01, 0.05, 0.3, 0.8)]
+    masks += [np.eye(17, 29, dtype=bool), np.zeros((9, 40), bool)]
+    masks[-1][4, 0] = masks[-1][0, 39] = True  # far apart: the column-loop branch
+    grid = np.zeros((21, 21), bool)
+    grid[::4, ::4] = True  # many exact ties
+    masks.append(grid)
+    for mask in masks:
+        if not mask.any():
+            mask[0, 0] = True
+        dist, idx = ndimage.distance_transform_edt(~mask, return_indices=True)
+        dsq, rr, cc = nearest_feature_transform(torch.from_numpy(mask))
+        np.testing.assert_array_equal(rr.numpy(), idx[0])
+        np.testing.assert_array_equal(cc.numpy(), idx[1])
+        np.testing.assert_allclose(np.sqrt(dsq.numpy()), dist, rtol=0, atol=0)
+
+
+def test_batched_update_equals_per_image_updates():
+    same = [c for c in CASES if c[0].shape == (37, 53)]
+    single = ours(same)
+    batched = SaliencyMetrics()
+    preds = torch.from_numpy(np.stack([p for p, _ in same]))
+    gts = torch.from_numpy(np.stack([g for _, g in same]))
+    batched.update((preds[:5], gts[:5]))
+    batched.update((preds[5:], gts[5:]))
+    a, b = single.compute(), batched.compute()
+    for key in METRIC_KEYS:
+        assert a[key] == pytest.approx(b[key], abs=1e-12), key
+    # a mixed-size list is grouped by size and gives the same numbers as well
+    mixed = SaliencyMetrics()
+    mixed.update(([torch.from_numpy(p) for p, _ in CASES], [torch.from_numpy(g) for _, g in CASES]))
+    c, d = ours(CASES).compute(), mixed.compute()
+    for key in METRIC_KEYS:
+        assert c[key] == pytest.approx(d[key], abs=1e-12), key
+
+
+def test_float_predictions_score_as_their_saved_uint8_maps():
+    pred, gt = CASES[-3]
+    as_float = SaliencyMetrics()
+    as_float.update(([torch.from_numpy(pred).double() / 255], [torch.from_numpy(gt)]))
+    assert as_float.compute() == ours([(pred, gt)]).compute()
+
+
+def test_r3net_protocol_by_hand():
+    # 1x4 maps. gt soft: [255, 200, 100, 0] -> hard (>0.5 of 255): [1, 1, 0, 0]
+    pred = np.array([[255, 100, 100, 0]], np.uint8)
+    gt = np.array([[255, 200, 100, 0]], np.uint8)
+    # image 2: gt [0, 0, 255, 255] hard [0, 0, 1, 1], pred [0, 50, 255, 255]
+    pred2 = np.array([[0, 50, 255, 255]], np.uint8)
+    gt2 = np.array([[0, 0, 255, 255]], np.uint8)
+    metric = ours([(pred, gt), (pred2, gt2)], protocol="r3net")
+    got = metric.compute()
+
+    mae1 = (0 + 100 / 255 + 0 + 0) / 4  # no min-max normalisation, soft gt
+    mae2 = (0 + 50 / 255 + 0 + 0) / 4
+    assert got["mae"] == pytest.approx((mae1 + mae2) / 2, abs=1e-12)
+
+    eps = 1e-4
+
+    def pr(tp, p, t):
+        return (tp + eps) / (p + eps), (tp + eps) / (t + eps)
+
+    # positives are pred > t. Image 1: t < 100: {255,100,100} tp=2 p=3; 100 <= t < 255: {255} tp=1 p=1;
+    # t = 255: none. Image 2: t < 50: tp=2 p=3; 50 <= t < 255: tp=2 p=2; t = 255: none.
+    def curve(t):
+        a = pr(2, 3, 2) if t < 100 else pr(1, 1, 2) if t < 255 else pr(0, 0, 2)
+        b = pr(2, 3, 2) if t < 50 else pr(2, 2, 2) if t < 255 else pr(0, 0, 2)
+        return (a[0] + b[0]) / 2, (a[1] + b[1]) / 2
+
+    best = max(1.3 * p * r / (0.3 * p + r) for p, r in map(curve, range(256)))
+    assert got["maxF"] == pytest.approx(best, abs=1e-12)
+    precision, recall = metric.pr_curve()
+    assert precision[150].item() == pytest.approx(curve(150)[0], abs=1e-12)
+    assert recall[150].item() == pytest.approx(curve(150)[1], abs=1e-12)
+    # the other keys keep their standard definitions
+    standard = ours([(pred, gt), (pred2, gt2)]).compute()
+    for key in ("meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"):
+        assert got[key] == standard[key]
+
+
+def test_reset_and_not_computable():
+    metric = SaliencyMetrics()
+    with pytest.raises(NotComputableError):
+        metric.compute()
+    with pytest.raises(NotComputableError):
+        metric.pr_curve()
+    pred, gt = CASES[-1]
+    metric.update((torch.from_numpy(pred), torch.from_numpy(gt)))
+    first = metric.compute()
+    metric.update((torch.from_numpy(CASES[0][0]), torch.from_numpy(CASES[0][1])))
+    assert metric.compute() != first
+    metric.reset()
+    with pytest.raises(NotComputableError):
+        metric.compute()
+    metric.update((torch.from_numpy(pred), torch.from_numpy(gt)))
+    assert metric.compute() == first
+
+
+def test_bad_protocol_and_shapes():
+    with pytest.raises(ValueError):
+        SaliencyMetrics(protocol="matlab")
+    with pytest.raises(ValueError):
+        SaliencyMetrics().update((torch.zeros(4, 5, dtype=torch.uint8), torch.zeros(5, 4, dtype=torch.uint8)))
