@@ -1,0 +1,124 @@
+"""Command line: ``train`` (the default), ``evaluate``, ``predict``, ``make-data``, ``check-data``.
+
+The ``train`` options are generated from ``TrainConfig``, so every recipe field has a flag whose
+``--help`` shows its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from typing import Callable, Sequence
+
+from .config import TrainConfig
+
+COMMANDS = ("train", "evaluate", "predict", "make-data", "check-data")
+
+
+class CommandError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _field_type(field: dataclasses.Field) -> type:
+    hint = typing.get_type_hints(TrainConfig)[field.name]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per ``TrainConfig`` field, with its help text and default."""
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        meta = dict(field.metadata)
+        help_text = meta.pop("help") + " (default: %(default)s)"
+        kind = _field_type(field)
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=field.default, help=help_text,
+                                metavar=field.name.upper(), **meta)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python run.py",
+        description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
+                    "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    train = sub.add_parser("train", help="train R3Net (the default command)",
+                           description="Train R3Net with the seed's recipe on one or many processes.")
+    add_train_options(train)
+    train.set_defaults(handler=run_train)
+
+    from .commands import add_data_commands
+
+    try:
+        from .evaluation.commands import add_evaluation_commands
+    except ImportError:  # TEMPORARY until evaluation commands land
+        add_evaluation_commands = None
+    if add_evaluation_commands:
+        add_evaluation_commands(sub)
+    add_data_commands(sub)
+    return parser
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .training.run import train
+
+    train(config_from_args(args))
+    return 0
+
+
+def _with_default_command(argv: Sequence[str]) -> list[str]:
+    argv = list(argv)
+    if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
+        argv.insert(0, "train")
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(_with_default_command(sys.argv[1:] if argv is None else argv))
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - user errors become one line; bugs keep their traceback
+        if _is_user_error(e):
+            print(f"error: {e}", file=sys.stderr)
+            return 2 if not _is_worker_failure(e) else 1
+        raise
+
+
+def _is_user_error(e: Exception) -> bool:
+    from .data import DataError
+    from .launch import WorkerFailed
+    from .training.checkpoint import CheckpointError
+    from .training.preflight import ConfigError
+
+    return isinstance(e, (CommandError, ConfigError, DataError, CheckpointError, WorkerFailed,
+                          FileNotFoundError))
+
+
+def _is_worker_failure(e: Exception) -> bool:
+    from .launch import WorkerFailed
+
+    return isinstance(e, WorkerFailed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Full-resolution inference as an ignite Engine: the building block of validation, ``evaluate`` and
+``predict``. Each step yields 8-bit saliency maps at the input's own size, exactly what a saved PNG
+would hold, so metrics on the fly equal metrics on saved maps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ignite.engine import Engine
+from torch import nn
+
+from ..data import normalize_image
+from ..training.step import AMP_DTYPES
+
+
+@torch.no_grad()
+def predict_maps(model: nn.Module, images: torch.Tensor, amp: str = "off") -> torch.Tensor:
+    """Saliency maps (N,H,W) uint8 for a uint8 batch (N,3,H,W) already on the model's device."""
+    model.eval()
+    dtype = AMP_DTYPES[amp]
+    with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
+        prob = model(normalize_image(images))
+    return (prob.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -> Engine:
+    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image,
+    plus ``names`` in ``engine.state.names`` for whoever saves the maps."""
+
+    def eval_step(engine: Engine, batch: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        images = batch["image"].to(device, non_blocking=True)
+        maps = predict_maps(model, images, amp)
+        gts = batch["mask"].to(device, non_blocking=True).squeeze(1)
+        engine.state.names = list(batch["name"])
+        return list(maps), list(gts)
+
+    return Engine(eval_step)

@@ -1,0 +1,193 @@
+"""The trainer's event handlers, each attached by one small function.
+
+Every ``attach_*`` is called on every rank (collectives inside handlers need all ranks); work that
+only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_zero_only``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any, Callable
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, LRScheduler
+
+from ..config import TrainConfig
+from .checkpoint import SafeDiskSaver, list_checkpoints
+from .meters import LOSS_NAMES, LossMeter
+
+rank_zero_only = idist.one_rank_only(rank=0)
+"""Decorator: run the wrapped function on rank 0 only (the one place rank-0-only work is decided)."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss went NaN/inf on some rank; raised on every rank at the same iteration."""
+
+
+def every_or_last(every: int, last: int, *extra_every: int) -> Callable[[Engine, int], bool]:
+    """Event filter: iterations divisible by ``every`` (or any of ``extra_every``), and the last one."""
+    periods = [p for p in (every, *extra_every) if p > 0]
+
+    def event_filter(_: Engine, iteration: int) -> bool:
+        return iteration == last or any(iteration % p == 0 for p in periods)
+
+    return event_filter
+
+
+def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
+    """Engine never calls ``set_epoch``; do it so that every epoch has its own order. ignite creates
+    the epoch's data iterator after this event, so an epoch resumed half-way skips the batches the
+    checkpoint already trained on."""
+
+    @trainer.on(Events.EPOCH_STARTED)
+    def set_sampler_epoch(engine: Engine) -> None:
+        sampler.set_epoch(engine.state.epoch - 1,
+                          skip_batches=engine.state.iteration % engine.state.epoch_length)
+
+
+def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
+    """Apply the poly LR before each iteration (ignite's LRScheduler sets, then advances)."""
+    trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
+
+
+def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config: TrainConfig) -> None:
+    """Accumulate losses every iteration; at log/checkpoint iterations sync them across ranks into
+    ``state.metrics`` and stop every rank together if any loss went non-finite."""
+
+    @trainer.on(Events.EPOCH_STARTED)
+    def reset_meter(engine: Engine) -> None:
+        # a run resumed mid-epoch keeps the sums restored from the checkpoint
+        if engine.state.iteration % engine.state.epoch_length == 0:
+            meter.reset()
+
+    @trainer.on(Events.ITERATION_COMPLETED)
+    def update_meter(engine: Engine) -> None:
+        meter.update(engine.state.output, batch_size, engine.state.iteration)
+
+    last_sync = {"time": time.perf_counter(), "iteration": 0}
+
+    @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(
+        config.log_every, config.iters, config.checkpoint_every)))
+    def sync_meter(engine: Engine) -> None:
+        reading = meter.sync()
+        if reading.first_nonfinite_iteration is not None:
+            raise NonFiniteLossError(
+                f"loss became non-finite at iteration {reading.first_nonfinite_iteration} in "
+                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (last good checkpoint kept)")
+        now = time.perf_counter()
+        iterations = engine.state.iteration - last_sync["iteration"]
+        images = iterations * batch_size * idist.get_world_size()
+        engine.state.metrics.update(reading.averages)
+        engine.state.metrics["images_per_s"] = images / max(now - last_sync["time"], 1e-9)
+        last_sync.update(time=now, iteration=engine.state.iteration)
+
+
+def format_log_line(iteration: int, metrics: dict[str, float], lr: float) -> str:
+    """The seed's log line: iteration, total and per-output running losses, lr."""
+    parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
+    parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
+    parts.append(f"[lr {lr:.13f}]")
+    return ", ".join(parts)
+
+
+class TrainLog:
+    """``train.log`` in the output directory, opened once (rank 0), plus the console."""
+
+    def __init__(self, path: str | Path, echo: IO[str] | None = sys.stdout) -> None:
+        self.path = Path(path)
+        self.echo = echo
+        self._file: IO[str] | None = None
+
+    @rank_zero_only
+    def open(self, header: str) -> None:
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = self.path.open("a", encoding="utf-8", buffering=1)
+        self.write(header if fresh else "\n" + header)
+
+    @rank_zero_only
+    def write(self, line: str) -> None:
+        if self._file is not None:
+            self._file.write(line + "\n")
+        if self.echo is not None:
+            print(line, file=self.echo, flush=True)
+
+    @rank_zero_only
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Optimizer,
+                     config: TrainConfig) -> None:
+    """One line per ``log_every`` iterations (the synced meter values; no timing, so logs of a
+    resumed run equal those of an uninterrupted one)."""
+
+    @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters)))
+    def write_log_line(engine: Engine) -> None:
+        log.write(format_log_line(engine.state.iteration, engine.state.metrics,
+                                  optimizer.param_groups[1]["lr"]))
+
+    trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
+    trainer.add_event_handler(Events.EXCEPTION_RAISED, _close_then_reraise(log))
+
+
+def _close_then_reraise(log: TrainLog) -> Callable[[Engine, BaseException], None]:
+    def on_exception(engine: Engine, e: BaseException) -> None:
+        log.close()
+        raise e
+
+    return on_exception
+
+
+def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:
+    """Periodic and final checkpoints (rank 0 writes; every rank gathers state), the last ``keep`` kept.
+
+    Files already in the output directory from before a resume count towards ``keep``.
+    """
+    checkpointer = Checkpoint(
+        to_save,
+        SafeDiskSaver(config.output_dir),
+        n_saved=config.keep,
+        global_step_transform=lambda engine, _: engine.state.iteration,
+    )
+    existing = list_checkpoints(config.output_dir)
+    if existing:
+        checkpointer.load_state_dict({"_saved": [(it, p.name) for it, p in existing]})
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
+
+    @trainer.on(Events.COMPLETED)
+    def save_final(engine: Engine) -> None:
+        if engine.state.iteration % config.checkpoint_every != 0:
+            checkpointer(engine)
+
+    return checkpointer
+
+
+def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig) -> Any:
+    """Losses, LR of each parameter group and images/s to ``OUTPUT_DIR/tb`` (rank 0 only)."""
+    if idist.get_rank() != 0:
+        return None
+    from ignite.handlers.tensorboard_logger import OptimizerParamsHandler, OutputHandler, TensorboardLogger
+
+    tb = TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
+    when = Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
+    tb.attach(trainer, OutputHandler(tag="train", metric_names=list(LOSS_NAMES) + ["images_per_s"]),
+              event_name=when)
+    # logs lr/group_0 (biases) and lr/group_1 (weights)
+    tb.attach(trainer, OptimizerParamsHandler(optimizer, param_name="lr"), event_name=when)
+    trainer.add_event_handler(Events.COMPLETED, lambda _: tb.close())
+    return tb
+
+
+def attach_progress_bar(trainer: Engine) -> None:
+    """A tqdm bar with ETA on rank 0 when stderr is a terminal."""
+    if idist.get_rank() != 0 or not sys.stderr.isatty():
+        return
+    from ignite.handlers import ProgressBar
+
+    ProgressBar(persist=True).attach(trainer, metric_names=["total"])

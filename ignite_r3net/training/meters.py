@@ -1,0 +1,81 @@
+"""Loss meters: running averages of the 7 side-output losses and their sum, across all ranks.
+
+Updates stay on the training device (no host sync per iteration); ``sync`` does the one
+all-reduce and host copy when a log line, a checkpoint or TensorBoard needs the numbers. The meter
+also remembers the first iteration at which each loss went non-finite on any rank, so that every
+rank reaches the same decision to stop at the same iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ignite.distributed as idist
+import torch
+
+LOSS_NAMES = ("total",) + tuple(f"loss{i}" for i in range(7))
+_NEVER = float("inf")
+
+
+@dataclass
+class MeterReading:
+    """What ``LossMeter.sync`` returns: averages since the last reset, summed over all ranks."""
+
+    averages: dict[str, float]
+    images: int
+    first_nonfinite_iteration: int | None
+    nonfinite_outputs: list[str]
+
+
+class LossMeter:
+    """Running, rank-averaged meter of the total and per-output losses (the seed's AvgMeters)."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        n = len(LOSS_NAMES)
+        # float64 so that a sum restored from a checkpoint plus new terms equals the uninterrupted sum
+        self._sums = torch.zeros(n, dtype=torch.float64, device=self.device)
+        self._count = torch.zeros(1, dtype=torch.float64, device=self.device)
+        self._first_bad = torch.full((n,), _NEVER, dtype=torch.float64, device=self.device)
+
+    def reset(self) -> None:
+        """Start new averages (the seed resets its meters every epoch)."""
+        self._sums.zero_()
+        self._count.zero_()
+
+    def update(self, losses: torch.Tensor, batch_size: int, iteration: int) -> None:
+        """Add one iteration's losses (a 8-vector: total, loss0..loss6) weighted by the batch size."""
+        losses = losses.detach().to(self.device, torch.float64)
+        self._sums += losses * batch_size
+        self._count += batch_size
+        bad = ~torch.isfinite(losses)
+        self._first_bad = torch.where(bad, torch.minimum(self._first_bad, torch.tensor(
+            float(iteration), dtype=torch.float64, device=self.device)), self._first_bad)
+
+    def sync(self) -> MeterReading:
+        """All-reduce across ranks and read the averages on the host (a collective: call on all ranks)."""
+        packed = torch.cat([self._sums, self._count])
+        packed = idist.all_reduce(packed.clone())
+        first_bad = idist.all_reduce(self._first_bad.clone(), op="MIN")
+        values = packed.tolist()
+        count = values[-1]
+        averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
+        bad = first_bad.tolist()
+        first = min(bad)
+        if math.isinf(first):
+            return MeterReading(averages, int(count), None, [])
+        return MeterReading(averages, int(count), int(first),
+                            [name for name, it in zip(LOSS_NAMES, bad) if it == first])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Sums over all ranks (a collective); restoring them on one rank restores the global average."""
+        return {"sums": idist.all_reduce(self._sums.clone()).cpu(),
+                "count": idist.all_reduce(self._count.clone()).cpu()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.reset()
+        # the saved sums are global: rank 0 carries them, the others start from zero
+        if idist.get_rank() == 0:
+            self._sums.copy_(state["sums"].to(self.device, torch.float64))
+            self._count.copy_(state["count"].to(self.device, torch.float64))

@@ -1,0 +1,136 @@
+"""Checks that run in the launching process before any worker starts: every error a user can cause
+with options, paths or data is reported here as one line, before any work can be lost."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..config import TrainConfig
+from ..data import DataError, assert_dataset_ok, ensure_synthetic
+from ..model import BACKBONES, R3Net
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, remove_stale_temporaries
+
+
+class ConfigError(ValueError):
+    """A bad option or path, reported before anything is spawned."""
+
+
+POSITIVE = ("iters", "batch_size", "crop", "checkpoint_every", "keep", "log_every", "nproc", "nnodes")
+
+
+def check_options(config: TrainConfig) -> None:
+    """Option values that are wrong whatever the data."""
+    for name in POSITIVE:
+        if getattr(config, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
+    for name in ("lr",):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(config, name)}")
+    if config.rotate < 0 or config.rotate > 180:
+        raise ConfigError(f"--rotate must be between 0 and 180 degrees, got {config.rotate}")
+    if config.workers < 0 or config.val_every < 0:
+        raise ConfigError("--workers and --val-every must not be negative")
+    if config.backbone not in BACKBONES:
+        raise ConfigError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
+    if not 0 <= config.node_rank < config.nnodes:
+        raise ConfigError(f"--node-rank must be in [0, {config.nnodes - 1}], got {config.node_rank}")
+    backend = config.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError("--backend nccl needs CUDA GPUs, and none is visible; use --backend gloo")
+        if config.nproc > gpus:
+            raise ConfigError(f"--nproc {config.nproc} is more than the {gpus} GPU(s) visible on this node")
+    if config.amp == "fp16" and not torch.cuda.is_available():
+        raise ConfigError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16 or off")
+    if config.resume and config.resume != "auto":
+        if not Path(config.resume).is_file():
+            raise ConfigError(f"--resume file {config.resume} does not exist")
+
+
+def prepare_output_dir(config: TrainConfig) -> None:
+    """Create the output directory, prove it is writable, and estimate that checkpoints fit."""
+    out = Path(config.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"--output-dir {out} is not writable: {e.strerror or e}") from None
+    remove_stale_temporaries(out)
+
+
+def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
+    """Refuse to start when the checkpoints kept (weights + momentum, fp32) cannot fit."""
+    per_checkpoint = num_parameters * 4 * 2 + (1 << 20)
+    needed = per_checkpoint * (config.keep + 2)  # kept + best + the one being written
+    free = shutil.disk_usage(config.output_dir).free
+    if free < needed:
+        raise ConfigError(f"--output-dir {config.output_dir} has {free / 2**20:.0f} MiB free; "
+                          f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB")
+
+
+def resolve_data(config: TrainConfig) -> TrainConfig:
+    """Replace 'synthetic' by the generated folders and check every data folder's pairs."""
+    min_size: int | None = config.crop
+    if config.data == "synthetic":
+        with _locked(Path(config.output_dir) / ".synthetic.lock"):
+            train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
+        config = dataclasses.replace(config, data=str(train_dir), val_data=config.val_data or str(val_dir))
+        min_size = None  # its small images are meant to be resized up to any crop, as the seed does
+    try:
+        assert_dataset_ok(config.data, min_size=min_size)
+        if config.val_data:
+            assert_dataset_ok(config.val_data)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+    return config
+
+
+def check_resume(config: TrainConfig) -> None:
+    """A named checkpoint must load (safely) before any worker starts, and a fresh run must not mix
+    its checkpoints with an earlier run's."""
+    if not config.resume and list_checkpoints(config.output_dir):
+        raise ConfigError(f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
+                          "with --resume auto, or choose another --output-dir")
+    if config.resume and config.resume != "auto":
+        try:
+            load_checkpoint(config.resume)
+        except CheckpointError as e:
+            raise ConfigError(f"--resume: {e}") from None
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    # several launch processes (torchrun) may try to generate the same data at once
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def count_parameters(backbone: str) -> int:
+    """R3Net's parameter count without allocating weights (built on the meta device)."""
+    with torch.device("meta"):
+        model = R3Net(backbone=backbone)
+    return sum(p.numel() for p in model.parameters())
+
+
+def preflight(config: TrainConfig) -> TrainConfig:
+    """All start-up checks in order; returns the config with data paths resolved."""
+    check_options(config)
+    prepare_output_dir(config)
+    check_disk_space(config, count_parameters(config.backbone))
+    check_resume(config)
+    return resolve_data(config)
