@@ -1,0 +1,176 @@
+"""``evaluate``: maps vs PySODMetrics, checkpoints on 1 and 2 processes, backbone resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ignite_r3net import cli
+from ignite_r3net.evaluation.commands import COLUMNS, infer_backbone, resolve_backbone
+from ignite_r3net.evaluation.maps import dataset_names
+from ignite_r3net.model import BACKBONES, R3Net
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = [(64, 80), (70, 50), (48, 64), (66, 66), (40, 72)]  # (H, W); odd count on purpose
+
+
+def _blob_mask(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    yy, xx = np.mgrid[:h, :w]
+    cy, cx = rng.uniform(0.3, 0.6) * h, rng.uniform(0.3, 0.6) * w
+    ry, rx = rng.uniform(0.15, 0.3) * h, rng.uniform(0.15, 0.3) * w
+    return ((((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2) <= 1).astype(np.uint8) * 255
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five image/mask pairs of different sizes in the MSRA10K layout."""
+    root = tmp_path_factory.mktemp("data") / "setA"
+    root.mkdir()
+    rng = np.random.default_rng(3)
+    for i, (h, w) in enumerate(SIZES):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(root / f"img{i}.jpg")
+        Image.fromarray(_blob_mask(rng, h, w)).save(root / f"img{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A resnet18 R3Net with random weights as a training checkpoint and as a plain state_dict."""
+    folder = tmp_path_factory.mktemp("ckpt")
+    torch.manual_seed(0)
+    state = R3Net("resnet18").state_dict()
+    training, plain = folder / "checkpoint_10.pt", folder / "best_model_10_maxF=0.5000.pt"
+    torch.save({"model": state, "trainer": {"iteration": 10}}, training)
+    torch.save(state, plain)
+    return training, plain
+
+
+def _metrics_py_sod(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    sod = pytest.importorskip("py_sod_metrics")
+    mae, fm, sm, em, wfm = sod.MAE(), sod.Fmeasure(), sod.Smeasure(), sod.Emeasure(), sod.WeightedFmeasure()
+    for pred, gt in pairs:
+        for m in (mae, fm, sm, em, wfm):
+            m.step(pred=pred, gt=gt)
+    f, e = fm.get_results()["fm"], em.get_results()["em"]
+    return {"mae": mae.get_results()["mae"], "maxF": f["curve"].max(), "meanF": f["curve"].mean(),
+            "adpF": f["adp"], "Sm": sm.get_results()["sm"], "maxE": e["curve"].max(),
+            "meanE": e["curve"].mean(), "adpE": e["adp"], "wF": wfm.get_results()["wfm"]}
+
+
+def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rng = np.random.default_rng(7)
+    maps, gts = tmp_path / "method" / "ECSSD", tmp_path / "ECSSD" / "GT"
+    maps.mkdir(parents=True)
+    gts.mkdir(parents=True)
+    reference = []
+    for i, (h, w) in enumerate(SIZES[:4]):
+        gt = _blob_mask(rng, h, w)
+        noisy = np.clip(gt * 0.7 + rng.normal(60, 40, (h, w)), 0, 255).astype(np.uint8)
+        Image.fromarray(gt).save(gts / f"s{i}.png")
+        if i == 1:  # a colour map: read as gray, as the toolboxes do
+            rgb = np.stack([noisy, np.roll(noisy, 3, 1), noisy // 2], -1)
+            Image.fromarray(rgb).save(maps / f"s{i}.png")
+            noisy = np.asarray(Image.fromarray(rgb).convert("L"))
+        elif i == 2:
+            Image.fromarray(noisy).save(maps / f"s{i}.bmp")
+        else:
+            Image.fromarray(noisy).save(maps / f"s{i}.png")
+        reference.append((noisy, gt))
+    Image.fromarray(reference[0][0]).save(maps / "only_map.png")
+    Image.fromarray(reference[0][1]).save(gts / "only_mask.png")
+    out = tmp_path / "scores.json"
+
+    assert cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts), "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "only_map.png" in captured.err and "only_mask.png" in captured.err
+    got = json.loads(out.read_text())["ECSSD"]  # a generic GT folder is named after its parent
+    assert got["images"] == 4
+    expected = _metrics_py_sod(reference)
+    for key in COLUMNS:
+        assert got[key] == pytest.approx(float(expected[key]), rel=1e-9, abs=1e-12), key
+    assert "ECSSD" in captured.out and "maxF" in captured.out
+
+
+def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    maps, gts = tmp_path / "maps", tmp_path / "gt"
+    maps.mkdir()
+    gts.mkdir()
+    gt = np.zeros((40, 60), np.uint8)
+    gt[10:30, 20:40] = 255
+    Image.fromarray(gt).save(gts / "a.png")
+    Image.fromarray(gt[::2, ::2]).save(maps / "a.png")  # half size
+    assert cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts)]) == 0
+    assert "1 map(s) resized" in capsys.readouterr().err
+
+    (maps / "a.png").rename(maps / "b.png")
+    assert cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts)]) == 2
+    assert "no map in" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--maps", str(maps)]) == 2
+    assert "--maps needs --gt" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: --maps and --checkpoint exclude each other
+        cli.main(["evaluate", "--maps", str(maps), "--checkpoint", "x.pt", "--gt", str(gts)])
+
+
+def test_checkpoint_one_and_two_processes_identical(tmp_path: Path, dataset: Path,
+                                                    checkpoints: tuple[Path, Path]) -> None:
+    training, plain = checkpoints
+    one, two, saved = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "maps"
+    assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset), "--workers", "0",
+                     "--backbone", "resnet18", "--json", str(one), "--save-maps", str(saved)]) == 0
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # the plain state_dict: no --backbone, no config.json, so the backbone is inferred
+    proc = subprocess.run(
+        [sys.executable, "run.py", "evaluate", "--checkpoint", str(plain), "--data", str(dataset),
+         "--nproc", "2", "--backend", "gloo", "--workers", "0", "--json", str(two)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert a == b  # exactly: the sums are made in data set order whatever the sharding
+    assert a["setA"]["images"] == 5 and set(COLUMNS) <= set(a["setA"])
+    assert "setA" in proc.stdout
+
+    written = sorted(p.name for p in (saved / "setA").iterdir())
+    assert written == [f"img{i}.png" for i in range(5)]
+    for i, (h, w) in enumerate(SIZES):
+        with Image.open(saved / "setA" / f"img{i}.png") as im:
+            assert im.mode == "L" and im.size == (w, h)
+
+
+def test_backbone_inferred_for_every_backbone() -> None:
+    for name in BACKBONES:
+        with torch.device("meta"):
+            state = R3Net(name).state_dict()
+        assert infer_backbone(state) == name
+        assert infer_backbone({f"module.{k}": v for k, v in state.items()}) == name
+
+
+def test_backbone_from_config_and_errors(tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path],
+                                         capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"backbone": "resnet34"}))
+    assert resolve_backbone(None, tmp_path / "ckpt.pt", {}) == "resnet34"
+    assert resolve_backbone("resnet50", tmp_path / "ckpt.pt", {}) == "resnet50"
+    with pytest.raises(cli.CommandError, match="--backbone"):
+        resolve_backbone(None, tmp_path / "sub" / "ckpt.pt", {"w": torch.zeros(1)})
+
+    training, _ = checkpoints
+    assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset),
+                     "--backbone", "resnet34"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: checkpoint") and "resnet34" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "nope.pt"), "--data", str(dataset)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_dataset_names_are_distinct(tmp_path: Path) -> None:
+    names = dataset_names([tmp_path / "a" / "test", tmp_path / "b" / "test", tmp_path / "DUTS" / "masks"])
+    assert names == ["a_test", "b_test", "DUTS"]
+    assert len(set(dataset_names([tmp_path / "x", tmp_path / "x"]))) == 2

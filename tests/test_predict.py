@@ -1,0 +1,102 @@
+"""``predict``: one map per input at its size, never outside --output; the CRF extra."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ignite_r3net import cli
+from ignite_r3net.evaluation import crf
+from ignite_r3net.evaluation.maps import output_path, safe_stem
+from ignite_r3net.model import R3Net
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ckpt") / "best_model_1_maxF=0.1000.pt"
+    torch.manual_seed(1)
+    torch.save(R3Net("resnet18").state_dict(), path)
+    return path
+
+
+def _image(path: Path, h: int, w: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    fmt = {".jpg": "JPEG", ".bmp": "BMP"}.get(path.suffix, "PNG")  # PIL cannot tell "...png"
+    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path, format=fmt)
+
+
+def _predict(checkpoint: Path, out: Path, *inputs: Path, extra: tuple[str, ...] = ()) -> int:
+    return cli.main(["predict", "--checkpoint", str(checkpoint), "--output", str(out), "--workers", "0",
+                     "--input", *map(str, inputs), *extra])
+
+
+def test_predict_files_and_folders_at_input_size(tmp_path: Path, checkpoint: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    _image(folder / "b.jpg", 50, 70)
+    _image(folder / "c.png", 64, 48)
+    (folder / "notes.txt").write_text("not an image")
+    _image(tmp_path / "a.bmp", 33, 41)
+    out = tmp_path / "out"
+    assert _predict(checkpoint, out, tmp_path / "a.bmp", folder) == 0
+    sizes = {}
+    for p in sorted(out.iterdir()):
+        with Image.open(p) as im:
+            assert im.mode == "L"
+            sizes[p.name] = im.size
+    assert sizes == {"a.png": (41, 33), "b.png": (70, 50), "c.png": (48, 64)}
+
+
+def test_stems_cannot_escape_output(tmp_path: Path, checkpoint: Path) -> None:
+    out = tmp_path / "out"
+    for stem in ("../evil", "..", ".", "a/../../b", "x\\..\\y", ""):
+        path = output_path(out, stem)
+        assert path.parent == out.resolve(), stem
+    assert safe_stem("../evil") == ".._evil"
+    # a real file whose stem is "..": written inside --output, not as out/../.png
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    _image(inputs / "...png", 20, 30)
+    assert _predict(checkpoint, out, inputs / "...png") == 0  # given as a file: folders skip dot files
+    assert [p.name for p in out.iterdir()] == ["_...png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+
+
+def test_same_stem_twice_is_an_error(tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "x").mkdir()
+    _image(tmp_path / "x" / "a.jpg", 20, 20)
+    _image(tmp_path / "a.png", 20, 20)
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "x", tmp_path / "a.png") == 2
+    err = capsys.readouterr().err
+    assert "would both be written" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "missing.jpg") == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_crf_missing_gives_one_line(tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "pydensecrf", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "pydensecrf.densecrf", None)
+    _image(tmp_path / "a.png", 20, 20)
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "a.png", extra=("--crf",)) == 2
+    assert capsys.readouterr().err.strip() == f"error: {crf.CRF_MISSING}"
+
+
+def test_crf_refines_when_installed(tmp_path: Path, checkpoint: Path) -> None:
+    pytest.importorskip("pydensecrf.densecrf")
+    image = torch.zeros(3, 40, 50, dtype=torch.uint8)
+    image[:, 10:30, 15:35] = 200
+    saliency = (image[0] > 0).to(torch.uint8) * 180 + 30  # a soft map of the bright square
+    refined = crf.crf_refine(image, saliency)
+    assert refined.shape == (40, 50) and refined.dtype == torch.uint8
+    assert refined[20, 25] > 128 > refined[2, 2]  # the object stays salient, the background not
+    _image(tmp_path / "a.png", 24, 36)
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "a.png", extra=("--crf",)) == 0
+    with Image.open(tmp_path / "out" / "a.png") as im:
+        assert im.size == (36, 24)
