@@ -40,6 +40,7 @@ def test_predict_files_and_folders_at_input_size(tmp_path: Path, checkpoint: Pat
     folder.mkdir()
     _image(folder / "b.jpg", 50, 70)
     _image(folder / "c.png", 64, 48)
+    Image.fromarray(np.zeros((50, 70), np.uint8)).save(folder / "b.png")  # MSRA10K layout: b's mask
     (folder / "notes.txt").write_text("not an image")
     _image(tmp_path / "a.bmp", 33, 41)
     out = tmp_path / "out"

@@ -524,7 +524,10 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
                             if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS)
             if not images:
                 raise _command_error(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
-            found.extend(images)
+            # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
+            # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
+            stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
+            found.extend(f for f in images if not (f.suffix.lower() == ".png" and f.stem in stems_with_other))
         elif p.is_file():
             found.append(p)
         else:
