@@ -30,9 +30,11 @@ def check_options(config: TrainConfig) -> None:
     for name in POSITIVE:
         if getattr(config, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
-    for name in ("lr",):
-        if not getattr(config, name) > 0:
-            raise ConfigError(f"--{name} must be positive, got {getattr(config, name)}")
+    if config.batch_size < 2:
+        raise ConfigError("--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
+                          "branch needs two images per process")
+    if not config.lr > 0:
+        raise ConfigError(f"--lr must be positive, got {config.lr}")
     if config.rotate < 0 or config.rotate > 180:
         raise ConfigError(f"--rotate must be between 0 and 180 degrees, got {config.rotate}")
     if config.workers < 0 or config.val_every < 0:

@@ -36,6 +36,8 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
     best = _best_checkpointer(model, trainer, config)
     period = config.val_every or config.checkpoint_every
 
+    untrained: dict[str, float] = {}
+
     def validate(engine: Engine) -> None:
         evaluator.run(val_loader)
         values = evaluator.state.metrics["saliency"]
@@ -45,8 +47,14 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
         if tb is not None:
             for key in REPORTED:
                 tb.writer.add_scalar(f"val/{key}", values[key], iteration)
-        if iteration > 0:
-            best(evaluator)
+        if iteration == 0:
+            untrained.update(values)
+            return
+        best(evaluator)
+        if iteration == config.iters:
+            reference = f" (before training: MAE {untrained['mae']:.4f}, max F {untrained['maxF']:.4f})" \
+                if untrained else ""
+            log.write(f"final validation: MAE {values['mae']:.4f}, max F {values['maxF']:.4f}{reference}")
 
     if trainer.state.iteration == 0:
         trainer.add_event_handler(Events.STARTED, validate)

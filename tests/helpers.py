@@ -1,0 +1,72 @@
+"""Shared test utilities: tiny data sets, running the CLI in real processes, reading outputs."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# small, fast settings every multi-process training test shares
+TINY_TRAIN = ["--backbone", "resnet18", "--crop", "64", "--batch-size", "2", "--workers", "0",
+              "--rotate", "10"]
+
+
+def cpu_env(**extra: str) -> dict[str, str]:
+    """Environment for a CPU-only child process (gloo), one thread per process."""
+    env = dict(os.environ)
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(args: list[str], timeout: float = 240, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` in a fresh process; fails the test with its output on error."""
+    proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=REPO, env=env or cpu_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"run.py {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
+    """A few real .jpg/.png pairs (the synthetic generator at small sizes): (train_dir, val_dir)."""
+    from ignite_r3net.data import make_synthetic_dataset
+
+    return make_synthetic_dataset(root, n_train=n, n_val=n_val, size=(64, 90), seed=seed)
+
+
+LOG_LINE = re.compile(r"^\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\]$")
+
+
+def log_iterations(log_path: Path) -> dict[int, str]:
+    """Training log lines by iteration (a later line for the same iteration wins, as after a resume)."""
+    lines = {}
+    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
+        m = LOG_LINE.match(line)
+        if m:
+            lines[int(m.group(1))] = line
+    return lines
+
+
+def read_scalars(tb_dir: Path) -> dict[str, dict[int, float]]:
+    """All scalars in a TensorBoard folder, read with tensorboard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
