@@ -79,19 +79,6 @@ def _group_by_size(preds: List[torch.Tensor], gts: List[torch.Tensor]):
         start = end
 
 
-def _normalise(pred_u8: torch.Tensor) -> torch.Tensor:
-    """PySODMetrics' prepare_data for a (N, H, W) uint8 batch: /255 then per-image min-max.
-
-    The float64 operations are the same, in the same order, as numpy's, so the later
-    ``floor(pred * 255)`` quantisation lands in exactly the same bins."""
-    p = pred_u8.double() / 255
-    flat = p.flatten(1)
-    mn = flat.amin(1).view(-1, 1, 1)
-    mx = flat.amax(1).view(-1, 1, 1)
-    varying = mx != mn
-    return torch.where(varying, (p - mn) / torch.where(varying, mx - mn, torch.ones_like(mx)), p)
-
-
 # --------------------------------------------------------------------------------------------
 # per-image metrics, batched over N equal-size maps; pred float64 in [0, 1], gt bool
 # --------------------------------------------------------------------------------------------
@@ -118,16 +105,6 @@ def _fmeasure(tp: torch.Tensor, fp: torch.Tensor, n_fg: torch.Tensor):
     num = (1 + _F_BETA2) * precision * recall
     den = torch.where(num == 0, torch.ones_like(num), _F_BETA2 * precision + recall)
     return precision, recall, num / den
-
-
-def _adaptive_fmeasure(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    thr = (2 * pred.flatten(1).mean(1)).clamp_max(1).view(-1, 1, 1)
-    binary = pred >= thr
-    inter = (binary & gt).flatten(1).sum(1).double()
-    pre = inter / binary.flatten(1).sum(1).clamp_min(1).double()
-    rec = inter / gt.flatten(1).sum(1).clamp_min(1).double()
-    fm = (1 + _F_BETA2) * pre * rec / torch.where(inter == 0, torch.ones_like(pre), _F_BETA2 * pre + rec)
-    return torch.where(inter == 0, torch.zeros_like(fm), fm)
 
 
 def _emeasure_from_counts(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: int) -> torch.Tensor:
@@ -160,95 +137,11 @@ def _emeasure_from_counts(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.
     return total / (size - 1 + EPS)
 
 
-def _adaptive_emeasure(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    thr = (2 * pred.flatten(1).mean(1)).clamp_max(1).view(-1, 1, 1)
-    binary = pred >= thr
-    fg_fg = (binary & gt).flatten(1).sum(1, keepdim=True)
-    fg_bg = (binary & ~gt).flatten(1).sum(1, keepdim=True)
-    n_fg = gt.flatten(1).sum(1)
-    return _emeasure_from_counts(fg_fg, fg_bg, n_fg, gt[0].numel())[:, 0]
-
-
 def _s_object(sum_x: torch.Tensor, sum_sq_dev: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """2*mean / (mean^2 + 1 + std + EPS) with the sample (ddof=1) std; std = 0 for one pixel."""
     mean = sum_x / n.clamp_min(1)
     std = torch.where(n > 1, (sum_sq_dev / (n - 1).clamp_min(1)).sqrt(), torch.zeros_like(mean))
     return 2 * mean / (mean**2 + 1 + std + EPS)
-
-
-def _smeasure(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    """Structure measure (Fan et al. 2017), alpha = 0.5, batched over N equal-size maps."""
-    n, h, w = pred.shape
-    dev = pred.device
-    g = gt.double()
-    n_fg = g.flatten(1).sum(1)
-    y = n_fg / (h * w)
-    mean_pred = pred.flatten(1).mean(1)
-
-    # ---- object term: foreground pixels of pred, background pixels of 1 - pred
-    n_bg = h * w - n_fg
-    fg_sum = (pred * g).flatten(1).sum(1)
-    fg_mean = (fg_sum / n_fg.clamp_min(1)).view(-1, 1, 1)
-    fg_dev = (((pred - fg_mean) ** 2) * g).flatten(1).sum(1)
-    inv = 1 - pred
-    bg_sum = (inv * (1 - g)).flatten(1).sum(1)
-    bg_mean = (bg_sum / n_bg.clamp_min(1)).view(-1, 1, 1)
-    bg_dev = (((inv - bg_mean) ** 2) * (1 - g)).flatten(1).sum(1)
-    obj = _s_object(fg_sum, fg_dev, n_fg) * y + _s_object(bg_sum, bg_dev, n_bg) * (1 - y)
-
-    # ---- region term: split at the (1-based, MATLAB) foreground centroid into four quadrants
-    rows = torch.arange(h, device=dev, dtype=torch.float64)
-    cols = torch.arange(w, device=dev, dtype=torch.float64)
-    # sums of integer coordinates are exact in float64; round() is half-to-even like numpy's
-    cy = (g.sum(2) * rows).sum(1) / n_fg.clamp_min(1)
-    cx = (g.sum(1) * cols).sum(1) / n_fg.clamp_min(1)
-    cy = torch.where(n_fg > 0, cy.round(), torch.full_like(cy, round(h / 2))).long() + 1
-    cx = torch.where(n_fg > 0, cx.round(), torch.full_like(cx, round(w / 2))).long() + 1
-    area = h * w
-    cyf, cxf = cy.double(), cx.double()  # int / int would give float32
-    w_lt = cxf * cyf / area
-    w_rt = cyf * (w - cxf) / area
-    w_lb = (h - cyf) * cxf / area
-    weights = torch.stack([w_lt, w_rt, w_lb, 1 - w_lt - w_rt - w_lb], 1)  # (N, 4)
-
-    below = (torch.arange(h, device=dev).view(1, h, 1) >= cy.view(-1, 1, 1)).long()
-    right = (torch.arange(w, device=dev).view(1, 1, w) >= cx.view(-1, 1, 1)).long()
-    quad = 2 * below + right + 4 * torch.arange(n, device=dev).view(-1, 1, 1)  # (N, H, W) in 0..4N-1
-    qf = quad.flatten()
-
-    def qsum(values: torch.Tensor) -> torch.Tensor:
-        return torch.bincount(qf, weights=values.flatten(), minlength=4 * n).view(n, 4)
-
-    count = torch.bincount(qf, minlength=4 * n).view(n, 4).double()
-    safe = count.clamp_min(1)
-    # Means are taken relative to one pixel of the quadrant (its top-left corner) so that a
-    # constant quadrant has exactly zero deviation, as numpy's pairwise mean gives: the
-    # "alpha == 0 and beta == 0 -> score 1" branch of ssim depends on that exactness.
-    r0 = torch.stack([torch.zeros_like(cy), torch.zeros_like(cy), cy, cy], 1).clamp_max(h - 1)
-    c0 = torch.stack([torch.zeros_like(cx), cx, torch.zeros_like(cx), cx], 1).clamp_max(w - 1)
-    ref = pred[torch.arange(n, device=dev).view(-1, 1), r0, c0]  # (N, 4)
-    ref_px = ref.flatten()[qf].view(n, h, w)
-    x = ref + qsum(pred - ref_px) / safe
-    yq = qsum(g) / safe
-    dx = pred - x.flatten()[qf].view(n, h, w)
-    dy = g - yq.flatten()[qf].view(n, h, w)
-    denom = count - 1 + EPS
-    sigma_x = qsum(dx * dx) / denom
-    sigma_y = qsum(dy * dy) / denom
-    sigma_xy = qsum(dx * dy) / denom
-    alpha = 4 * x * yq * sigma_xy
-    beta = (x**2 + yq**2) * (sigma_x + sigma_y)
-    ssim = torch.where(
-        alpha != 0, alpha / (beta + EPS), torch.where(beta == 0, torch.ones_like(alpha), torch.zeros_like(alpha))
-    )
-    ssim = _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, cx, h, w)
-    # An empty quadrant (centroid on the last row/column) has weight 0. PySODMetrics takes the
-    # mean of an empty slice there and returns NaN for the whole image; we count it as 0.
-    ssim = torch.where(count > 0, ssim, torch.zeros_like(ssim))
-    region = (ssim * weights).sum(1)
-
-    sm = (obj * _S_ALPHA + region * (1 - _S_ALPHA)).clamp_min(0)
-    return torch.where(y == 0, 1 - mean_pred, torch.where(y == 1, mean_pred, sm))
 
 
 def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, cx, h, w):
@@ -351,45 +244,326 @@ def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> List[float]:
     return [t / total for t in taps]
 
 
+def _band_offsets(max_sq: int = 18, device=None) -> torch.Tensor:
+    """For each squared distance s <= max_sq: the offsets (dr, dc) with dr^2 + dc^2 == s in the
+    order scipy's feature transform prefers them (smaller column first, then smaller row),
+    padded with (0, 0) to 8: a (max_sq + 1, 8, 2) int64 table."""
+    table = torch.zeros(max_sq + 1, 8, 2, dtype=torch.int64)
+    r = math.isqrt(max_sq)
+    for s in range(1, max_sq + 1):
+        offs = sorted((dc, dr) for dr in range(-r, r + 1) for dc in range(-r, r + 1) if dr * dr + dc * dc == s)
+        for i, (dc, dr) in enumerate(offs):
+            table[s, i, 0], table[s, i, 1] = dr, dc
+    return table.to(device)
+
+
 def _gaussian_filter(x: torch.Tensor, size: int = 7, sigma: float = 5.0) -> torch.Tensor:
     """``scipy.ndimage.convolve(x, fspecial('gaussian', 7, 5), mode='constant', cval=0)`` on an
-    (N, H, W) float64 batch. Separable shifted sums: torch's float64 conv2d on CPU is ~20x slower."""
+    (N, H, W) batch, as separable shifted sums (the kernel is symmetric: convolution ==
+    correlation)."""
     taps = _gaussian_taps(size, sigma)
     half = size // 2
     h, w = x.shape[-2:]
     padded = F.pad(x, (half, half, half, half))  # zeros outside, as mode="constant", cval=0
-    rows = sum(t * padded[:, i : i + h, :] for i, t in enumerate(taps))
-    return sum(t * rows[:, :, i : i + w] for i, t in enumerate(taps))
+    rows = padded[:, 0:h, :] * taps[0]
+    for i in range(1, size):
+        rows.add_(padded[:, i : i + h, :], alpha=taps[i])
+    out = rows[:, :, 0:w] * taps[0]
+    for i in range(1, size):
+        out.add_(rows[:, :, i : i + w], alpha=taps[i])
+    return out
 
 
-def _weighted_fmeasure(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    """Weighted F-measure (Margolin et al. 2014), beta^2 = 1; 0 for an empty gt, as PySODMetrics."""
-    n, h, w = pred.shape
-    dev = pred.device
-    g = gt.double()
-    err = (pred - g).abs()
+def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tensor, hist: torch.Tensor) -> torch.Tensor:
+    """Weighted F-measure (Margolin et al. 2014), beta^2 = 1; 0 for an empty gt, as PySODMetrics.
+
+    What PySODMetrics' pixel maps feed into, and how we get it:
+
+    * background pixels weigh ``E * B`` with ``E = pred`` and ``B = 2 - 0.5 ** (dist / 5)``:
+      their sum is ``2 * sum(pred) - sum(pred * 0.5 ** (dist / 5))``, the first term exact from
+      the histogram, the second from the exact distance transform (float32 terms, float64 sum);
+    * foreground pixels weigh ``min(E, EA)``, ``EA`` the Gaussian-smoothed error map in which
+      every background pixel takes the error of its nearest foreground pixel (``Et``). EA is
+      read at foreground pixels only, whose 7x7 windows reach background pixels within squared
+      distance 18 of the foreground: only those need their nearest foreground pixel, found among
+      the few offsets of exactly their distance, with scipy's preference among equals.
+    """
+    n, h, w = gt.shape
+    dev = gt.device
+    n_fg = hist[:, 1].sum(1)  # float64
+    out = torch.zeros(n, dtype=torch.float64, device=dev)
+    has_fg = n_fg > 0
+    if not bool(has_fg.all()):
+        keep = has_fg.nonzero().flatten()
+        if keep.numel() == 0:
+            return out
+        return out.index_copy_(0, keep, _weighted_fmeasure(pred_u8[keep], gt[keep], lut[keep], hist[keep]))
+    if gt.device.type == "cpu":
+        # the transform's loop is as long as the map with most feature lines, and its per-step
+        # cost grows with the rows: on CPU one map at a time is faster
+        d2 = torch.cat([_edt_sq(gt[i : i + 1]) for i in range(n)])
+    else:
+        d2 = _edt_sq(gt)
+    pred = lut.float().gather(1, pred_u8.flatten(1).long()).view(n, h, w)
+    err = torch.where(gt, 1 - pred, pred)
+
+    # Et: background pixels near the foreground take the error of their nearest foreground pixel
     err_t = err.clone()
-    dist = torch.zeros_like(pred)
-    has_fg = gt.flatten(1).any(1)
-    for i in range(n):  # the feature transform is per image (its loop length depends on the map)
-        if not bool(has_fg[i]):
-            continue
-        dsq, rr, cc = nearest_feature_transform(gt[i])
-        dist[i] = dsq.double().sqrt()
-        # background pixels take the error of their nearest foreground pixel (edge handling)
-        err_t[i] = torch.where(gt[i], err[i], err[i][rr, cc])
-    ea = _gaussian_filter(err_t)  # the kernel is symmetric: convolution == correlation
-    min_e_ea = torch.where(gt & (ea < err), ea, err)
-    b = torch.where(gt, torch.ones_like(dist), 2 - torch.exp(math.log(0.5) / 5 * dist))
-    ew = min_e_ea * b
-    n_fg = g.flatten(1).sum(1)
-    ew_fg = (ew * g).flatten(1).sum(1)
+    bi, ri, ci = ((d2 > 0) & (d2 <= 18)).nonzero(as_tuple=True)
+    if bi.numel():
+        table = _band_offsets(18, dev)[d2[bi, ri, ci].long()]  # (P, 8, 2)
+        rr = ri.view(-1, 1) + table[..., 0]
+        cc = ci.view(-1, 1) + table[..., 1]
+        padded = F.pad(gt, (4, 4, 4, 4))  # offsets reach 4 pixels: outside is background
+        hit = padded[bi.view(-1, 1), rr + 4, cc + 4]  # (P, 8); padding slots (0, 0) are background
+        first = hit.to(torch.uint8).argmax(1, keepdim=True)
+        err_t[bi, ri, ci] = err[bi, rr.gather(1, first).view(-1), cc.gather(1, first).view(-1)]
+    ea = _gaussian_filter(err_t)
+
+    fg_err = (hist[:, 1] * (1 - lut)).sum(1)  # sum of E over the foreground, exact
+    bg_pred = (hist[:, 0] * lut).sum(1)  # sum of E over the background, exact
+    fg_gain = torch.where(gt, (err - ea).clamp_min(0), torch.zeros_like(err)).sum((1, 2), dtype=torch.float64)
+    decay = torch.exp(d2.float().sqrt() * (math.log(0.5) / 5))
+    bg_decay = torch.where(gt, torch.zeros_like(pred), pred * decay).sum((1, 2), dtype=torch.float64)
+    ew_fg = fg_err - fg_gain
     tpw = n_fg - ew_fg
-    fpw = (ew * (1 - g)).flatten(1).sum(1)
-    recall = 1 - ew_fg / n_fg.clamp_min(1)
+    fpw = 2 * bg_pred - bg_decay
+    recall = 1 - ew_fg / n_fg
     precision = tpw / (tpw + fpw + EPS)
-    q = (1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS)
-    return torch.where(has_fg, q, torch.zeros_like(q))
+    return (1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS)
+
+
+# ---------------------------- exact Euclidean distance transform ----------------------------
+
+
+def _column_distance(fg: torch.Tensor) -> torch.Tensor:
+    """(N, H, W) bool -> (N, H, W) float64: squared distance to the nearest ``True`` in the same
+    column, ``inf`` in columns without one."""
+    n, h, w = fg.shape
+    big = 1 << 20
+    r = torch.arange(h, device=fg.device, dtype=torch.int32).view(1, h, 1)
+    # nearest feature row at-or-above / at-or-below: running max / min down each column, done
+    # along the contiguous last dim of the transposed map (torch's cummax along a strided dim
+    # is several times slower on CPU)
+    ft = fg.transpose(1, 2)
+    rt = r.view(1, 1, h)
+    up = torch.where(ft, rt, torch.full_like(rt, -big)).contiguous().cummax(2).values.transpose(1, 2)
+    down = torch.where(ft, rt, torch.full_like(rt, big)).flip(2).contiguous().cummin(2).values.flip(2).transpose(1, 2)
+    v = torch.minimum(r - up, down - r).double()
+    return torch.where(fg.any(1, keepdim=True), v * v, torch.full_like(v, math.inf))
+
+
+def _row_transform(f: torch.Tensor, has_col: torch.Tensor) -> torch.Tensor:
+    """Squared-distance transform along rows: ``min_j f[n, r, j] + (c - j)^2`` for every pixel.
+
+    f: (N, H, W) float64, ``inf`` in the columns without a feature (``has_col`` (N, W) False);
+    every map has at least one feature column. Felzenszwalb & Huttenlocher's lower envelope of
+    parabolas, run for all rows of all maps at once: step i pushes each map's i-th feature
+    column, so the Python loop is as long as the largest number of feature columns of one map.
+    The stack is a linked list (a push writes one row of (K, R) tables, a pop gathers), and an
+    element once popped is dead for good, so the envelope is the never-popped elements.
+    Exact: breakpoints are quotients of integers with denominators <= 2W, correctly rounded, so
+    their comparisons are those of the exact rationals."""
+    n, h, w = f.shape
+    dev = f.device
+    rows = n * h
+    counts = has_col.sum(1)  # (N,)
+    k_max = int(counts.max())
+    # per map, its feature columns in ascending order, padded with the last one (steps past a
+    # map's count are no-ops)
+    order = torch.sort((~has_col).to(torch.uint8), dim=1, stable=True).indices[:, :k_max]  # (N, K)
+    step = torch.arange(k_max, device=dev).view(1, -1)
+    valid_nk = step < counts.view(-1, 1)
+    col_nk = order  # (N, K) column of step i
+    # (K, R) tables: column, f + column^2 of every step for every row
+    col_kr = col_nk.t().repeat_interleave(h, dim=1)  # (K, N*H)
+    valid_kr = valid_nk.t().repeat_interleave(h, dim=1)
+    f_rows = f.reshape(rows, w)
+    g_kr = f_rows.gather(1, col_kr.t()).t() + col_kr.double() ** 2
+    g_kr = torch.where(valid_kr, g_kr, torch.zeros_like(g_kr)).contiguous()
+    colf_kr = col_kr.double().contiguous()
+    # element K is the empty stack's sentinel: its parabola is at +inf, its breakpoint NaN
+    prev = torch.full((k_max + 1, rows), k_max, dtype=torch.int64, device=dev)
+    z_all = torch.full((k_max + 1, rows), math.nan, dtype=torch.float64, device=dev)
+    g_all = torch.cat([g_kr, torch.full((1, rows), math.inf, dtype=torch.float64, device=dev)])
+    v_all = torch.cat([colf_kr, torch.full((1, rows), -1.0, dtype=torch.float64, device=dev)])
+    dead = torch.zeros(k_max + 1, rows, dtype=torch.bool, device=dev)
+    top = torch.full((rows,), k_max, dtype=torch.int64, device=dev)
+    top_v = torch.full((rows,), -1.0, dtype=torch.float64, device=dev)
+    top_g = torch.full((rows,), math.inf, dtype=torch.float64, device=dev)
+    top_z = torch.full((rows,), math.nan, dtype=torch.float64, device=dev)
+    sentinel = torch.full((rows,), k_max, dtype=torch.int64, device=dev)
+    for i in range(k_max):
+        valid = valid_kr[i]
+        gq = g_kr[i]
+        q = colf_kr[i]
+        s = (gq - top_g) / (2 * (q - top_v))  # -inf against the sentinel
+        pop = valid & (s <= top_z)
+        while bool(pop.any()):
+            dead.scatter_(0, torch.where(pop, top, sentinel).view(1, -1), True)
+            top = torch.where(pop, prev.gather(0, top.view(1, -1)).view(-1), top)
+            idx = top.view(1, -1)
+            top_v = v_all.gather(0, idx).view(-1)
+            top_g = g_all.gather(0, idx).view(-1)
+            top_z = z_all.gather(0, idx).view(-1)
+            s = (gq - top_g) / (2 * (q - top_v))
+            pop = pop & (s <= top_z)
+        prev[i] = top
+        z_all[i] = s
+        top = torch.where(valid, torch.full_like(top, i), top)
+        top_v = torch.where(valid, q, top_v)
+        top_g = torch.where(valid, gq, top_g)
+        top_z = torch.where(valid, s, top_z)
+    # breakpoints of the living elements ascend; a dead (or padding) element takes the
+    # breakpoint of the next living one, so that a sorted search never lands on it
+    z = torch.where(dead[:k_max] | ~valid_kr, torch.full_like(z_all[:k_max], math.inf), z_all[:k_max])
+    z = z.flip(0).cummin(0).values.flip(0).t().contiguous()  # (R, K)
+    c = torch.arange(w, device=dev, dtype=torch.float64).view(1, -1).expand(rows, w).contiguous()
+    seg = (torch.searchsorted(z, c, right=True) - 1).clamp_min(0)
+    j = col_kr.t().gather(1, seg)
+    return (f_rows.gather(1, j) + (c - j) ** 2).view(n, h, w)
+
+
+def _edt_sq(fg: torch.Tensor) -> torch.Tensor:
+    """Exact squared Euclidean distance of every pixel to the nearest ``True`` pixel of its map,
+    for an (N, H, W) bool batch in which every map has one: (N, H, W) float64 (integers).
+    Separable: per-column distances, then the lower envelope along rows. The envelope loop
+    runs over the columns holding features, so the axes are swapped when that makes it shorter."""
+    n_cols = int(fg.any(1).sum(1).max())
+    n_rows = int(fg.any(2).sum(1).max())
+    if n_rows < n_cols:  # distances do not depend on the order of the passes
+        return _edt_sq(fg.transpose(1, 2).contiguous()).transpose(1, 2)
+    return _row_transform(_column_distance(fg), fg.any(1))
+
+
+# --------------------------------------------------------------------------------------------
+# per-image statistics from one histogram
+# --------------------------------------------------------------------------------------------
+
+
+def _lut(pred_u8: torch.Tensor) -> torch.Tensor:
+    """PySODMetrics' prepare_data as a per-image lookup table: (N, 256) float64, entry v is the
+    normalised value of a pixel whose uint8 value is v.
+
+    ``pred / 255`` then per-image min-max, with the same float64 operations numpy does on every
+    pixel, so the table holds bit-identical values (and ``floor(lut * 255)`` the same bins)."""
+    flat = pred_u8.flatten(1)
+    mn = flat.amin(1).double().view(-1, 1) / 255
+    mx = flat.amax(1).double().view(-1, 1) / 255
+    v = torch.arange(256, device=pred_u8.device, dtype=torch.float64).view(1, -1) / 255
+    varying = mx != mn
+    return torch.where(varying, (v - mn) / torch.where(varying, mx - mn, torch.ones_like(mx)), v)
+
+
+def _centroid(gt: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per image: foreground pixel count and PySODMetrics' 1-based rounded centroid (cy, cx)."""
+    n, h, w = gt.shape
+    dev = gt.device
+    row_cnt = gt.sum(2)  # (N, H) int64
+    col_cnt = gt.sum(1)  # (N, W)
+    n_fg = row_cnt.sum(1)
+    # sums of integer coordinates are exact in float64; round() is half-to-even like numpy's
+    cy = (row_cnt * torch.arange(h, device=dev)).sum(1).double() / n_fg.clamp_min(1)
+    cx = (col_cnt * torch.arange(w, device=dev)).sum(1).double() / n_fg.clamp_min(1)
+    cy = torch.where(n_fg > 0, cy.round(), torch.full_like(cy, round(h / 2))).long() + 1
+    cx = torch.where(n_fg > 0, cx.round(), torch.full_like(cx, round(w / 2))).long() + 1
+    return n_fg, cy, cx
+
+
+def _quadrant_histogram(pred_u8: torch.Tensor, gt: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor) -> torch.Tensor:
+    """Counts (N, 4, 2, 256) of pixels per S-measure quadrant (lt, rt, lb, rb: split at the
+    1-based centroid), gt value and uint8 prediction value: one bincount for the whole batch.
+    Every per-image quantity but the weighted F-measure's is a function of these counts."""
+    n, h, w = pred_u8.shape
+    dev = pred_u8.device
+    rows = (torch.arange(h, device=dev).view(1, h, 1) >= cy.view(-1, 1, 1)).to(torch.int32) * 1024
+    rows = rows + (torch.arange(n, device=dev, dtype=torch.int32) * 2048).view(-1, 1, 1)
+    cols = (torch.arange(w, device=dev).view(1, 1, w) >= cx.view(-1, 1, 1)).to(torch.int32) * 512
+    key = pred_u8.to(torch.int32)
+    key.add_(gt.to(torch.int32), alpha=256)
+    key.add_(rows).add_(cols)
+    return torch.bincount(key.flatten(), minlength=2048 * n).view(n, 4, 2, 256)
+
+
+def _ge_counts(hist: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """hist (N, 2, 256) over uint8 values, levels (N, 256) in 0..255: per image and gt class the
+    number of pixels with ``level >= t`` for t = 0..255, (N, 2, 256) float64."""
+    binned = torch.zeros_like(hist).scatter_add_(2, levels.unsqueeze(1).expand_as(hist), hist)
+    return binned.flip(-1).cumsum(-1).flip(-1)
+
+
+def _adaptive(lut: torch.Tensor, hist: torch.Tensor, n_fg: torch.Tensor, size: int):
+    """Adaptive F and E of the threshold ``min(2 * mean(pred), 1)``, from the histogram."""
+    mean = (hist.sum(1) * lut).sum(1) / size
+    thr = (2 * mean).clamp_max(1).view(-1, 1)
+    sel = (lut >= thr).double()
+    fg_fg = (hist[:, 1] * sel).sum(1)
+    fg_bg = (hist[:, 0] * sel).sum(1)
+    nfg = n_fg.double()
+    pre = fg_fg / (fg_fg + fg_bg).clamp_min(1)
+    rec = fg_fg / nfg.clamp_min(1)
+    den = torch.where(fg_fg == 0, torch.ones_like(pre), _F_BETA2 * pre + rec)
+    adp_f = torch.where(fg_fg == 0, torch.zeros_like(pre), (1 + _F_BETA2) * pre * rec / den)
+    adp_e = _emeasure_from_counts(fg_fg.view(-1, 1), fg_bg.view(-1, 1), n_fg, size)[:, 0]
+    return adp_f, adp_e
+
+
+def _smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w) -> torch.Tensor:
+    """Structure measure (Fan et al. 2017), alpha = 0.5, from the quadrant histogram."""
+    size = h * w
+    hist = qhist.sum(1)  # (N, 2, 256)
+    nfg = n_fg.double()
+    y = nfg / size
+    mean_pred = (hist.sum(1) * lut).sum(1) / size
+
+    # ---- object term: foreground pixels of pred, background pixels of 1 - pred
+    fg, bg = hist[:, 1], hist[:, 0]
+    n_bg = size - nfg
+    fg_sum = (fg * lut).sum(1)
+    fg_mean = (fg_sum / nfg.clamp_min(1)).view(-1, 1)
+    fg_dev = (fg * (lut - fg_mean) ** 2).sum(1)
+    inv = 1 - lut
+    bg_sum = (bg * inv).sum(1)
+    bg_mean = (bg_sum / n_bg.clamp_min(1)).view(-1, 1)
+    bg_dev = (bg * (inv - bg_mean) ** 2).sum(1)
+    obj = _s_object(fg_sum, fg_dev, nfg) * y + _s_object(bg_sum, bg_dev, n_bg) * (1 - y)
+
+    # ---- region term: four quadrants split at the (1-based, MATLAB) foreground centroid
+    cyf, cxf = cy.double(), cx.double()
+    w_lt = cxf * cyf / size
+    w_rt = cyf * (w - cxf) / size
+    w_lb = (h - cyf) * cxf / size
+    weights = torch.stack([w_lt, w_rt, w_lb, 1 - w_lt - w_rt - w_lb], 1)  # (N, 4)
+
+    both = qhist.sum(2)  # (N, 4, 256) pixels per quadrant and value
+    count = both.sum(2)  # (N, 4)
+    safe = count.clamp_min(1)
+    lut4 = lut.unsqueeze(1)  # (N, 1, 256)
+    # Means are taken relative to a value present in the quadrant so that a constant quadrant
+    # has exactly zero deviation, as numpy's pairwise mean gives: the "alpha == 0 and beta == 0
+    # -> score 1" branch of ssim depends on that exactness.
+    ref = lut.gather(1, (both > 0).to(torch.uint8).argmax(2))  # (N, 4): first value present
+    x = ref + (both * (lut4 - ref.unsqueeze(2))).sum(2) / safe
+    q_fg = qhist[:, :, 1].sum(2)
+    yq = q_fg / safe
+    dx = lut4 - x.unsqueeze(2)  # (N, 4, 256)
+    denom = count - 1 + EPS
+    sigma_x = (both * dx * dx).sum(2) / denom
+    sigma_y = (q_fg * (1 - yq) ** 2 + (count - q_fg) * yq**2) / denom
+    sigma_xy = ((qhist[:, :, 1] * dx).sum(2) * (1 - yq) - (qhist[:, :, 0] * dx).sum(2) * yq) / denom
+    alpha = 4 * x * yq * sigma_xy
+    beta = (x**2 + yq**2) * (sigma_x + sigma_y)
+    ssim = torch.where(
+        alpha != 0, alpha / (beta + EPS), torch.where(beta == 0, torch.ones_like(alpha), torch.zeros_like(alpha))
+    )
+    ssim = _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, cx, h, w)
+    # An empty quadrant (centroid on the last row/column) has weight 0. PySODMetrics takes the
+    # mean of an empty slice there and returns NaN for the whole image; we count it as 0.
+    ssim = torch.where(count > 0, ssim, torch.zeros_like(ssim))
+    region = (ssim * weights).sum(1)
+
+    sm = (obj * _S_ALPHA + region * (1 - _S_ALPHA)).clamp_min(0)
+    return torch.where(y == 0, 1 - mean_pred, torch.where(y == 1, mean_pred, sm))
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,23 +699,29 @@ class SaliencyMetrics(Metric):
             if p.shape != g.shape:
                 raise ValueError(f"prediction shape {tuple(p.shape)} != ground truth shape {tuple(g.shape)}")
         for pred_u8, gt_u8 in _group_by_size(preds, gts):
-            # chunks of ~0.5 M pixels keep the float64 intermediates in cache; larger batches
-            # were not faster on CPU
+            # chunks of ~0.5 M pixels: the distance transform's loop runs as long as the chunk's
+            # map with most feature lines and its per-step cost grows with the rows; larger
+            # chunks were slower on CPU
             step = max(1, (1 << 19) // pred_u8[0].numel())
             for i in range(0, pred_u8.shape[0], step):
                 self._update_batch(pred_u8[i : i + step], gt_u8[i : i + step])
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
-        n = pred_u8.shape[0]
-        size = pred_u8[0].numel()
-        pred = _normalise(pred_u8)
+        n, h, w = pred_u8.shape
+        size = h * w
         gt = gt_u8 > 128
-        n_fg = gt.flatten(1).sum(1)
+        lut = _lut(pred_u8)  # the normalised value of every uint8 level, per image
+        n_fg, cy, cx = _centroid(gt)
+        qhist = _quadrant_histogram(pred_u8, gt, cy, cx).double()  # (N, 4, 2, 256)
+        hist = qhist.sum(1)  # (N, 2, 256): gt background / foreground counts per uint8 value
 
         # floor == numpy's astype(uint8) truncation PySODMetrics uses to bin the normalised map
-        tp, fp = _hist_counts((pred * 255).floor(), gt)
+        # (levels outside [min, max] of an image hold no pixel; clamping keeps them indexable)
+        ge = _ge_counts(hist, (lut * 255).floor().clamp(0, 255).long())
+        tp, fp = ge[:, 1], ge[:, 0]
         if self.protocol == "standard":
-            self._sum_mae += (pred - gt.double()).abs().flatten(1).mean(1).sum()
+            # |pred - gt| is pred on the background and 1 - pred on the foreground
+            self._sum_mae += ((hist[:, 0] * lut).sum(1) + (hist[:, 1] * (1 - lut)).sum(1)).sum() / size
             precision, recall, fm = _fmeasure(tp, fp, n_fg)
             self._sum_precision += precision.sum(0)
             self._sum_recall += recall.sum(0)
@@ -560,11 +740,12 @@ class SaliencyMetrics(Metric):
             self._sum_recall += ((r_tp + _R3NET_EPS) / (t + _R3NET_EPS)).sum(0)
             _, _, fm = _fmeasure(tp, fp, n_fg)
         self._sum_fm += fm.sum(0)
-        self._sum_adp_f += _adaptive_fmeasure(pred, gt).sum()
+        adp_f, adp_e = _adaptive(lut, hist, n_fg, size)
+        self._sum_adp_f += adp_f.sum()
         self._sum_em += _emeasure_from_counts(tp, fp, n_fg, size).sum(0)
-        self._sum_adp_e += _adaptive_emeasure(pred, gt).sum()
-        self._sum_sm += _smeasure(pred, gt).sum()
-        self._sum_wf += _weighted_fmeasure(pred, gt).sum()
+        self._sum_adp_e += adp_e.sum()
+        self._sum_sm += _smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w).sum()
+        self._sum_wf += _weighted_fmeasure(pred_u8, gt, lut, hist).sum()
         self._num_images += n
 
     @sync_all_reduce(*_ACCUMULATORS)
