@@ -1,0 +1,173 @@
+"""Framework overhead: the ignite trainer with every handler versus a bare PyTorch loop.
+
+Both run the same iterations on the same pre-loaded uint8 batches (so data loading does not count),
+with the same model (R3Net, resnet18 backbone, same initial weights), the same ``device_augment``,
+the same 7 BCE losses, SGD with the seed's two parameter groups and the poly LR.
+
+* ignite: an ``Engine`` on ``create_train_step`` with the handlers ``trainer.training`` attaches, in
+  the same order: sampler epoch, poly LR (ignite ``LRScheduler``), loss meter (updated every
+  iteration, synced at every log line), the log line every iteration (``train.log``; its console echo
+  goes to ``os.devnull`` so the terminal's speed does not count), TensorBoard (losses, LR, images/s
+  every iteration) and checkpointing at its default cadence (every 400 iterations) - the run is
+  shorter than that, so no periodic save happens inside the timed window; the final save at
+  ``COMPLETED`` happens after it. Validation and the progress bar (off without a terminal) are not
+  attached.
+* bare: ``for batch in batches``: set both groups' LR by the poly formula, ``device_augment``,
+  forward, losses, ``zero_grad``, ``backward``, ``step``. Nothing else: no meter, no log, no sync,
+  i.e. the fastest loop that trains the same way.
+
+The first ``warmup`` iterations of each run are not timed. Runs alternate (bare, ignite, bare,
+ignite, ...) and each side keeps its fastest run, which cancels most machine noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import ResumableDistributedSampler, SaliencyTrainSet, sample_seed
+from ignite_r3net.model import R3Net
+from ignite_r3net.training.handlers import (
+    TrainLog,
+    attach_checkpointing,
+    attach_loss_meter,
+    attach_poly_lr,
+    attach_sampler_epoch,
+    attach_tensorboard,
+    attach_train_log,
+)
+from ignite_r3net.training.meters import LossMeter
+from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
+from ignite_r3net.training.step import create_train_step, prepare_batch, side_output_losses
+
+__all__ = ["bench_engine", "preload_batches"]
+
+
+def preload_batches(data_dir: str | Path, n_batches: int, batch_size: int, crop: int, rotate: float,
+                    seed: int = 0) -> list[dict[str, Any]]:
+    """``n_batches`` collated uint8 batches exactly as the training DataLoader yields them."""
+    from torch.utils.data import default_collate
+
+    dataset = SaliencyTrainSet(data_dir, crop=crop, rotate=rotate)
+    batches = []
+    for b in range(n_batches):
+        keys = [((b * batch_size + k) % len(dataset), sample_seed(seed, 0, b * batch_size + k))
+                for k in range(batch_size)]
+        batches.append(default_collate([dataset[key] for key in keys]))
+    return batches
+
+
+def _ignite_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig,
+                warmup: int) -> float:
+    """Seconds for iterations ``warmup+1 .. iters`` of the fully equipped ignite trainer."""
+    device = torch.device("cpu")
+    optimizer = build_optimizer(model, config)
+    lr_scheduler = build_poly_lr(optimizer, config)
+    trainer = Engine(create_train_step(model, optimizer, device, config.amp, None, config.channels_last))
+    meter = LossMeter(device)
+    to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "lr_scheduler": lr_scheduler,
+               "loss_meter": meter}
+    sampler = ResumableDistributedSampler(len(batches) * config.batch_size, seed=config.seed,
+                                          batch_size=config.batch_size)
+    devnull = open(os.devnull, "w")
+    log = TrainLog(Path(config.output_dir) / "train.log", echo=devnull)
+    log.open("configuration: benchmark\n")
+    # the order of trainer.training
+    attach_sampler_epoch(trainer, sampler)
+    attach_poly_lr(trainer, lr_scheduler)
+    attach_loss_meter(trainer, meter, config.batch_size, config)
+    attach_train_log(trainer, log, optimizer, config)
+    attach_tensorboard(trainer, optimizer, config)
+    attach_checkpointing(trainer, to_save, config)
+
+    marks: dict[int, float] = {}
+
+    @trainer.on(Events.ITERATION_COMPLETED)  # attached last: runs after every other handler
+    def stamp(engine: Engine) -> None:
+        it = engine.state.iteration
+        if it == warmup or it == config.iters:
+            marks[it] = time.perf_counter()
+
+    try:
+        trainer.run(batches, max_iters=config.iters, epoch_length=len(batches))
+    finally:
+        devnull.close()
+    return marks[config.iters] - marks[warmup]
+
+
+def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig,
+              warmup: int) -> float:
+    """Seconds for iterations ``warmup+1 .. iters`` of a plain PyTorch loop training the same way."""
+    device = torch.device("cpu")
+    optimizer = build_optimizer(model, config)
+    start = 0.0
+    for i in range(1, config.iters + 1):
+        batch = batches[(i - 1) % len(batches)]
+        optimizer.param_groups[0]["lr"] = poly_lr(2 * config.lr, i, config.iters, config.lr_power)
+        optimizer.param_groups[1]["lr"] = poly_lr(config.lr, i, config.iters, config.lr_power)
+        model.train()
+        images, masks = prepare_batch(batch, device)
+        losses = side_output_losses(model(images), masks)
+        total = losses.sum()
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        optimizer.step()
+        if i == warmup:
+            start = time.perf_counter()
+    return time.perf_counter() - start
+
+
+def bench_engine(
+    data_dir: str | Path,
+    iters: int = 40,
+    warmup: int = 5,
+    repeats: int = 2,
+    batch_size: int = 4,
+    crop: int = 64,
+    backbone: str = "resnet18",
+    threads: int = 1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Iterations/s of the bare loop and of the ignite trainer (fastest of ``repeats`` alternated runs)."""
+    if iters <= warmup:
+        raise ValueError(f"iters ({iters}) must exceed warmup ({warmup})")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n_batches = min(iters, 8)
+        batches = preload_batches(data_dir, n_batches, batch_size, crop, rotate=10.0, seed=seed)
+        torch.manual_seed(seed)
+        initial = R3Net(backbone=backbone).state_dict()
+        times: dict[str, list[float]] = {"bare": [], "ignite": []}
+        with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
+            for r in range(repeats):
+                for name in ("bare", "ignite"):
+                    model = R3Net(backbone=backbone)
+                    model.load_state_dict(copy.deepcopy(initial))
+                    config = TrainConfig(output_dir=str(Path(tmp) / f"{name}{r}"), iters=iters,
+                                         batch_size=batch_size, crop=crop, backbone=backbone, seed=seed,
+                                         workers=0)  # checkpoint_every stays at its default, 400
+                    Path(config.output_dir).mkdir(parents=True)
+                    run = _bare_run if name == "bare" else _ignite_run
+                    times[name].append(run(model, batches, config, warmup))
+    finally:
+        torch.set_num_threads(previous)
+    timed = iters - warmup
+    bare, ign = timed / min(times["bare"]), timed / min(times["ignite"])
+    return {
+        "bare_it_per_s": bare,
+        "ignite_it_per_s": ign,
+        "ratio": ign / bare,
+        "settings": {"iters": iters, "warmup": warmup, "repeats": repeats, "batch_size": batch_size,
+                     "crop": crop, "backbone": backbone, "threads": threads,
+                     "checkpoint_every": TrainConfig.checkpoint_every,
+                     "note": "no periodic checkpoint inside the timed window (run shorter than checkpoint_every)"},
+    }

@@ -1,0 +1,190 @@
+#!/usr/bin/env python
+"""Run the benchmarks, each beside its baseline measured in the same run, and write one JSON.
+
+    python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
+
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, gpu. See benchmarks/README.md.
+``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
+generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
+``--quick`` runs everything in under 3 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+
+NAMES = ("pipeline", "engine", "metrics", "scaling", "gpu")
+GOALS = {"pipeline": 2.5, "engine": 0.97, "metrics": None, "scaling": 1.7, "gpu": None}
+
+# per benchmark: settings for the full run, --quick and the hidden --tiny (tests)
+SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "pipeline": {"full": {"samples": 240, "repeats": 5}, "quick": {"samples": 96, "repeats": 3},
+                 "tiny": {"samples": 8, "repeats": 1, "batch_size": 4, "crop": 96}},
+    "engine": {"full": {"iters": 60, "warmup": 5, "repeats": 3}, "quick": {"iters": 20, "warmup": 4, "repeats": 2},
+               "tiny": {"iters": 4, "warmup": 1, "repeats": 1, "crop": 32, "batch_size": 2}},
+    "metrics": {"full": {"n_maps": 100}, "quick": {"n_maps": 40}, "tiny": {"n_maps": 4, "size": (60, 80)}},
+    "scaling": {"full": {"iters": 40, "repeats": 2}, "quick": {"iters": 20, "repeats": 1},
+                "tiny": {"iters": 6, "warmup": 2, "crop": 32, "batch_size": 2}},
+    "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
+}
+
+
+def default_data(tiny: bool) -> Path:
+    """The synthetic benchmark set (MSRA10K layout), generated once and cached."""
+    from ignite_r3net.data import make_synthetic_dataset
+
+    cache = Path(os.environ.get("IGNITE_R3NET_BENCH_CACHE", Path.home() / ".cache" / "ignite_r3net" / "bench"))
+    if tiny:  # tests: a handful of small images
+        train, _ = make_synthetic_dataset(cache / "tiny", n_train=8, n_val=1, size=(100, 140), seed=2018)
+    else:  # about the size of MSRA10K images (400x300), larger than the seed's crop of 300
+        train, _ = make_synthetic_dataset(cache / "msra_like", n_train=48, n_val=1, size=(300, 400), seed=2018)
+    return train
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import ignite
+        import torchvision
+
+        info.update(torchvision=torchvision.__version__, ignite=ignite.__version__)
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        info["load_average"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+# --------------------------------------------------------------------------------------- runners
+
+
+def run_pipeline(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_pipeline import bench_pipeline
+
+    return bench_pipeline(data, **s)
+
+
+def run_engine(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_engine import bench_engine
+
+    return bench_engine(data, **s)
+
+
+def run_metrics(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_metrics import bench_metrics
+
+    return bench_metrics(**s)
+
+
+def run_scaling(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_scaling import bench_scaling
+
+    return bench_scaling(data, **s)
+
+
+def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_gpu import bench_gpu
+
+    return bench_gpu(**s)
+
+
+RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
+    "pipeline": run_pipeline, "engine": run_engine, "metrics": run_metrics, "scaling": run_scaling,
+    "gpu": run_gpu,
+}
+
+
+def _goal(name: str, value: float) -> str:
+    goal = GOALS[name]
+    if goal is None:
+        return ""
+    return f" (goal >= {goal}{'' if value >= goal else ', NOT MET'})"
+
+
+def format_line(name: str, r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"{name}: FAILED {r['error']}"
+    if name == "pipeline":
+        return (f"pipeline: baseline {r['baseline_samples_per_s']:.1f} samples/s, ours {r['ours_samples_per_s']:.1f} "
+                f"samples/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; ours without the CPU "
+                f"rotation (GPU training: worker share) {r['ours_worker_samples_per_s']:.1f} samples/s, "
+                f"{r['worker_speedup']:.2f}x")
+    if name == "engine":
+        return (f"engine: bare {r['bare_it_per_s']:.2f} it/s, ignite {r['ignite_it_per_s']:.2f} it/s, "
+                f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}")
+    if name == "metrics":
+        return (f"metrics: pysodmetrics {r['pysodmetrics_images_per_s']:.1f} images/s, ours "
+                f"{r['ours_images_per_s']:.1f} images/s, speedup {r['speedup']:.2f}x")
+    if name == "scaling":
+        return (f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
+                f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}")
+    from bench_gpu import format_gpu
+
+    return format_gpu(r)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/run.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs: all benchmarks in < 3 min on 2 CPU cores")
+    parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: seconds, not figures
+    parser.add_argument("--data", type=Path, help="training folder in MSRA10K layout (default: cached synthetic set)")
+    parser.add_argument("--json", type=Path, help="write every figure, the machine and the command line here")
+    parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
+                        help=f"run only these benchmarks ({', '.join(NAMES)})")
+    args = parser.parse_args(argv)
+    level = "tiny" if args.tiny else "quick" if args.quick else "full"
+    names = [n for n in NAMES if not args.only or n in args.only]
+
+    data = args.data or default_data(args.tiny)
+    report: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "level": level,
+                              "data": str(data), "machine": machine()}
+    print(f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, torch "
+          f"{report['machine']['torch']}; data {data}; {level}", flush=True)
+    failed = False
+    for name in names:
+        start = time.perf_counter()
+        try:
+            result = RUNNERS[name](data, dict(SETTINGS[name][level]))
+        except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others
+            failed = True
+            result = {"error": f"{type(e).__name__}: {e}"}
+            traceback.print_exc()
+        result["seconds"] = time.perf_counter() - start
+        report[name] = result
+        print(format_line(name, result), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"written {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
