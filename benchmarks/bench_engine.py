@@ -4,7 +4,7 @@ Both run the same iterations on the same pre-loaded uint8 batches (so data loadi
 with the same model (R3Net, resnet18 backbone, same initial weights), the same ``device_augment``,
 the same 7 BCE losses, SGD with the seed's two parameter groups and the poly LR.
 
-* ignite: an ``Engine`` on ``create_train_step`` with the handlers ``trainer.training`` attaches, in
+* ignite: the Engine ``trainer.create_trainer`` builds for ``trainer.training``, in
   the same order: sampler epoch, poly LR (ignite ``LRScheduler``), loss meter (updated every
   iteration, synced at every log line), the log line every iteration (``train.log``; its console echo
   goes to ``os.devnull`` so the terminal's speed does not count), TensorBoard (losses, LR, images/s
@@ -35,18 +35,10 @@ from ignite.engine import Engine, Events
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import ResumableDistributedSampler, SaliencyTrainSet, sample_seed
 from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import (
-    TrainLog,
-    attach_checkpointing,
-    attach_loss_meter,
-    attach_poly_lr,
-    attach_sampler_epoch,
-    attach_tensorboard,
-    attach_train_log,
-)
-from ignite_r3net.training.meters import LossMeter
+from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
+from ignite_r3net.training.trainer import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
-from ignite_r3net.training.step import create_train_step, prepare_batch, side_output_losses
+from ignite_r3net.training.step import prepare_batch, side_output_losses
 
 __all__ = ["bench_engine", "preload_batches"]
 
@@ -71,21 +63,13 @@ def _ignite_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: T
     device = torch.device("cpu")
     optimizer = build_optimizer(model, config)
     lr_scheduler = build_poly_lr(optimizer, config)
-    trainer = Engine(create_train_step(model, optimizer, device, config.amp, None, config.channels_last))
-    meter = LossMeter(device)
-    to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "lr_scheduler": lr_scheduler,
-               "loss_meter": meter}
     sampler = ResumableDistributedSampler(len(batches) * config.batch_size, seed=config.seed,
                                           batch_size=config.batch_size)
     devnull = open(os.devnull, "w")
     log = TrainLog(Path(config.output_dir) / "train.log", echo=devnull)
     log.open("configuration: benchmark\n")
-    # the order of trainer.training
-    attach_sampler_epoch(trainer, sampler)
-    attach_poly_lr(trainer, lr_scheduler)
-    attach_loss_meter(trainer, meter, config.batch_size, config)
-    attach_train_log(trainer, log, optimizer, config)
-    attach_tensorboard(trainer, optimizer, config)
+    # exactly the handlers trainer.training attaches per iteration, plus checkpointing
+    trainer, to_save, _ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
     attach_checkpointing(trainer, to_save, config)
 
     marks: dict[int, float] = {}

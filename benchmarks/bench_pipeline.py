@@ -32,7 +32,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from PIL import Image

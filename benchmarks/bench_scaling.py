@@ -7,10 +7,8 @@ figure is the TensorBoard scalar ``train/images_per_s`` (global images/s across 
 written every iteration with ``--log-every 1``): the median after the first ``warmup`` iterations,
 so process start, spawn, model construction and the first slow iterations do not count.
 
-One thread per process (two processes on a two-core machine use both cores, one process one). The
-trainer sets ``torch.set_num_threads(cpu_count // nproc)`` itself; where it does not honour
-``OMP_NUM_THREADS``, the one-process run is started through a small shim that does (see
-``_ONE_THREAD_SHIM``). ``threads_note`` in the result says which case was measured.
+One thread per process (two processes on a two-core machine use both cores, one process one): the
+trainer takes its thread count from ``OMP_NUM_THREADS`` when it is set.
 """
 
 from __future__ import annotations
@@ -43,36 +41,11 @@ def read_images_per_s(tb_dir: str | Path, warmup: int) -> list[float]:
 # Until the trainer honours OMP_NUM_THREADS, the in-process (--nproc 1) run is held to it by wrapping
 # the trainer's backend set-up. Spawned workers (--nproc 2) re-import the trainer unwrapped and keep
 # cpu_count // nproc threads, which is 1 on a 2-core machine.
-_ONE_THREAD_SHIM = (
-    "import os, sys, torch\n"
-    "from ignite_r3net.training import trainer as t\n"
-    "setup = t._configure_backend\n"
-    "def one_pool(device):\n"
-    "    setup(device)\n"
-    "    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))\n"
-    "t._configure_backend = one_pool\n"
-    "from ignite_r3net.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
-
-
-def _trainer_honours_omp() -> bool:
-    """Whether the trainer lets OMP_NUM_THREADS decide its thread count (read from its source)."""
-    try:
-        import inspect
-
-        from ignite_r3net.training import trainer
-
-        return "OMP_NUM_THREADS" in inspect.getsource(trainer)
-    except Exception:  # noqa: BLE001 - a note, never a failure
-        return False
-
-
 def _train(data_dir: Path, out: Path, nproc: int, iters: int, batch_size: int, crop: int,
            backbone: str, port: int, timeout: float) -> float:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    entry = [str(REPO / "run.py")] if _trainer_honours_omp() else ["-c", _ONE_THREAD_SHIM]
+    entry = [str(REPO / "run.py")]
     cmd = [sys.executable, *entry, "train", "--data", str(data_dir), "--output-dir", str(out),
            "--nproc", str(nproc), "--iters", str(iters), "--batch-size", str(batch_size), "--crop", str(crop),
            "--backbone", backbone, "--workers", "0", "--checkpoint-every", "1000", "--log-every", "1",
@@ -117,13 +90,5 @@ def bench_scaling(
         "settings": {"iters": iters, "warmup": warmup, "batch_size_per_process": batch_size, "crop": crop,
                      "backbone": backbone, "workers": 0, "repeats": repeats, "cpu_count": os.cpu_count(),
                      "wall_s": {str(k): v for k, v in walls.items()},
-                     "threads_note": _threads_note()},
+                     "threads_note": "one thread per process (OMP_NUM_THREADS=1)"},
     }
-
-
-def _threads_note() -> str:
-    if _trainer_honours_omp():
-        return "one thread per process (the trainer honours OMP_NUM_THREADS=1)"
-    return ("one thread per process: the trainer does not honour OMP_NUM_THREADS yet, so the 1-process "
-            "run was started through a shim that sets torch threads from it; 2-process workers use "
-            f"cpu_count // 2 = {max(1, (os.cpu_count() or 1) // 2)} threads each")

@@ -62,13 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=run_train)
 
     from .commands import add_data_commands
+    from .evaluation.commands import add_evaluation_commands
 
-    try:
-        from .evaluation.commands import add_evaluation_commands
-    except ImportError:  # TEMPORARY until evaluation commands land
-        add_evaluation_commands = None
-    if add_evaluation_commands:
-        add_evaluation_commands(sub)
+    add_evaluation_commands(sub)
     add_data_commands(sub)
     return parser
 

@@ -70,3 +70,13 @@ def read_scalars(tb_dir: Path) -> dict[str, dict[int, float]]:
     acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def raise_on_rank_one(local_rank: int, config) -> None:
+    """A worker body for launcher tests: rank 1 fails while rank 0 waits in a collective."""
+    import ignite.distributed as idist
+
+    if idist.get_rank() == 1:
+        raise OSError("cannot read image /data/broken.jpg")
+    idist.all_reduce(1.0)  # would hang forever if the failure were not propagated
+    idist.barrier()

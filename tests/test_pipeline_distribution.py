@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from ignite_r3net.data import SaliencyTrainSet, device_augment, sample_seed

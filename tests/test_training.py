@@ -81,12 +81,12 @@ def test_resume_continues_at_the_right_iteration_with_the_same_lr(two_proc_run, 
     ref_out, _ = two_proc_run
     # a copy of the run as it stood at iteration 5
     (tmp_path / "checkpoint_5.pt").write_bytes((ref_out / "checkpoint_5.pt").read_bytes())
-    proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
+    run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
                     "--checkpoint-every", "5", "--keep", "5", "--resume", "auto",
                     "--master-port", str(free_port()), *TINY_TRAIN])
     lines = log_iterations(tmp_path / "train.log")
     assert sorted(lines) == list(range(6, ITERS + 1))
-    assert f"at iteration 5" in (tmp_path / "train.log").read_text()
+    assert "at iteration 5" in (tmp_path / "train.log").read_text()
     ref = log_iterations(ref_out / "train.log")
     for it in lines:  # same lr, and the same losses: the same samples with the same augmentation
         assert lines[it] == ref[it]

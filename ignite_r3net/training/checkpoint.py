@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from ignite.handlers import DiskSaver
@@ -71,6 +71,9 @@ class SafeDiskSaver(DiskSaver):
             Path(tmp_name).unlink(missing_ok=True)
             if isinstance(e, OSError):
                 raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from e
+            if isinstance(e, RuntimeError):  # torch's zip writer reports a failed write this way
+                raise CheckpointError(f"cannot write checkpoint {path}: the write failed (disk full or "
+                                      f"file size limit?): {str(e).strip().splitlines()[0]}") from e
             raise
 
 
@@ -113,14 +116,15 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return obj
 
 
-def find_resume_checkpoint(dirname: str | Path) -> tuple[Path, dict[str, Any]] | None:
+def find_resume_checkpoint(dirname: str | Path, report: Callable[[str], None] = logger.warning
+                           ) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint in ``dirname`` that loads completely, with its content.
 
-    Corrupt or truncated newer files are reported and skipped.
+    Corrupt or truncated newer files are reported through ``report`` and skipped.
     """
     for _, path in reversed(list_checkpoints(dirname)):
         try:
             return path, load_checkpoint(path)
         except CheckpointError as e:
-            logger.warning("skipping %s", e)
+            report(f"skipping {e}")
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -15,7 +16,8 @@ import torch
 from ..config import TrainConfig
 from ..data import DataError, assert_dataset_ok, ensure_synthetic
 from ..model import BACKBONES, R3Net
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, remove_stale_temporaries
+from .checkpoint import (CheckpointError, find_resume_checkpoint, list_checkpoints, load_checkpoint,
+                         remove_stale_temporaries)
 
 
 class ConfigError(ValueError):
@@ -97,17 +99,33 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
     return config
 
 
-def check_resume(config: TrainConfig) -> None:
-    """A named checkpoint must load (safely) before any worker starts, and a fresh run must not mix
-    its checkpoints with an earlier run's."""
+def check_fresh_output_dir(config: TrainConfig) -> None:
+    """A fresh run must not mix its checkpoints with an earlier run's."""
     if not config.resume and list_checkpoints(config.output_dir):
         raise ConfigError(f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
                           "with --resume auto, or choose another --output-dir")
-    if config.resume and config.resume != "auto":
-        try:
-            load_checkpoint(config.resume)
-        except CheckpointError as e:
-            raise ConfigError(f"--resume: {e}") from None
+
+
+def resolve_resume(config: TrainConfig) -> TrainConfig:
+    """Turn ``--resume auto`` into the newest checkpoint that loads (corrupt newer ones are reported
+    and skipped) and prove that a named checkpoint loads safely, before any worker starts."""
+    if not config.resume:
+        return config
+    if config.resume == "auto":
+        found = find_resume_checkpoint(config.output_dir, report=_warn)
+        if found is None:
+            _warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
+            return dataclasses.replace(config, resume=None)
+        return dataclasses.replace(config, resume=str(found[0]))
+    try:
+        load_checkpoint(config.resume)
+    except CheckpointError as e:
+        raise ConfigError(f"--resume: {e}") from None
+    return config
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -134,5 +152,6 @@ def preflight(config: TrainConfig) -> TrainConfig:
     check_options(config)
     prepare_output_dir(config)
     check_disk_space(config, count_parameters(config.backbone))
-    check_resume(config)
+    check_fresh_output_dir(config)
+    config = resolve_resume(config)
     return resolve_data(config)

@@ -4,19 +4,20 @@ restores a checkpoint when resuming, and runs to ``config.iters``."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ignite.distributed as idist
 import torch
-from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint
+from ignite.engine import Engine
+from ignite.handlers import Checkpoint, LRScheduler
 
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader
 from ..model import R3Net
-from .checkpoint import find_resume_checkpoint, load_checkpoint
+from .checkpoint import load_checkpoint
 from .handlers import (
     TrainLog,
     attach_checkpointing,
@@ -31,6 +32,12 @@ from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
 from .step import create_train_step
 from .validation import attach_validation
+
+
+class TrainerParts(NamedTuple):
+    trainer: Engine
+    to_save: dict[str, Any]
+    tb: Any
 
 
 def training(local_rank: int, config: TrainConfig) -> None:
@@ -49,24 +56,12 @@ def training(local_rank: int, config: TrainConfig) -> None:
     optimizer = build_optimizer(model, config)
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
-
-    trainer = Engine(create_train_step(_maybe_compile(model, config), optimizer, device, config.amp,
-                                       scaler, config.channels_last))
-    meter = LossMeter(device)
-    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer,
-                               "lr_scheduler": lr_scheduler, "loss_meter": meter}
-    if scaler is not None:
-        to_save["scaler"] = scaler
+    log = TrainLog(Path(config.output_dir) / "train.log")
+    trainer, to_save, tb = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
 
     resumed_from = _restore(to_save, config)
-    log = TrainLog(Path(config.output_dir) / "train.log")
+    _check_same_start(trainer.state.iteration)
     log.open(_header(config, world_size, resumed_from, trainer.state.iteration))
-
-    attach_sampler_epoch(trainer, sampler)
-    attach_poly_lr(trainer, lr_scheduler)
-    attach_loss_meter(trainer, meter, config.batch_size, config)
-    attach_train_log(trainer, log, optimizer, config)
-    tb = attach_tensorboard(trainer, optimizer, config)
     attach_checkpointing(trainer, to_save, config)
     if config.val_data:
         val_loader = build_eval_loader(config.val_data, num_replicas=world_size, rank=rank,
@@ -85,10 +80,33 @@ def training(local_rank: int, config: TrainConfig) -> None:
         trainer.run(loader)
 
 
+def create_trainer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_scheduler: LRScheduler,
+                   sampler: Any, log: TrainLog, config: TrainConfig, device: torch.device,
+                   scaler: torch.amp.GradScaler | None = None) -> TrainerParts:
+    """The training Engine with its per-iteration handlers (sampler epoch, poly LR, loss meters,
+    log line, TensorBoard), the ``to_save`` dict that checkpoints and resume use, and the
+    TensorBoard logger (rank 0; None elsewhere)."""
+    trainer = Engine(create_train_step(_maybe_compile(model, config), optimizer, device, config.amp,
+                                       scaler, config.channels_last))
+    # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
+    trainer.logger.setLevel(logging.CRITICAL)
+    meter = LossMeter(device)
+    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer,
+                               "lr_scheduler": lr_scheduler, "loss_meter": meter}
+    if scaler is not None:
+        to_save["scaler"] = scaler
+    attach_sampler_epoch(trainer, sampler)
+    attach_poly_lr(trainer, lr_scheduler)
+    attach_loss_meter(trainer, meter, config.batch_size, config)
+    attach_train_log(trainer, log, optimizer, config)
+    tb = attach_tensorboard(trainer, optimizer, config)
+    return TrainerParts(trainer, to_save, tb)
+
+
 def _configure_backend(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    else:
+    elif "OMP_NUM_THREADS" not in os.environ:
         # processes on one host share its cores: one pool per process, not one each of full size
         local = max(idist.get_nproc_per_node(), 1)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
@@ -107,19 +125,23 @@ def _maybe_compile(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Modu
 
 
 def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
-    """Load the checkpoint named by ``--resume`` (every rank reads it; CPU first, then moved)."""
+    """Load the checkpoint named by ``--resume`` (preflight already resolved 'auto' to a file that
+    loads); every rank reads it on the CPU and ``load_state_dict`` moves it to the device."""
     if not config.resume:
         return None
-    if config.resume == "auto":
-        found = find_resume_checkpoint(config.output_dir)
-        if found is None:
-            return None
-        path, state = found
-    else:
-        path = Path(config.resume)
-        state = load_checkpoint(path)
-    Checkpoint.load_objects(to_load=to_load, checkpoint=state)
+    path = Path(config.resume)
+    Checkpoint.load_objects(to_load=to_load, checkpoint=load_checkpoint(path))
     return path
+
+
+def _check_same_start(iteration: int) -> None:
+    """Every rank must resume from the same iteration (multi-node resume needs the output
+    directory on a filesystem all nodes share)."""
+    starts = idist.all_gather(iteration)
+    starts = starts.tolist() if isinstance(starts, torch.Tensor) else list(starts)
+    if len(set(starts)) > 1:
+        raise RuntimeError(f"ranks would start from different iterations {starts}: --resume needs "
+                           "--output-dir on a filesystem shared by all nodes")
 
 
 def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int) -> str:

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint

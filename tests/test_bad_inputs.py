@@ -1,0 +1,121 @@
+"""Every error a user can cause with options, paths or data is one clear line, before any process
+is spawned, naming the option or the file."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from helpers import make_tiny_dataset
+from ignite_r3net.cli import main
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    train, _ = make_tiny_dataset(tmp_path_factory.mktemp("data"), n=4)
+    return train
+
+
+def _broken_sets(tmp):
+    """Folders with one problem each."""
+    empty = tmp / "empty"
+    empty.mkdir()
+    no_mask = tmp / "no_mask"
+    no_mask.mkdir()
+    from PIL import Image
+    Image.new("RGB", (80, 80), "red").save(no_mask / "lonely.jpg")
+    Image.new("RGB", (80, 80), "red").save(no_mask / "paired.jpg")
+    Image.new("L", (80, 80)).save(no_mask / "paired.png")
+    mismatch = tmp / "mismatch"
+    mismatch.mkdir()
+    Image.new("RGB", (80, 80), "red").save(mismatch / "a.jpg")
+    Image.new("L", (81, 80)).save(mismatch / "a.png")
+    return empty, no_mask, mismatch
+
+
+def _cases(data, tmp):
+    empty, no_mask, mismatch = _broken_sets(tmp)
+    a_file = tmp / "a_file"
+    a_file.write_text("x")
+    with_ckpt = tmp / "with_ckpt"
+    with_ckpt.mkdir()
+    torch.save({"x": torch.zeros(1)}, with_ckpt / "checkpoint_4.pt")
+    corrupt = tmp / "corrupt.pt"
+    corrupt.write_bytes(b"not a checkpoint")
+    d = ["--data", str(data)]
+    return [
+        (["--iters", "0", *d], "--iters must be a positive integer"),
+        (["--iters", "-3", *d], "--iters must be a positive integer"),
+        (["--batch-size", "0", *d], "--batch-size must be a positive integer"),
+        (["--batch-size", "1", *d], "--batch-size must be at least 2"),
+        (["--lr", "0", *d], "--lr must be positive"),
+        (["--lr", "-0.1", *d], "--lr must be positive"),
+        (["--crop", "0", *d], "--crop must be a positive integer"),
+        (["--crop", "5000", *d], "crop 5000 is larger than every image"),
+        (["--checkpoint-every", "0", *d], "--checkpoint-every must be a positive integer"),
+        (["--keep", "0", *d], "--keep must be a positive integer"),
+        (["--log-every", "0", *d], "--log-every must be a positive integer"),
+        (["--rotate", "-5", *d], "--rotate must be between 0 and 180"),
+        (["--workers", "-1", *d], "--workers"),
+        (["--nproc", "0", *d], "--nproc must be a positive integer"),
+        (["--nproc", "2", "--backend", "nccl", *d], "--backend nccl needs CUDA GPUs"),
+        (["--nnodes", "2", "--node-rank", "2", *d], "--node-rank must be in [0, 1]"),
+        (["--amp", "fp16", *d], "--amp fp16 needs a CUDA GPU"),
+        (["--backbone", "vgg16", *d], "--backbone 'vgg16' is unknown; choose one of"),
+        (["--resume", str(tmp / "missing.pt"), *d], f"--resume file {tmp / 'missing.pt'} does not exist"),
+        (["--resume", str(corrupt), *d], f"cannot load checkpoint {corrupt}"),
+        (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'} is not writable"),
+        (["--output-dir", str(with_ckpt), *d], "already holds checkpoints of a run"),
+        (["--data", str(tmp / "nowhere")], str(tmp / "nowhere")),
+        (["--data", str(empty)], "empty"),
+        (["--data", str(no_mask)], "lonely.jpg"),
+        (["--data", str(mismatch)], "a.png"),
+        (["--val-data", str(tmp / "no_val"), *d], str(tmp / "no_val")),
+    ]
+
+
+def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys):
+    cases = _cases(data, tmp_path)
+    for args, expected in cases:
+        out = tmp_path / f"out{time.monotonic_ns()}"
+        for flag, value in (("--output-dir", str(out)), ("--backbone", "resnet18"), ("--crop", "64")):
+            if flag not in args:
+                args = [*args, flag, value]
+        started = time.monotonic()
+        code = main(args)
+        err = capsys.readouterr().err.strip()
+        assert code == 2, (args, err)
+        assert err.startswith("error: ") and expected in err, (args, err)
+        assert len(err.splitlines()) == 1 or "\n  " in err, (args, err)  # one line, or one line per file
+        assert "Traceback" not in err
+        assert not list(out.glob("**/checkpoint_*")) and not (out / "train.log").exists()
+        assert time.monotonic() - started < 20, args
+    print(f"{len(cases)} bad inputs tried")
+    assert len(cases) >= 25
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--amp", "fp32"], "invalid choice"),
+    (["--iters", "many"], "invalid int value"),
+    (["--no-such-option"], "unrecognized arguments"),
+])
+def test_malformed_options_are_rejected_by_the_parser(args, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_check_data_reports_every_problem_by_file(tmp_path, capsys):
+    _, no_mask, mismatch = _broken_sets(tmp_path)
+    code = main(["check-data", str(no_mask), str(mismatch)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "lonely.jpg" in out and "a.png" in out or "a.jpg" in out
+
+
+def test_check_data_on_a_good_set(data, capsys):
+    assert main(["check-data", str(data)]) == 0
+    assert "4 pairs, no problems" in capsys.readouterr().out

@@ -1,0 +1,226 @@
+"""Promises about failures: atomic checkpoints, safe loading, resume that skips corrupt files, a
+failing rank or a non-finite loss ending the whole job quickly and clearly, a full disk."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+from ignite.engine import Engine
+from ignite.handlers import Checkpoint
+
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, run_cli
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.launch import WorkerFailed, launch
+from ignite_r3net.training.checkpoint import (CheckpointError, SafeDiskSaver, find_resume_checkpoint,
+                                              load_checkpoint, remove_stale_temporaries)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    train, _ = make_tiny_dataset(tmp_path_factory.mktemp("data"), n=10)
+    return train
+
+
+# ---------------------------------------------------------------- checkpoints on disk
+
+def _engine_at(iteration: int) -> Engine:
+    engine = Engine(lambda e, b: None)
+    engine.state.iteration = iteration
+    return engine
+
+
+def test_old_checkpoint_is_removed_only_after_the_new_one_is_complete(tmp_path, monkeypatch):
+    weights = {"w": torch.arange(10.0)}
+    holder = {"model": _StateHolder(weights)}
+    ckpt = Checkpoint(holder, SafeDiskSaver(tmp_path), n_saved=1,
+                      global_step_transform=lambda e, _: e.state.iteration)
+    ckpt(_engine_at(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_1.pt"]
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match="model_2.pt.*No space left on device"):
+        ckpt(_engine_at(2))
+    # the failed write left no partial file, and the previous checkpoint is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_1.pt"]
+    assert torch.equal(load_checkpoint(tmp_path / "model_1.pt")["w"], weights["w"])
+
+    monkeypatch.undo()
+    ckpt(_engine_at(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_3.pt"]
+
+
+class _StateHolder:
+    def __init__(self, state):
+        self.state = state
+
+    def state_dict(self):
+        return self.state
+
+    def load_state_dict(self, state):
+        self.state = state
+
+
+def test_a_kill_during_a_save_leaves_the_previous_checkpoint_intact(tmp_path):
+    good = {"w": torch.arange(1000.0)}
+    torch.save(good, tmp_path / "checkpoint_1.pt")
+    script = textwrap.dedent(f"""
+        import torch
+        from ignite_r3net.training.checkpoint import SafeDiskSaver
+        saver = SafeDiskSaver({str(tmp_path)!r})
+        saver({{"w": torch.zeros(150_000_000)}}, "checkpoint_2.pt")  # 600 MB: slow enough to kill
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=cpu_env())
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert list(tmp_path.glob(".tmp-*")), "the save never started"
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "checkpoint_2.pt").exists(), "a partial file under a checkpoint name"
+    assert torch.equal(load_checkpoint(tmp_path / "checkpoint_1.pt")["w"], good["w"])
+    found = find_resume_checkpoint(tmp_path)
+    assert found is not None and found[0].name == "checkpoint_1.pt"
+    remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1.pt"]
+
+
+def test_a_checkpoint_carrying_a_pickled_callable_is_refused_not_run(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": Evil()}, evil)
+    with pytest.raises(CheckpointError, match="refused"):
+        load_checkpoint(evil)
+    from ignite_r3net.cli import main
+
+    assert main(["--resume", str(evil), "--output-dir", str(tmp_path / "out"), "--backbone", "resnet18"]) == 2
+    assert "refused" in capsys.readouterr().err
+    from PIL import Image
+
+    Image.new("RGB", (40, 30)).save(tmp_path / "input.jpg")
+    assert main(["predict", "--checkpoint", str(evil), "--input", str(tmp_path / "input.jpg"), "--output",
+                 str(tmp_path / "maps"), "--backbone", "resnet18"]) == 2
+    assert "refused" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path):
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2",
+            *TINY_TRAIN]
+    run_cli(args)
+    newest = tmp_path / "checkpoint_4.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    proc = run_cli([*args, "--resume", "auto"])
+    assert f"skipping cannot load checkpoint {newest}" in proc.stderr
+    assert f"resumed from {tmp_path / 'checkpoint_2.pt'} at iteration 2" in (tmp_path / "train.log").read_text()
+    assert load_checkpoint(newest)["trainer"]["iteration"] == 4  # rewritten whole
+
+
+# ---------------------------------------------------------------- failures across ranks
+
+def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
+    from helpers import raise_on_rank_one
+
+    config = TrainConfig(nproc=2, backend="gloo", output_dir=str(tmp_path), master_port=free_port(),
+                         dist_timeout=600)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed) as failure:
+        launch(raise_on_rank_one, config)
+    assert time.monotonic() - started < 60
+    message = str(failure.value)
+    assert "rank 1 failed: OSError: cannot read image /data/broken.jpg" in message
+    assert "Traceback" not in message and len(message.splitlines()) == 1
+    assert "raise OSError" in (tmp_path / "error-rank1.log").read_text()
+
+
+def _descendants_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
+    """A file that passed the start-up scan and breaks later (a flaky disk) fails on one rank."""
+    work = tmp_path / "data"
+    work.mkdir()
+    for p in data.iterdir():
+        (work / p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "out"
+    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(work), "--output-dir", str(out),
+            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN]
+    proc = subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "train.log").exists() and log_iterations(out / "train.log")):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
+            time.sleep(0.05)
+        broken = sorted(work.glob("*.jpg"))[3]
+        broken.write_bytes(b"this is no longer a JPEG")
+        broken_at = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        assert time.monotonic() - broken_at < 60
+    finally:
+        if _descendants_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: rank ") and f"cannot read image {broken}" in last, err[-3000:]
+    deadline = time.monotonic() + 10  # helpers such as multiprocessing's resource tracker exit last
+    while _descendants_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _descendants_alive(proc.pid), "a worker was left running"
+
+
+def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
+    proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", "40",
+                    "--checkpoint-every", "1", "--keep", "100", "--lr", "1e4",
+                    "--master-port", str(free_port()), *TINY_TRAIN], check=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "loss became non-finite at iteration" in last, proc.stderr[-2000:]
+    bad = int(last.split("non-finite at iteration ")[1].split()[0])
+    assert "loss" in last.split(f"iteration {bad} in ", 1)[1]
+    saved = sorted(int(p.stem.split("_")[1]) for p in tmp_path.glob("checkpoint_*.pt"))
+    assert saved == list(range(1, bad)), "checkpoints up to the last good iteration, none after"
+    state = load_checkpoint(tmp_path / f"checkpoint_{bad - 1}.pt")
+    assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
+    assert max(log_iterations(tmp_path / "train.log")) == bad - 1
+
+
+def test_a_full_disk_is_a_clear_error_naming_the_file(data, tmp_path):
+    """Simulated with a file-size limit: the first checkpoint cannot be written."""
+    limit = 20 * 2**20  # train.log and TensorBoard fit; a 74 MB resnet18 checkpoint does not
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run([sys.executable, str(REPO / "run.py"), "--data", str(data), "--output-dir",
+                           str(tmp_path), "--iters", "2", "--checkpoint-every", "1", *TINY_TRAIN],
+                          cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=120,
+                          preexec_fn=small_disk)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert f"cannot write checkpoint {tmp_path / 'checkpoint_1.pt'}" in last, proc.stderr[-2000:]
+    assert not list(tmp_path.glob("checkpoint_*")) and not list(tmp_path.glob(".tmp-*"))
