@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -68,6 +69,8 @@ def _report_failures(local_rank: int, fn: Callable[[int, TrainConfig], None], co
     """Worker entry: run ``fn``; on failure print one line, keep the traceback in a file, exit 1."""
     try:
         fn(local_rank, config)
+        if idist.get_world_size() > 1:
+            _exit_together()
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - every failure must end the job with a clear line
@@ -77,6 +80,19 @@ def _report_failures(local_rank: int, fn: Callable[[int, TrainConfig], None], co
         where = _save_traceback(config.output_dir, rank)
         message = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise WorkerFailed(f"rank {rank} failed: {type(e).__name__}: {message}{where}") from None
+
+
+def _exit_together() -> None:
+    """End a finished worker of a multi-process job: wait for every rank, then leave at once.
+
+    Tearing the process group and DDP down in the interpreter's shutdown sometimes aborts a
+    worker in C++ ("terminate called without an active exception") after all work is done, which
+    would turn a successful run into a failed job; everything is written and flushed by now.
+    """
+    idist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _save_traceback(output_dir: str, rank: int) -> str:
