@@ -9,6 +9,7 @@ exit code instead of hanging in a collective.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import sys
 import traceback
@@ -89,6 +90,7 @@ def _exit_together() -> None:
     worker in C++ ("terminate called without an active exception") after all work is done, which
     would turn a successful run into a failed job; everything is written and flushed by now.
     """
+    gc.collect()  # the Engine's reference cycles hold the DataLoader: free it so its workers stop cleanly
     idist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()

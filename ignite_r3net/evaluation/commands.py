@@ -369,6 +369,7 @@ def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, f
 
     from ..data import build_eval_loader
     from .evaluator import create_evaluator
+    from .metrics import SaliencyMetrics
 
     loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), job.workers)
     evaluator = create_evaluator(model, device, job.amp)
@@ -393,74 +394,18 @@ def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, f
             for stem, saliency in zip(engine.state.names, engine.state.output[0]):
                 save_map(output_path(out_dir, stem), saliency)
 
+    metric = SaliencyMetrics(device=device, protocol=job.protocol)
+
     @evaluator.on(Events.ITERATION_COMPLETED)
     def score(engine: Engine) -> None:
-        maps, gts = engine.state.output
-        for index, saliency, gt in zip(engine.state.batch["index"].tolist(), maps, gts):
-            scores.add(int(index), saliency, gt)
+        metric.update(engine.state.output)
 
-    scores = OrderedScores(job.protocol, device)
-    # A rank whose shard is empty (fewer images than ranks) skips the run but must still join
-    # the collectives inside compute().
+    # A rank whose shard is empty (fewer images than ranks) skips the run but still joins the
+    # all-reduce inside compute(); per-image sums are exact, so N processes equal one.
     if len(loader.sampler) > 0:
         evaluator.run(loader)
-    values = scores.compute(len(loader.dataset))
+    values = metric.compute()
     return {"images": len(loader.dataset), **{k: float(values[k]) for k in COLUMNS}}
-
-
-class OrderedScores:
-    """``SaliencyMetrics`` summed in data set order, so N processes give the bits of 1 process.
-
-    ``SaliencyMetrics`` all-reduces per-rank float64 sums; a sum over shards is a different order
-    of additions than one sequential sum, and differs in the last bit. Here each image's
-    accumulator state (its ``_state_dict_all_req_keys``, ignite's declared state of a metric) is
-    kept with its data set index, all ranks' states are gathered, and the totals are added in index
-    order: the same additions, in the same order, as one process makes. The totals are loaded on
-    rank 0 and zeros elsewhere, so the metric's own all-reduce (adding exact zeros) leaves them.
-    """
-
-    def __init__(self, protocol: str, device: torch.device) -> None:
-        from .metrics import SaliencyMetrics
-
-        self._new = lambda: SaliencyMetrics(device=device, protocol=protocol)
-        self._keys = tuple(SaliencyMetrics._state_dict_all_req_keys)
-        self._device = device
-        self._rows: list[torch.Tensor] = []
-
-    def _flat(self, metric: Any) -> torch.Tensor:
-        return torch.cat([getattr(metric, k).detach().reshape(-1).double() for k in self._keys])
-
-    def add(self, index: int, saliency: torch.Tensor, gt: torch.Tensor) -> None:
-        metric = self._new()
-        metric.update(([saliency], [gt]))
-        state = self._flat(metric)
-        self._rows.append(torch.cat([state.new_tensor([index]), state]))
-
-    def compute(self, dataset_len: int) -> dict[str, float]:
-        import ignite.distributed as idist
-
-        template = self._new()
-        width = 1 + self._flat(template).numel()
-        world = idist.get_world_size()
-        per_rank = -(-dataset_len // world)  # shards differ by at most one image: pad to the longest
-        local = torch.full((per_rank, width), -1.0, dtype=torch.float64, device=self._device)
-        if self._rows:
-            local[: len(self._rows)] = torch.stack(self._rows).to(self._device)
-        rows = idist.all_gather(local) if world > 1 else local
-        rows = rows[rows[:, 0] >= 0]
-        rows = rows[rows[:, 0].argsort()]
-        total = torch.zeros(width - 1, dtype=torch.float64, device=self._device)
-        for row in rows[:, 1:]:  # sequential, in data set order
-            total = total + row
-        zero_state = {k: torch.zeros_like(getattr(template, k)) for k in self._keys}
-        sums, offset = {}, 0
-        for k in self._keys:
-            like = getattr(template, k)
-            sums[k] = total[offset: offset + like.numel()].reshape(like.shape).to(like.dtype)
-            offset += like.numel()
-        key = next(iter(template.state_dict()))  # ignite's name for the per-rank list (collective)
-        template.load_state_dict({key: [sums] + [zero_state] * (world - 1)})
-        return template.compute()
 
 
 # ------------------------------------------------------------------------------------------

@@ -49,6 +49,20 @@ Maps = Union[torch.Tensor, Sequence[torch.Tensor]]
 # --------------------------------------------------------------------------------------------
 
 
+_QUANTUM = 2.0**32
+
+
+def _exact(per_image: torch.Tensor) -> torch.Tensor:
+    """Round per-image values to multiples of 2**-32 before they are summed.
+
+    Sums of such values are exact in float64 (up to 2**21 images), so the order of additions -
+    batch size, shards across ranks, all-reduce order - cannot change a single bit of the result,
+    and N processes give exactly the numbers of one. The rounding moves each image's value by at
+    most 1.2e-10.
+    """
+    return torch.round(per_image.double() * _QUANTUM) / _QUANTUM
+
+
 def _to_uint8_pred(p: torch.Tensor) -> torch.Tensor:
     """Float maps in [0, 1] become the uint8 PNG one would save (``round(p * 255)``), so that
     scoring a tensor equals scoring its saved map; uint8 passes unchanged."""
@@ -721,14 +735,14 @@ class SaliencyMetrics(Metric):
         tp, fp = ge[:, 1], ge[:, 0]
         if self.protocol == "standard":
             # |pred - gt| is pred on the background and 1 - pred on the foreground
-            self._sum_mae += ((hist[:, 0] * lut).sum(1) + (hist[:, 1] * (1 - lut)).sum(1)).sum() / size
+            self._sum_mae += _exact(((hist[:, 0] * lut).sum(1) + (hist[:, 1] * (1 - lut)).sum(1)) / size).sum()
             precision, recall, fm = _fmeasure(tp, fp, n_fg)
-            self._sum_precision += precision.sum(0)
-            self._sum_recall += recall.sum(0)
+            self._sum_precision += _exact(precision).sum(0)
+            self._sum_recall += _exact(recall).sum(0)
         else:
             p = pred_u8.double() / 255
             g = gt_u8.double() / 255
-            self._sum_mae += (p - g).abs().flatten(1).mean(1).sum()
+            self._sum_mae += _exact((p - g).abs().flatten(1).mean(1)).sum()
             hard = g > 0.5
             # pred/255 > t/255  <=>  pred_u8 > t: count of values >= t + 1
             r_tp, r_fp = _hist_counts(pred_u8, hard)
@@ -736,16 +750,16 @@ class SaliencyMetrics(Metric):
             r_tp = torch.cat([r_tp[:, 1:], zero], 1).double()
             r_pos = r_tp + torch.cat([r_fp[:, 1:], zero], 1).double()
             t = hard.flatten(1).sum(1, keepdim=True).double()
-            self._sum_precision += ((r_tp + _R3NET_EPS) / (r_pos + _R3NET_EPS)).sum(0)
-            self._sum_recall += ((r_tp + _R3NET_EPS) / (t + _R3NET_EPS)).sum(0)
+            self._sum_precision += _exact((r_tp + _R3NET_EPS) / (r_pos + _R3NET_EPS)).sum(0)
+            self._sum_recall += _exact((r_tp + _R3NET_EPS) / (t + _R3NET_EPS)).sum(0)
             _, _, fm = _fmeasure(tp, fp, n_fg)
-        self._sum_fm += fm.sum(0)
+        self._sum_fm += _exact(fm).sum(0)
         adp_f, adp_e = _adaptive(lut, hist, n_fg, size)
-        self._sum_adp_f += adp_f.sum()
-        self._sum_em += _emeasure_from_counts(tp, fp, n_fg, size).sum(0)
-        self._sum_adp_e += adp_e.sum()
-        self._sum_sm += _smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w).sum()
-        self._sum_wf += _weighted_fmeasure(pred_u8, gt, lut, hist).sum()
+        self._sum_adp_f += _exact(adp_f).sum()
+        self._sum_em += _exact(_emeasure_from_counts(tp, fp, n_fg, size)).sum(0)
+        self._sum_adp_e += _exact(adp_e).sum()
+        self._sum_sm += _exact(_smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w)).sum()
+        self._sum_wf += _exact(_weighted_fmeasure(pred_u8, gt, lut, hist)).sum()
         self._num_images += n
 
     @sync_all_reduce(*_ACCUMULATORS)
