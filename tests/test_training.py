@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers import (REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset,
                      read_scalars, run_cli)
@@ -68,6 +69,14 @@ def test_tensorboard_has_losses_and_poly_lr_for_both_groups(two_proc_run):
         assert scalars["lr/group_1"][it] == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), rel=1e-6)
     assert sorted(scalars["val/maxF"]) == [0, 5, 10, 12]  # before training, at checkpoints, at the end
     assert set(scalars["val/mae"]) == {0, 5, 10, 12}
+    acc = EventAccumulator(str(out / "tb"), size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Images("val/side_outputs")] == [0, 5, 10, 12]
+    assert [e.step for e in acc.Tensors("val/pr_curve")] == [0, 5, 10, 12]
+    # the best checkpoint holds the model of the best validation after training started
+    best_it = max((it for it in (5, 10, 12)), key=lambda it: scalars["val/maxF"][it])
+    [best] = out.glob("best_model_*.pt")
+    assert best.name == f"best_model_{best_it}_maxF={scalars['val/maxF'][best_it]:.4f}.pt"
 
 
 def test_log_lr_column_is_the_poly_formula(two_proc_run):

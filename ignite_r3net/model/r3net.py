@@ -122,7 +122,8 @@ class R3Net(nn.Module):
         high = self.reduce_high(torch.cat([l3, _resize(l4, l3.shape[2:])], dim=1))
         return low, _resize(high, size0)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...] | torch.Tensor:
+    def predictions(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The 7 logits predict0..predict6 at layer0's resolution, in either mode."""
         low, high = self.integrated_features(x)
         predictions = [self.predict0(high)]
         # Residual refinement alternates low- and high-level features, low first.
@@ -130,8 +131,13 @@ class R3Net(nn.Module):
             feature = low if i % 2 == 0 else high
             previous = predictions[-1]
             predictions.append(block(torch.cat([previous, feature], dim=1)) + previous)
+        return predictions
 
-        size = x.shape[2:]
+    def side_outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The 7 logits at input size, in either mode (for visualising every refinement step)."""
+        return tuple(_resize(p, x.shape[2:]) for p in self.predictions(x))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...] | torch.Tensor:
         if self.training:
-            return tuple(_resize(p, size) for p in predictions)
-        return torch.sigmoid(_resize(predictions[-1], size))
+            return self.side_outputs(x)
+        return torch.sigmoid(_resize(self.predictions(x)[-1], x.shape[2:]))

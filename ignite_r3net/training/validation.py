@@ -11,14 +11,17 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 from torch import nn
+from torchvision.utils import make_grid
 
 from ..config import TrainConfig
+from ..data import normalize_image
 from ..evaluation.evaluator import create_evaluator
 from ..evaluation.metrics import SaliencyMetrics
 from .checkpoint import SafeDiskSaver
 from .handlers import TrainLog, every_or_last
 
 BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
+GRID_IMAGES, GRID_TILE = 4, 96
 REPORTED = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
 
 
@@ -29,23 +32,25 @@ def format_metrics(values: dict[str, float], keys: tuple[str, ...] = REPORTED) -
 def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config: TrainConfig,
                       log: TrainLog, tb: Any, device: torch.device) -> Engine:
     """Validate before training (the untrained reference), every ``val_every`` (default: at the
-    checkpoint iterations) and at the end."""
+    checkpoint iterations) and at the end. Every rank scores its shard; rank 0 logs."""
+    # the plain module: DDP's forward would add collectives, and shards may differ in length
+    model = getattr(model, "module", model)
     evaluator = create_evaluator(model, device, config.amp)
-    SaliencyMetrics(device=device).attach(evaluator, "saliency")
+    metric = SaliencyMetrics(device=device)
+    metric.attach(evaluator, "saliency")
     best = _best_checkpointer(model, trainer, config)
     period = config.val_every or config.checkpoint_every
-
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
         evaluator.run(val_loader)
         values = evaluator.state.metrics["saliency"]
         evaluator.state.metrics.update(values)
+        precision, recall = metric.pr_curve()  # a collective: every rank
         iteration = engine.state.iteration
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
         if tb is not None:
-            for key in REPORTED:
-                tb.writer.add_scalar(f"val/{key}", values[key], iteration)
+            log_validation_to_tensorboard(tb, values, precision, recall, model, val_loader.dataset, iteration)
         if iteration == 0:
             untrained.update(values)
             return
@@ -60,6 +65,39 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
     trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)),
                               validate)
     return evaluator
+
+
+def log_validation_to_tensorboard(tb: Any, values: dict[str, float], precision: torch.Tensor,
+                                  recall: torch.Tensor, model: nn.Module, dataset: Any, iteration: int) -> None:
+    """Scalars, the mean precision-recall curve and a grid of side outputs (rank 0)."""
+    for key in REPORTED:
+        tb.writer.add_scalar(f"val/{key}", values[key], iteration)
+    zeros = torch.zeros_like(precision)
+    # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
+    tb.writer.add_pr_curve_raw("val/pr_curve", zeros, zeros, zeros, zeros, precision.cpu(), recall.cpu(),
+                               iteration, num_thresholds=precision.numel())
+    tb.writer.add_image("val/side_outputs", side_output_grid(model, dataset), iteration)
+
+
+@torch.no_grad()
+def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE
+                     ) -> torch.Tensor:
+    """One row per validation image: the image, its ground truth and the 7 side outputs
+    (predict0 .. predict6, after the sigmoid), each resized to ``tile`` x ``tile``."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tiles = []
+    for i in range(min(count, len(dataset))):
+        sample = dataset[i]
+        image = sample["image"].to(device)
+        logits = model.side_outputs(normalize_image(image.unsqueeze(0)))
+        row = [image.float() / 255, sample["mask"].to(device).float().expand(3, -1, -1) / 255]
+        row += [torch.sigmoid(o[0].float()).expand(3, -1, -1) for o in logits]
+        tiles += [nn.functional.interpolate(t.unsqueeze(0), size=(tile, tile), mode="bilinear",
+                                            align_corners=False)[0] for t in row]
+    model.train(was_training)
+    return make_grid(torch.stack(tiles).clamp(0, 1).cpu(), nrow=2 + 7, padding=2)
 
 
 def _best_checkpointer(model: nn.Module, trainer: Engine, config: TrainConfig) -> Checkpoint:
