@@ -52,8 +52,6 @@ def check_options(config: TrainConfig) -> None:
             raise ConfigError("--backend nccl needs CUDA GPUs, and none is visible; use --backend gloo")
         if config.nproc > gpus:
             raise ConfigError(f"--nproc {config.nproc} is more than the {gpus} GPU(s) visible on this node")
-    if config.amp == "fp16" and not torch.cuda.is_available():
-        raise ConfigError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16 or off")
     if config.resume and config.resume != "auto":
         if not Path(config.resume).is_file():
             raise ConfigError(f"--resume file {config.resume} does not exist")

@@ -1,0 +1,44 @@
+"""--amp, --channels-last and --workers train, are recorded in config.json, and the fp16 GradScaler
+is checkpointed and restored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import TINY_TRAIN, log_iterations, make_tiny_dataset, run_cli
+from ignite_r3net.training.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    train, _ = make_tiny_dataset(tmp_path_factory.mktemp("data"), n=6)
+    return train
+
+
+def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2",
+            "--amp", "fp16", "--channels-last", *TINY_TRAIN]
+    run_cli(args)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["amp"] == "fp16" and config["channels_last"] is True
+    state = load_checkpoint(tmp_path / "checkpoint_2.pt")
+    assert state["scaler"]["scale"] > 0
+    final = load_checkpoint(tmp_path / "checkpoint_4.pt")
+
+    (tmp_path / "checkpoint_4.pt").unlink()
+    run_cli([*args, "--resume", "auto"])
+    resumed = load_checkpoint(tmp_path / "checkpoint_4.pt")
+    assert resumed["scaler"] == final["scaler"]
+    assert sorted(log_iterations(tmp_path / "train.log")) == [1, 2, 3, 4]
+
+
+def test_bf16_with_dataloader_workers(data, tmp_path):
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "2", "--checkpoint-every", "2",
+            "--amp", "bf16", *TINY_TRAIN, "--workers", "2"]
+    run_cli(args)
+    assert "scaler" not in load_checkpoint(tmp_path / "checkpoint_2.pt")
+    assert json.loads((tmp_path / "config.json").read_text())["workers"] == 2
