@@ -109,8 +109,11 @@ def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
            "--master_port", str(free_port()), str(REPO / "run.py"),
            "--data", str(data), "--output-dir", str(out), "--iters", "4", "--checkpoint-every", "4",
            *TINY_TRAIN]
-    proc = subprocess.run(cmd, cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=240)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(cwd.iterdir()), "nothing is written outside the output directory"
     assert "Spawn function" not in proc.stderr
     assert "world size 2" in (out / "train.log").read_text()
     assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]

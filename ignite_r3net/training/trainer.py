@@ -13,6 +13,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint, LRScheduler
+from ignite.utils import manual_seed
 
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader
@@ -53,6 +54,9 @@ def training(local_rank: int, config: TrainConfig) -> None:
         pin_memory=device.type == "cuda", persistent_workers=config.workers > 0,
     )
     model = _build_model(config, device)
+    # from here on each rank has its own, reproducible random stream (augmentation does not use
+    # it: its draws come from (seed, epoch, position) so that resume is exact)
+    manual_seed(config.seed + rank)
     optimizer = build_optimizer(model, config)
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
