@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import os
 import shutil
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -62,12 +64,19 @@ def prepare_output_dir(config: TrainConfig) -> None:
     out = Path(config.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        # a private probe: under torchrun every local process runs this at the same time
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
     except OSError as e:
         raise ConfigError(f"--output-dir {out} is not writable: {e.strerror or e}") from None
-    remove_stale_temporaries(out)
+    if is_launch_leader(config):
+        remove_stale_temporaries(out)
+
+
+def is_launch_leader(config: TrainConfig) -> bool:
+    """The one launching process that writes shared files (config.json, clean-up): node 0's, or
+    rank 0's under torchrun."""
+    return config.node_rank == 0 and os.environ.get("RANK", "0") == "0"
 
 
 def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
