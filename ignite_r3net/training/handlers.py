@@ -7,6 +7,7 @@ only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_ze
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -189,5 +190,8 @@ def attach_progress_bar(trainer: Engine) -> None:
     if idist.get_rank() != 0 or not sys.stderr.isatty():
         return
     from ignite.handlers import ProgressBar
+    from tqdm import tqdm
 
-    ProgressBar(persist=True).attach(trainer, metric_names=["total"])
+    # tqdm's default lock is a multiprocessing semaphore, which a worker's fast exit would leak
+    tqdm.set_lock(threading.RLock())
+    ProgressBar(persist=True).attach(trainer, metric_names="all")
