@@ -1,9 +1,9 @@
 """Start the workers: spawn, join a torchrun group, or run in-process, all through ``idist.Parallel``.
 
-Every worker runs the same ``fn(local_rank, config)``. A failure in any worker becomes one
-``WorkerFailed`` line naming the rank and the cause (the traceback goes to
-``OUTPUT_DIR/error-rank<N>.log``); spawned siblings are stopped, so the job ends with a non-zero
-exit code instead of hanging in a collective.
+Every worker runs the same ``fn(local_rank, arg)`` (training and evaluation alike). A failure in
+any worker becomes one ``WorkerFailed`` line naming the rank and the cause (the traceback goes to
+``<traceback_dir>/error-rank<N>.log``); spawned siblings are stopped, so the job ends with a
+non-zero exit code instead of hanging in a collective.
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import ignite.distributed as idist
 import torch
 
 from .config import TrainConfig
+
+T = TypeVar("T")
 
 
 class WorkerFailed(RuntimeError):
@@ -35,41 +38,68 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def parallel_for(config: TrainConfig) -> idist.Parallel:
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Where and how many workers run: the distribution options of ``TrainConfig`` and ``evaluate``."""
+
+    nproc: int = 1
+    backend: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    dist_timeout: int = 600
+    traceback_dir: str | None = None
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> "LaunchSpec":
+        return cls(config.nproc, config.backend, config.nnodes, config.node_rank, config.master_addr,
+                   config.master_port, config.dist_timeout, config.output_dir)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def spawns(self) -> bool:
+        """Whether this process starts worker processes (rather than being, or joining, one)."""
+        return not under_torchrun() and self.world_size > 1
+
+
+def parallel_for(spec: LaunchSpec) -> idist.Parallel:
     """The ``idist.Parallel`` context matching how this process was started and what was asked."""
-    backend = config.backend or default_backend()
-    timeout = datetime.timedelta(seconds=config.dist_timeout)
+    backend = spec.backend or default_backend()
+    timeout = datetime.timedelta(seconds=spec.dist_timeout)
     if under_torchrun():
         # joining an existing group: Parallel must not spawn
         return idist.Parallel(backend=backend, timeout=timeout)
-    if config.world_size > 1:
+    if spec.spawns():
         return idist.Parallel(
             backend=backend,
-            nproc_per_node=config.nproc,
-            nnodes=config.nnodes,
-            node_rank=config.node_rank,
-            master_addr=config.master_addr,
-            master_port=config.master_port,
+            nproc_per_node=spec.nproc,
+            nnodes=spec.nnodes,
+            node_rank=spec.node_rank,
+            master_addr=spec.master_addr,
+            master_port=spec.master_port,
             timeout=timeout,
         )
     return idist.Parallel(backend=None)
 
 
-def launch(fn: Callable[[int, TrainConfig], None], config: TrainConfig) -> None:
-    """Run ``fn`` on every worker; raise ``WorkerFailed`` if any of them failed."""
+def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
+    """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed."""
     try:
-        with parallel_for(config) as parallel:
-            parallel.run(_report_failures, fn, config)
+        with parallel_for(spec) as parallel:
+            parallel.run(_report_failures, fn, arg, spec.traceback_dir)
     except WorkerFailed:
         raise
     except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
         raise WorkerFailed(_summarise_spawn_error(e)) from None
 
 
-def _report_failures(local_rank: int, fn: Callable[[int, TrainConfig], None], config: TrainConfig) -> None:
-    """Worker entry: run ``fn``; on failure print one line, keep the traceback in a file, exit 1."""
+def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None) -> None:
+    """Worker entry: run ``fn``; on failure keep the traceback in a file and raise one line."""
     try:
-        fn(local_rank, config)
+        fn(local_rank, arg)
         if idist.get_world_size() > 1:
             _exit_together()
     except KeyboardInterrupt:
@@ -78,7 +108,7 @@ def _report_failures(local_rank: int, fn: Callable[[int, TrainConfig], None], co
         if isinstance(e, SystemExit) and not e.code:
             raise
         rank = idist.get_rank()
-        where = _save_traceback(config.output_dir, rank)
+        where = _save_traceback(traceback_dir, rank)
         message = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise WorkerFailed(f"rank {rank} failed: {type(e).__name__}: {message}{where}") from None
 
@@ -97,9 +127,11 @@ def _exit_together() -> None:
     os._exit(0)
 
 
-def _save_traceback(output_dir: str, rank: int) -> str:
+def _save_traceback(folder: str | None, rank: int) -> str:
+    if folder is None:
+        return ""
     try:
-        path = Path(output_dir) / f"error-rank{rank}.log"
+        path = Path(folder) / f"error-rank{rank}.log"
         path.write_text(traceback.format_exc(), encoding="utf-8")
         return f" (traceback in {path})"
     except OSError:

@@ -17,8 +17,7 @@ from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, run_cli
-from ignite_r3net.config import TrainConfig
-from ignite_r3net.launch import WorkerFailed, launch
+from ignite_r3net.launch import LaunchSpec, WorkerFailed, launch
 from ignite_r3net.training.checkpoint import (CheckpointError, SafeDiskSaver, find_resume_checkpoint,
                                               load_checkpoint, remove_stale_temporaries)
 
@@ -140,11 +139,10 @@ def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path):
 def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     from helpers import raise_on_rank_one
 
-    config = TrainConfig(nproc=2, backend="gloo", output_dir=str(tmp_path), master_port=free_port(),
-                         dist_timeout=600)
+    spec = LaunchSpec(nproc=2, backend="gloo", master_port=free_port(), traceback_dir=str(tmp_path))
     started = time.monotonic()
     with pytest.raises(WorkerFailed) as failure:
-        launch(raise_on_rank_one, config)
+        launch(raise_on_rank_one, None, spec)
     assert time.monotonic() - started < 60
     message = str(failure.value)
     assert "rank 1 failed: OSError: cannot read image /data/broken.jpg" in message

@@ -323,25 +323,12 @@ def _free_port() -> int:
 
 
 def _launch_evaluation(job: EvalJob, nproc: int, backend: str | None, master_port: int | None) -> int:
-    import ignite.distributed as idist
+    from ..launch import LaunchSpec, launch, under_torchrun
 
-    from ..launch import WorkerFailed, default_backend, under_torchrun
-
-    backend = backend or default_backend()
-    if under_torchrun():  # the group exists already: join it, never spawn
-        parallel = idist.Parallel(backend=backend)
-        job.state = None
-    elif nproc > 1:
-        parallel = idist.Parallel(backend=backend, nproc_per_node=nproc, master_port=master_port or _free_port())
+    spec = LaunchSpec(nproc=nproc, backend=backend, master_port=master_port or _free_port())
+    if spec.spawns() or under_torchrun():
         job.state = None  # each worker reads the file rather than receive 200 MB through a pipe
-    else:
-        parallel = idist.Parallel(backend=None)
-    try:
-        with parallel:
-            parallel.run(_evaluate_worker, job)
-    except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
-        lines = str(e).strip().splitlines()
-        raise WorkerFailed(f"evaluation worker failed: {lines[-1] if lines else type(e).__name__}") from None
+    launch(_evaluate_worker, job, spec)
     return 0
 
 

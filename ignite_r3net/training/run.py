@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..config import TrainConfig
-from ..launch import launch
+from ..launch import LaunchSpec, launch
 from .preflight import is_launch_leader, preflight
 from .trainer import training
 
@@ -15,4 +15,4 @@ def train(config: TrainConfig) -> None:
     config = preflight(config)
     if is_launch_leader(config):
         config.save(os.path.join(config.output_dir, "config.json"))
-    launch(training, config)
+    launch(training, config, LaunchSpec.of(config))
