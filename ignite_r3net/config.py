@@ -76,7 +76,3 @@ class TrainConfig:
         values = json.loads(Path(path).read_text(encoding="utf-8"))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc * self.nnodes

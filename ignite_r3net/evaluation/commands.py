@@ -176,9 +176,11 @@ def resolve_backbone(requested: str | None, checkpoint: str | Path,
         return requested
     config = Path(checkpoint).parent / "config.json"
     if config.is_file():
+        from ..config import TrainConfig
+
         try:
-            name = json.loads(config.read_text(encoding="utf-8")).get("backbone")
-        except (OSError, ValueError, AttributeError):
+            name = TrainConfig.load(config).backbone
+        except (OSError, ValueError, TypeError, AttributeError):
             name = None
         if isinstance(name, str) and name:
             return name
