@@ -44,6 +44,8 @@ def _cases(data, tmp):
     torch.save({"x": torch.zeros(1)}, with_ckpt / "checkpoint_4.pt")
     corrupt = tmp / "corrupt.pt"
     corrupt.write_bytes(b"not a checkpoint")
+    wrong_weights = tmp / "vgg.pth"
+    torch.save({"features.0.weight": torch.zeros(64, 3, 3, 3)}, wrong_weights)
     d = ["--data", str(data)]
     return [
         (["--iters", "0", *d], "--iters must be a positive integer"),
@@ -63,6 +65,9 @@ def _cases(data, tmp):
         (["--nproc", "2", "--backend", "nccl", *d], "--backend nccl needs CUDA GPUs"),
         (["--nnodes", "2", "--node-rank", "2", *d], "--node-rank must be in [0, 1]"),
         (["--backbone", "vgg16", *d], "--backbone 'vgg16' is unknown; choose one of"),
+        (["--pretrained", str(tmp / "none.pth"), *d], f"--pretrained {tmp / 'none.pth'}"),
+        (["--pretrained", str(wrong_weights), *d], f"--pretrained {wrong_weights}: "),
+        (["--pretrained", "IMAGENET_TYPO", *d], "--pretrained IMAGENET_TYPO: "),
         (["--resume", str(tmp / "missing.pt"), *d], f"--resume file {tmp / 'missing.pt'} does not exist"),
         (["--resume", str(corrupt), *d], f"cannot load checkpoint {corrupt}"),
         (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'} is not writable"),
@@ -92,7 +97,7 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         assert not list(out.glob("**/checkpoint_*")) and not (out / "train.log").exists()
         assert time.monotonic() - started < 20, args
     print(f"{len(cases)} bad inputs tried")
-    assert len(cases) >= 26
+    assert len(cases) >= 29
 
 
 @pytest.mark.parametrize("args, expected", [

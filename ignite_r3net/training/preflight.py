@@ -17,7 +17,7 @@ import torch
 
 from ..config import TrainConfig
 from ..data import DataError, assert_dataset_ok, ensure_synthetic
-from ..model import BACKBONES, R3Net
+from ..model import BACKBONES, R3Net, build_backbone
 from .checkpoint import (CheckpointError, find_resume_checkpoint, list_checkpoints, load_checkpoint,
                          remove_stale_temporaries)
 
@@ -154,9 +154,22 @@ def count_parameters(backbone: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def check_pretrained(config: TrainConfig) -> None:
+    """Load ``--pretrained`` once here: a bad file or name is one line, and torchvision's download
+    happens once (into its cache) instead of in every worker at the same time."""
+    if not config.pretrained:
+        return
+    try:
+        build_backbone(config.backbone, config.pretrained)
+    except (OSError, ValueError, RuntimeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--pretrained {config.pretrained}: {reason}") from None
+
+
 def preflight(config: TrainConfig) -> TrainConfig:
     """All start-up checks in order; returns the config with data paths resolved."""
     check_options(config)
+    check_pretrained(config)
     prepare_output_dir(config)
     check_disk_space(config, count_parameters(config.backbone))
     check_fresh_output_dir(config)

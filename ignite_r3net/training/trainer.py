@@ -36,6 +36,8 @@ from .validation import attach_validation
 
 
 class TrainerParts(NamedTuple):
+    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger."""
+
     trainer: Engine
     to_save: dict[str, Any]
     tb: Any
