@@ -64,6 +64,7 @@ def test_tensorboard_has_losses_and_poly_lr_for_both_groups(two_proc_run):
     scalars = read_scalars(out / "tb")
     for tag in ["train/total", "train/loss0", "train/loss6", "train/images_per_s"]:
         assert sorted(scalars[tag]) == list(range(1, ITERS + 1)), tag
+    assert all(v > 0 for v in scalars["train/images_per_s"].values())
     for it in range(1, ITERS + 1):
         assert scalars["lr/group_0"][it] == pytest.approx(poly_lr(2e-3, it, ITERS, 0.9), rel=1e-6)
         assert scalars["lr/group_1"][it] == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), rel=1e-6)

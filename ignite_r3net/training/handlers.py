@@ -69,7 +69,14 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
     def update_meter(engine: Engine) -> None:
         meter.update(engine.state.output, batch_size, engine.state.iteration)
 
-    last_sync = {"time": time.perf_counter(), "iteration": 0}
+    last_sync: dict[str, float | None] = {"time": None, "iteration": None}
+
+    @trainer.on(Events.ITERATION_STARTED)
+    def start_clock(engine: Engine) -> None:
+        # from the first iteration this run trains (a resumed run starts at its checkpoint);
+        # state.iteration already counts the iteration that is starting
+        if last_sync["time"] is None:
+            last_sync.update(time=time.perf_counter(), iteration=engine.state.iteration - 1)
 
     @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(
         config.log_every, config.iters, config.checkpoint_every)))
