@@ -50,8 +50,8 @@ class LossMeter:
         self._sums += losses * batch_size
         self._count += batch_size
         bad = ~torch.isfinite(losses)
-        self._first_bad = torch.where(bad, torch.minimum(self._first_bad, torch.tensor(
-            float(iteration), dtype=torch.float64, device=self.device)), self._first_bad)
+        # clamp with a Python number: no host-to-device copy (and so no sync) per iteration
+        self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
     def sync(self) -> MeterReading:
         """All-reduce across ranks and read the averages on the host (a collective: call on all ranks)."""
