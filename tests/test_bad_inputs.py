@@ -117,7 +117,7 @@ def test_check_data_reports_every_problem_by_file(tmp_path, capsys):
     code = main(["check-data", str(no_mask), str(mismatch)])
     out = capsys.readouterr().out
     assert code == 1
-    assert "lonely.jpg" in out and "a.png" in out or "a.jpg" in out
+    assert "lonely.jpg" in out and ("a.png" in out or "a.jpg" in out)
 
 
 def test_check_data_on_a_good_set(data, capsys):
