@@ -52,6 +52,7 @@ def _cases(data, tmp):
         (["--iters", "-3", *d], "--iters must be a positive integer"),
         (["--batch-size", "0", *d], "--batch-size must be a positive integer"),
         (["--batch-size", "1", *d], "--batch-size must be at least 2"),
+        (["--batch-size", "3", "--nproc", "2", *d], "holds 4 pairs: too few for --batch-size 3 on 2 process(es)"),
         (["--lr", "0", *d], "--lr must be positive"),
         (["--lr", "-0.1", *d], "--lr must be positive"),
         (["--crop", "0", *d], "--crop must be a positive integer"),
@@ -97,7 +98,7 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         assert not list(out.glob("**/checkpoint_*")) and not (out / "train.log").exists()
         assert time.monotonic() - started < 20, args
     print(f"{len(cases)} bad inputs tried")
-    assert len(cases) >= 29
+    assert len(cases) >= 30
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 
 from ..config import TrainConfig
-from ..data import DataError, assert_dataset_ok, ensure_synthetic
+from ..data import DataError, assert_dataset_ok, ensure_synthetic, list_pairs
 from ..model import BACKBONES, R3Net, build_backbone
 from .checkpoint import (CheckpointError, find_resume_checkpoint, list_checkpoints, load_checkpoint,
                          remove_stale_temporaries)
@@ -101,8 +101,13 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
         assert_dataset_ok(config.data, min_size=min_size)
         if config.val_data:
             assert_dataset_ok(config.val_data)
+        pairs = len(list_pairs(config.data))
     except DataError as e:
         raise ConfigError(str(e)) from None
+    world = config.nproc * config.nnodes
+    if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
+        raise ConfigError(f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
+                          f"{config.batch_size} on {world} process(es)")
     return config
 
 
