@@ -172,6 +172,31 @@ def test_feature_transform_matches_scipy_including_ties():
         np.testing.assert_allclose(np.sqrt(dsq.numpy()), dist, rtol=0, atol=0)
 
 
+
+def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
+    from ignite_r3net.evaluation import metrics as M
+
+    rng = np.random.default_rng(2)
+    batches = []
+    for h, w in [(1, 1), (1, 7), (9, 1), (23, 31), (40, 17)]:
+        for p in (0.002, 0.02, 0.2, 0.7, 1.0):
+            batch = rng.random((3, h, w)) < p
+            for m in batch:  # every map needs a feature pixel
+                m[rng.integers(h), rng.integers(w)] = True
+            batches.append(batch)
+    grid = np.zeros((2, 21, 21), bool)
+    grid[:, ::4, ::4] = True  # many exact ties between parabolas
+    grid[1, 3, 5] = True
+    batches.append(grid)
+    for batch in batches:
+        want = np.stack([ndimage.distance_transform_edt(~m) ** 2 for m in batch]).round()
+        fg = torch.from_numpy(batch)
+        np.testing.assert_array_equal(M._edt_sq(fg).numpy(), want)  # numpy path
+        torch_path = M._row_transform(M._column_distance(fg), fg.any(1))
+        np.testing.assert_array_equal(torch_path.numpy(), want)
+        for i in range(len(batch)):  # one map at a time, as SaliencyMetrics calls it on CPU
+            np.testing.assert_array_equal(M._edt_sq(fg[i : i + 1]).numpy(), want[i : i + 1])
+
 def test_batched_update_equals_per_image_updates():
     same = [c for c in CASES if c[0].shape == (37, 53)]
     single = ours(same)
