@@ -443,86 +443,78 @@ def _row_transform(f: torch.Tensor, has_col: torch.Tensor) -> torch.Tensor:
 # overhead on arrays of a few hundred rows, which is several times lower in numpy than in torch.
 
 
-def _column_distance_cpu(fg: np.ndarray) -> np.ndarray:
-    """As :func:`_column_distance`, for an (N, H, W) bool array (torch's cummax along the
-    middle dim is faster than numpy's ``maximum.accumulate``)."""
+def _edt_rows_cpu(fg: np.ndarray) -> np.ndarray:
+    """:func:`_edt_sq` of an (N, H, W) bool array (every map with a ``True``) in numpy, with the
+    lower envelope along rows: (N, H, W) float64.
+
+    The same algorithm as :func:`_column_distance` + :func:`_row_transform`, arranged for
+    the CPU, where the envelope loop is bound by per-operation overhead on arrays of a few hundred
+    rows (several times lower in numpy than in torch):
+
+    * the column pass runs only over the feature columns, transposed so that the running
+      max / min go along contiguous memory, straight into the (K, R) tables of the loop;
+    * maps are sorted by their number of feature columns, so the rows still pushing at step i are
+      a leading slice; the breakpoint of every element against its predecessor is computed for
+      all steps at once, and the loop only walks back the stacks of the rows that pop;
+    * the envelope is read without a sorted search: element k's segment starts at column
+      ``ceil(z_k)``, so each row's living (column, f) pairs, encoded as ``j * 2**32 + f`` (exact
+      in float64), are written as differences at those starts and a cumulative sum fills them in.
+    """
     n, h, w = fg.shape
-    big = 1 << 20
-    ft = torch.from_numpy(fg)
-    r = torch.arange(h, dtype=torch.int32).view(1, h, 1)
-    up = torch.where(ft, r, torch.tensor(-big, dtype=torch.int32)).cummax(1).values
-    down = torch.where(ft.flip(1), r.flip(1), torch.tensor(big, dtype=torch.int32)).cummin(1).values.flip(1)
-    v = torch.minimum(r - up, down - r).double()
-    v *= v
-    v.masked_fill_(~ft.any(1, keepdim=True), math.inf)
-    return v.numpy()
-
-
-def _row_transform_cpu(f: np.ndarray) -> np.ndarray:
-    """As :func:`_row_transform`, in numpy: (N, H, W) float64 with ``inf`` in the columns
-    without a feature (every map has one) -> (N, H, W) float64.
-
-    Same lower envelope (a linked-list stack in (K, R) tables, step i pushing each map's i-th
-    feature column), with two changes: maps are sorted by their number of feature columns so the
-    rows still pushing at step i are a leading slice, and pops touch only the rows that pop. The
-    envelope is then read without a sorted search: the segment of element k starts at column
-    ``ceil(z_k)``, so each row's (column, f) pairs, encoded as ``j * 2**32 + f`` (exact in
-    float64), are written as differences at those starts and a cumulative sum fills them in."""
-    n, h, w = f.shape
     rows = n * h
-    has_col = np.isfinite(f[:, 0, :])  # (N, W)
+    has_col = fg.any(1)  # (N, W)
     counts = has_col.sum(1)
     order = np.argsort(-counts, kind="stable")
-    f, has_col, counts = f[order], has_col[order], counts[order]
+    has_col, counts = has_col[order], counts[order]
     k_max = int(counts[0])
-    cols = np.zeros((n, k_max), dtype=np.int64)  # padding never read
+    cols = np.zeros((n, k_max), dtype=np.int64)  # padding: computed, never read
     for m in range(n):
         cols[m, : counts[m]] = np.flatnonzero(has_col[m])
-    col_kr = np.repeat(cols.T, h, axis=1)  # (K, R)
-    f_rows = f.reshape(rows, w)
-    g_kr = f_rows[np.arange(rows)[None, :], col_kr]
-    colf_kr = col_kr.astype(np.float64)
-    g_kr += colf_kr * colf_kr
-    active_at = np.searchsorted(-counts, -np.arange(k_max), side="left") * h
-    # element K is the empty stack's sentinel: its parabola is at +inf, its breakpoint NaN
-    prev = np.full((k_max + 1, rows), k_max, dtype=np.int64)
-    z_all = np.full((k_max + 1, rows), np.nan)
-    g_flat = np.concatenate([g_kr, np.full((1, rows), np.inf)]).reshape(-1)
-    v_flat = np.concatenate([colf_kr, np.full((1, rows), -1.0)]).reshape(-1)
-    z_flat, prev_flat = z_all.reshape(-1), prev.reshape(-1)
-    dead = np.zeros((k_max + 1) * rows, dtype=bool)
-    top = np.full(rows, k_max, dtype=np.int64)
-    top_v = np.full(rows, -1.0)
-    top_g = np.full(rows, np.inf)
-    top_z = np.full(rows, np.nan)
+    # column pass over the feature columns: (N, K, H), nearest feature row above / below
+    sel = torch.from_numpy(fg[order[:, None], :, cols].copy() if n > 1 else fg[0][:, cols[0]].T.copy().reshape(1, k_max, h))
+    big = 1 << 20
+    r = torch.arange(h, dtype=torch.int32)
+    up = torch.where(sel, r, torch.tensor(-big, dtype=torch.int32)).cummax(2).values
+    down = torch.where(sel.flip(2), r.flip(0), torch.tensor(big, dtype=torch.int32)).cummin(2).values.flip(2)
+    v = torch.minimum(r - up, down - r).double()
+    colf_kr = np.repeat(cols.T.astype(np.float64), h, axis=1)  # (K, R)
+    g_kr = (v * v).transpose(0, 1).reshape(k_max, rows).numpy() + colf_kr * colf_kr
+    active_at = (np.searchsorted(-counts, -np.arange(k_max), side="left") * h).tolist()
+    # z[i]: breakpoint of element i against the element below it on the stack, at first i - 1
+    # (padding entries, never read, may hold nan)
+    z_all = np.empty((k_max, rows))
+    z_all[0] = -np.inf  # the bottom element is never popped
     with np.errstate(invalid="ignore", divide="ignore"):
-        for i in range(k_max):
-            a = int(active_at[i])
-            gq, q = g_kr[i, :a], colf_kr[i, :a]
-            tg, tv, tz, tp = top_g[:a], top_v[:a], top_z[:a], top[:a]
-            s = (gq - tg) / (2 * (q - tv))  # -inf against the sentinel
-            idx = np.flatnonzero(s <= tz)
-            while idx.size:
-                fl = tp[idx] * rows + idx
-                dead[fl] = True
-                nt = prev_flat[fl]
-                tp[idx] = nt
-                fl = nt * rows + idx
-                ns = (gq[idx] - g_flat[fl]) / (2 * (q[idx] - v_flat[fl]))
-                s[idx] = ns
-                idx = idx[ns <= z_flat[fl]]
-            prev[i, :a] = tp
-            z_all[i, :a] = s
-            tp[:] = i
-            tv[:] = q
-            tg[:] = gq
-            tz[:] = s
-    living = ~dead.reshape(k_max + 1, rows)[:k_max].T
+        np.divide(g_kr[1:] - g_kr[:-1], 2 * (colf_kr[1:] - colf_kr[:-1]), out=z_all[1:])
+    prev = np.repeat(np.arange(-1, k_max - 1)[:, None], rows, axis=1)
+    g_flat, v_flat, z_flat, prev_flat = g_kr.reshape(-1), colf_kr.reshape(-1), z_all.reshape(-1), prev.reshape(-1)
+    dead = np.zeros(rows * k_max, dtype=bool)  # (R, K) layout
+    for i in range(1, k_max):
+        a = active_at[i]
+        s = z_all[i, :a]
+        idx = np.flatnonzero(s <= z_all[i - 1, :a])  # the rows where element i - 1 pops
+        if not idx.size:
+            continue
+        gi, qi = g_kr[i, idx], colf_kr[i, idx]
+        t = np.full(idx.size, i - 1)  # top of each popping row's stack
+        while True:
+            dead[idx * k_max + t] = True
+            t = prev_flat[t * rows + idx]
+            fl = t * rows + idx
+            ns = (gi - g_flat[fl]) / (2 * (qi - v_flat[fl]))
+            s[idx] = ns
+            prev[i, idx] = t
+            keep = ns <= z_flat[fl]
+            if not keep.any():
+                break
+            idx, t, gi, qi = idx[keep], t[keep], gi[keep], qi[keep]
+    living = ~dead.reshape(rows, k_max)
     living &= np.arange(k_max)[None, :] < np.repeat(counts, h)[:, None]
     rr, kk = np.nonzero(living)  # row by row, living elements by ascending breakpoint
-    start = np.clip(np.ceil(z_all[kk, rr]), 0, w).astype(np.int64)  # the first holds -inf
-    jl = colf_kr[kk, rr]
-    val = jl * 4294967296.0 + (g_kr[kk, rr] - jl * jl)
+    fl = kk * rows + rr
+    start = np.clip(np.ceil(z_flat[fl]), 0, w).astype(np.int64)  # the first holds -inf
+    jl = v_flat[fl]
+    val = jl * 4294967296.0 + (g_flat[fl] - jl * jl)
     diff = val.copy()
     diff[1:] -= val[:-1]
     first = np.ones(rr.size, dtype=bool)
@@ -533,6 +525,8 @@ def _row_transform_cpu(f: np.ndarray) -> np.ndarray:
     j = enc >> 32
     c = np.arange(w, dtype=np.int64)[None, :]
     out = ((enc & 0xFFFFFFFF) + (c - j) ** 2).astype(np.float64).reshape(n, h, w)
+    if n == 1:
+        return out
     res = np.empty_like(out)
     res[order] = out
     return res
@@ -542,12 +536,13 @@ def _edt_sq_cpu(fg: np.ndarray) -> np.ndarray:
     """:func:`_edt_sq` of an (N, H, W) bool array, each map along its shorter feature axis."""
     n, h, w = fg.shape
     swap = fg.any(2).sum(1) < fg.any(1).sum(1)
+    if n == 1:
+        return _edt_rows_cpu(fg[:, :, :].transpose(0, 2, 1)).transpose(0, 2, 1) if swap[0] else _edt_rows_cpu(fg)
     out = np.empty((n, h, w))
     if not swap.all():
-        out[~swap] = _row_transform_cpu(_column_distance_cpu(fg[~swap]))
+        out[~swap] = _edt_rows_cpu(fg[~swap])
     if swap.any():
-        ft = np.ascontiguousarray(fg[swap].transpose(0, 2, 1))
-        out[swap] = _row_transform_cpu(_column_distance_cpu(ft)).transpose(0, 2, 1)
+        out[swap] = _edt_rows_cpu(fg[swap].transpose(0, 2, 1)).transpose(0, 2, 1)
     return out
 
 
