@@ -486,45 +486,55 @@ def _edt_rows_cpu(fg: np.ndarray) -> np.ndarray:
     z_all[0] = -np.inf  # the bottom element is never popped
     with np.errstate(invalid="ignore", divide="ignore"):
         np.divide(g_kr[1:] - g_kr[:-1], 2 * (colf_kr[1:] - colf_kr[:-1]), out=z_all[1:])
-    prev = np.repeat(np.arange(-1, k_max - 1)[:, None], rows, axis=1)
-    g_flat, v_flat, z_flat, prev_flat = g_kr.reshape(-1), colf_kr.reshape(-1), z_all.reshape(-1), prev.reshape(-1)
-    dead = np.zeros(rows * k_max, dtype=bool)  # (R, K) layout
+    # prev[i, r]: flat index (k * rows + r) of the element below element i in row r's stack
+    prev = np.arange(-rows, (k_max - 1) * rows, dtype=np.int64).reshape(k_max, rows)
+    g_flat, z_flat, prev_flat = g_kr.reshape(-1), z_all.reshape(-1), prev.reshape(-1)
+    v2_flat = 2 * colf_kr.reshape(-1)
     for i in range(1, k_max):
         a = active_at[i]
         s = z_all[i, :a]
         idx = np.flatnonzero(s <= z_all[i - 1, :a])  # the rows where element i - 1 pops
         if not idx.size:
             continue
-        gi, qi = g_kr[i, idx], colf_kr[i, idx]
-        t = np.full(idx.size, i - 1)  # top of each popping row's stack
+        gi, qi = g_kr[i, idx], v2_flat[i * rows + idx]
+        fl = idx + (i - 1) * rows  # top of each popping row's stack
         while True:
-            dead[idx * k_max + t] = True
-            t = prev_flat[t * rows + idx]
-            fl = t * rows + idx
-            ns = (gi - g_flat[fl]) / (2 * (qi - v_flat[fl]))
+            fl = prev_flat[fl]  # pop
+            ns = (gi - g_flat[fl]) / (qi - v2_flat[fl])
             s[idx] = ns
-            prev[i, idx] = t
+            prev[i, idx] = fl
             keep = ns <= z_flat[fl]
             if not keep.any():
                 break
-            idx, t, gi, qi = idx[keep], t[keep], gi[keep], qi[keep]
-    living = ~dead.reshape(rows, k_max)
-    living &= np.arange(k_max)[None, :] < np.repeat(counts, h)[:, None]
+            idx, fl, gi, qi = idx[keep], fl[keep], gi[keep], qi[keep]
+    # an element is dead iff a later element's link jumps over it (a stack never re-pushes)
+    below = torch.from_numpy(prev // rows).flip(0).cummin(0).values.flip(0).numpy()
+    living = np.empty((k_max, rows), dtype=bool)
+    living[-1] = True
+    np.greater_equal(below[1:], np.arange(k_max - 1)[:, None], out=living[:-1])
+    living = living.T & (np.arange(k_max)[None, :] < np.repeat(counts, h)[:, None])
     rr, kk = np.nonzero(living)  # row by row, living elements by ascending breakpoint
     fl = kk * rows + rr
     start = np.clip(np.ceil(z_flat[fl]), 0, w).astype(np.int64)  # the first holds -inf
-    jl = v_flat[fl]
+    jl = colf_kr.reshape(-1)[fl]
     val = jl * 4294967296.0 + (g_flat[fl] - jl * jl)
     diff = val.copy()
     diff[1:] -= val[:-1]
     first = np.ones(rr.size, dtype=bool)
     np.not_equal(rr[1:], rr[:-1], out=first[1:])
     diff[first] = val[first]
-    enc = np.bincount(rr * (w + 1) + start, weights=diff, minlength=rows * (w + 1)).reshape(rows, w + 1)
-    enc = torch.from_numpy(enc).cumsum(1).numpy()[:, :w].astype(np.int64)
-    j = enc >> 32
-    c = np.arange(w, dtype=np.int64)[None, :]
-    out = ((enc & 0xFFFFFFFF) + (c - j) ** 2).astype(np.float64).reshape(n, h, w)
+    keep = start < w  # segments starting past the row (trailing in it) never apply
+    enc = np.bincount((rr * w + start)[keep], weights=diff[keep], minlength=rows * w).reshape(rows, w)
+    torch.from_numpy(enc).cumsum_(1)
+    # decode in place (few fresh full-size arrays: each costs its page faults)
+    j = enc * 2.0**-32
+    np.floor(j, out=j)
+    tmp = j * 4294967296.0
+    enc -= tmp  # f at the nearest feature column
+    np.subtract(j, np.arange(w, dtype=np.float64), out=j)
+    j *= j
+    enc += j
+    out = enc.reshape(n, h, w)
     if n == 1:
         return out
     res = np.empty_like(out)
