@@ -259,7 +259,18 @@ def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> List[float]:
     return [t / total for t in taps]
 
 
+_BAND_OFFSETS: Dict[Tuple[int, str], torch.Tensor] = {}
+
+
 def _band_offsets(max_sq: int = 18, device=None) -> torch.Tensor:
+    """:func:`_make_band_offsets`, built once per size and device (it is a Python loop)."""
+    key = (max_sq, str(device))
+    if key not in _BAND_OFFSETS:
+        _BAND_OFFSETS[key] = _make_band_offsets(max_sq, device)
+    return _BAND_OFFSETS[key]
+
+
+def _make_band_offsets(max_sq: int = 18, device=None) -> torch.Tensor:
     """For each squared distance s <= max_sq: the offsets (dr, dc) with dr^2 + dc^2 == s in the
     order scipy's feature transform prefers them (smaller column first, then smaller row),
     padded with (0, 0) to 8: a (max_sq + 1, 8, 2) int64 table."""
@@ -337,9 +348,11 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
 
     fg_err = (hist[:, 1] * (1 - lut)).sum(1)  # sum of E over the foreground, exact
     bg_pred = (hist[:, 0] * lut).sum(1)  # sum of E over the background, exact
-    fg_gain = torch.where(gt, (err - ea).clamp_min(0), torch.zeros_like(err)).sum((1, 2), dtype=torch.float64)
-    decay = torch.exp(d2.float().sqrt() * (math.log(0.5) / 5))
-    bg_decay = torch.where(gt, torch.zeros_like(pred), pred * decay).sum((1, 2), dtype=torch.float64)
+    # in place (each fresh full-size tensor costs its page faults); -ea + err == err - ea exactly
+    gain = ea.neg_().add_(err).clamp_min_(0).masked_fill_(~gt, 0)
+    fg_gain = gain.sum((1, 2), dtype=torch.float64)
+    decay = d2.float().sqrt_().mul_(math.log(0.5) / 5).exp_()
+    bg_decay = decay.mul_(pred).masked_fill_(gt, 0).sum((1, 2), dtype=torch.float64)
     ew_fg = fg_err - fg_gain
     tpw = n_fg - ew_fg
     fpw = 2 * bg_pred - bg_decay
