@@ -846,10 +846,11 @@ class SaliencyMetrics(Metric):
             if p.shape != g.shape:
                 raise ValueError(f"prediction shape {tuple(p.shape)} != ground truth shape {tuple(g.shape)}")
         for pred_u8, gt_u8 in _group_by_size(preds, gts):
-            # chunks of ~0.5 M pixels: the distance transform's loop runs as long as the chunk's
-            # map with most feature lines and its per-step cost grows with the rows; larger
-            # chunks were slower on CPU
-            step = max(1, (1 << 19) // pred_u8[0].numel())
+            # on an accelerator, chunks of ~0.5 M pixels: the distance transform's loop runs as
+            # long as the chunk's map with most feature lines and its per-step cost grows with
+            # the rows. On CPU one map at a time: per-op overhead is low there, and the
+            # full-size temporaries of a chunk (fresh pages each) cost more than they save
+            step = 1 if pred_u8.device.type == "cpu" else max(1, (1 << 19) // pred_u8[0].numel())
             for i in range(0, pred_u8.shape[0], step):
                 self._update_batch(pred_u8[i : i + step], gt_u8[i : i + step])
 
