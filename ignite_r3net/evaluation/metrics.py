@@ -327,7 +327,7 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
     if gt.device.type == "cpu":
         # the transform's loop is as long as the map with most feature lines, and its per-step
         # cost grows with the rows: on CPU one map at a time is faster
-        d2 = torch.cat([_edt_sq(gt[i : i + 1]) for i in range(n)])
+        d2 = _edt_sq(gt) if n == 1 else torch.cat([_edt_sq(gt[i : i + 1]) for i in range(n)])
     else:
         d2 = _edt_sq(gt)
     pred = lut.float().gather(1, pred_u8.flatten(1).long()).view(n, h, w)
