@@ -335,6 +335,7 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
 
     # Et: background pixels near the foreground take the error of their nearest foreground pixel
     err_t = err.clone()
+    d2 = d2.float()  # exact: integers below 2**24; contiguous even where d2 was a transposed view
     bi, ri, ci = ((d2 > 0) & (d2 <= 18)).nonzero(as_tuple=True)
     if bi.numel():
         table = _band_offsets(18, dev)[d2[bi, ri, ci].long()]  # (P, 8, 2)
@@ -351,7 +352,7 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
     # in place (each fresh full-size tensor costs its page faults); -ea + err == err - ea exactly
     gain = ea.neg_().add_(err).clamp_min_(0).masked_fill_(~gt, 0)
     fg_gain = gain.sum((1, 2), dtype=torch.float64)
-    decay = d2.float().sqrt_().mul_(math.log(0.5) / 5).exp_()
+    decay = d2.sqrt_().mul_(math.log(0.5) / 5).exp_()
     bg_decay = decay.mul_(pred).masked_fill_(gt, 0).sum((1, 2), dtype=torch.float64)
     ew_fg = fg_err - fg_gain
     tpw = n_fg - ew_fg
