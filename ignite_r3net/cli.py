@@ -95,8 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - user errors become one line; bugs keep their traceback
         if _is_user_error(e):
+            from .launch import WorkerFailed
+
             print(f"error: {e}", file=sys.stderr)
-            return 2 if not _is_worker_failure(e) else 1
+            return 1 if isinstance(e, WorkerFailed) else 2
         raise
 
 
@@ -108,12 +110,6 @@ def _is_user_error(e: Exception) -> bool:
 
     return isinstance(e, (CommandError, ConfigError, DataError, CheckpointError, WorkerFailed,
                           FileNotFoundError))
-
-
-def _is_worker_failure(e: Exception) -> bool:
-    from .launch import WorkerFailed
-
-    return isinstance(e, WorkerFailed)
 
 
 if __name__ == "__main__":

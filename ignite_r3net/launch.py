@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 class WorkerFailed(RuntimeError):
-    """Raised in the launching process when any worker failed (its own message is already printed)."""
+    """Raised in the launching process when any worker failed: one line naming the rank and cause."""
 
 
 def under_torchrun() -> bool:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from ignite.exceptions import NotComputableError
 
-from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics, nearest_feature_transform
+from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics
 
 py_sod_metrics = pytest.importorskip("py_sod_metrics")
 ndimage = pytest.importorskip("scipy.ndimage")
@@ -152,25 +152,6 @@ def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
     # the region term of the empty quadrant has weight 0: with it dropped the scores agree
     want_rest = {k: v for k, v in want.items() if k != "Sm"}
     assert all(abs(got[k] - v) <= 1e-4 for k, v in want_rest.items())
-
-
-def test_feature_transform_matches_scipy_including_ties():
-    rng = np.random.default_rng(1)
-    masks = [rng.random((23, 31)) < p for p in (0.002, 0.01, 0.05, 0.3, 0.8)]
-    masks += [np.eye(17, 29, dtype=bool), np.zeros((9, 40), bool)]
-    masks[-1][4, 0] = masks[-1][0, 39] = True  # far apart: the column-loop branch
-    grid = np.zeros((21, 21), bool)
-    grid[::4, ::4] = True  # many exact ties
-    masks.append(grid)
-    for mask in masks:
-        if not mask.any():
-            mask[0, 0] = True
-        dist, idx = ndimage.distance_transform_edt(~mask, return_indices=True)
-        dsq, rr, cc = nearest_feature_transform(torch.from_numpy(mask))
-        np.testing.assert_array_equal(rr.numpy(), idx[0])
-        np.testing.assert_array_equal(cc.numpy(), idx[1])
-        np.testing.assert_allclose(np.sqrt(dsq.numpy()), dist, rtol=0, atol=0)
-
 
 
 def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():

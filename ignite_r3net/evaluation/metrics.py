@@ -6,8 +6,9 @@ with. We reimplement them in torch rather than import them so that
 
 * the package depends on neither scipy, scikit-image nor opencv (PySODMetrics needs all three);
 * a batch of equal-size maps is scored in a few vectorised tensor ops on any device;
-* every per-image quantity is summed into float64 tensors, so ``sync_all_reduce`` makes the
-  result under N processes equal to the result of one process.
+* every per-image quantity is rounded to a multiple of 2**-32 and summed into float64 tensors:
+  the sums are exact, so ``sync_all_reduce`` makes the result under N processes bit for bit the
+  result of one process.
 
 Conventions copied from PySODMetrics on purpose (they decide the last digits):
 
@@ -181,72 +182,7 @@ def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, 
     return ssim
 
 
-# ---------------------------- exact Euclidean feature transform ----------------------------
-
-
-def nearest_feature_transform(feature: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Exact Euclidean distance transform of a 2-D bool map, with the nearest feature pixel.
-
-    Returns ``(dist_sq, row, col)``: the squared distance of every pixel to its nearest ``True``
-    pixel and that pixel's coordinates. Equivalent to ``scipy.ndimage.distance_transform_edt(
-    ~feature, return_indices=True)`` including its tie-breaking (scipy's Maurer pass along
-    axis 0 keeps the upper of two equidistant pixels in a column; the pass along axis 1 keeps the
-    leftmost of equidistant column candidates), which matters because the weighted F-measure
-    copies the error of that pixel. ``feature`` must hold at least one ``True``.
-    """
-    h, w = feature.shape
-    dev = feature.device
-    big = 1 << 40
-    dtype = torch.int64
-    r = torch.arange(h, device=dev, dtype=dtype).view(-1, 1).expand(h, w)
-    # pass 1, within each column: nearest feature at-or-above and at-or-below
-    up = torch.where(feature, r, torch.full_like(r, -big)).cummax(0).values
-    down = torch.where(feature, r, torch.full_like(r, 2 * big)).flip(0).cummin(0).values.flip(0)
-    d_up, d_down = r - up, down - r
-    take_up = d_up <= d_down  # a tie keeps the smaller row, as scipy does
-    row1 = torch.where(take_up, up, down)
-    d1 = torch.where(take_up, d_up, d_down)
-    has_col = feature.any(0)
-    inf = big
-    d1sq = torch.where(has_col.view(1, -1), d1 * d1, torch.full_like(d1, inf))
-
-    # pass 2, along each row: min over columns j of d1sq[r, j] + (c - j)^2, ties -> smallest j.
-    # Candidates are compared by the single integer key dist_sq * w + j, so one `minimum` does
-    # both the distance comparison and the tie-break.
-    c = torch.arange(w, device=dev, dtype=dtype)
-    d1key = d1sq * w + c.view(1, -1)
-    feat_cols = has_col.nonzero().flatten().tolist()
-    # Two exact ways; pick the one with fewer full-image steps. Offsets k only need to run while
-    # k^2 <= the largest distance, which is bounded by the nearest feature in the same row/column.
-    cc = c.view(1, -1).expand(h, w)
-    left = torch.where(feature, cc, torch.full_like(r, -big)).cummax(1).values
-    right = torch.where(feature, cc, torch.full_like(r, 2 * big)).flip(1).cummin(1).values.flip(1)
-    row_d = torch.minimum(cc - left, right - cc)
-    pixel_bound = torch.minimum(row_d, torch.where(has_col.view(1, -1), d1, torch.full_like(d1, big)))
-    row_bound = pixel_bound.amax(1)  # per row, no pixel is farther than this from a feature
-    bound = int(row_bound.max())
-    if len(feat_cols) <= bound:  # few columns hold features (small objects): loop over them
-        best = torch.full((h, w), inf * w, dtype=dtype, device=dev)
-        for j in feat_cols:
-            torch.minimum(best, d1key[:, j : j + 1] + (c - j).pow(2).view(1, -1) * w, out=best)
-    else:  # loop over column offsets k; a row is done once k exceeds its bound
-        # rows sorted by decreasing bound, so the rows still active are a leading slice
-        order = torch.argsort(row_bound, descending=True)
-        bounds = row_bound[order].tolist()
-        keys = d1key[order]
-        best = keys.clone()
-        active = h
-        for k in range(1, min(bound, w - 1) + 1):
-            while bounds[active - 1] < k:
-                active -= 1
-            shift = k * k * w
-            torch.minimum(best[:active, k:], keys[:active, : w - k] + shift, out=best[:active, k:])  # j = c - k
-            torch.minimum(best[:active, : w - k], keys[:active, k:] + shift, out=best[:active, : w - k])  # j = c + k
-        best = torch.empty_like(best).index_copy_(0, order, best)
-    arg = best % w
-    best = best // w
-    row = row1.gather(1, arg)
-    return best, row, arg
+# ---------------------------- weighted F-measure ----------------------------
 
 
 def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> List[float]:
@@ -324,12 +260,7 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
         if keep.numel() == 0:
             return out
         return out.index_copy_(0, keep, _weighted_fmeasure(pred_u8[keep], gt[keep], lut[keep], hist[keep]))
-    if gt.device.type == "cpu":
-        # the transform's loop is as long as the map with most feature lines, and its per-step
-        # cost grows with the rows: on CPU one map at a time is faster
-        d2 = _edt_sq(gt) if n == 1 else torch.cat([_edt_sq(gt[i : i + 1]) for i in range(n)])
-    else:
-        d2 = _edt_sq(gt)
+    d2 = _edt_sq(gt)  # on CPU ``update`` passes one map at a time, the faster way there
     pred = lut.float().gather(1, pred_u8.flatten(1).long()).view(n, h, w)
     err = torch.where(gt, 1 - pred, pred)
 

@@ -54,14 +54,17 @@ class LossMeter:
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
     def sync(self) -> MeterReading:
-        """All-reduce across ranks and read the averages on the host (a collective: call on all ranks)."""
-        packed = torch.cat([self._sums, self._count])
-        packed = idist.all_reduce(packed.clone())
-        first_bad = idist.all_reduce(self._first_bad.clone(), op="MIN")
-        values = packed.tolist()
+        """All-reduce across ranks and read the averages on the host (a collective: call on all ranks).
+
+        One all-reduce in the usual case: a non-finite loss on any rank makes the summed vector
+        non-finite on every rank, and only then do all ranks ask which iteration was first.
+        """
+        values = idist.all_reduce(torch.cat([self._sums, self._count])).tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
-        bad = first_bad.tolist()
+        if all(math.isfinite(v) for v in values):
+            return MeterReading(averages, int(count), None, [])
+        bad = idist.all_reduce(self._first_bad.clone(), op="MIN").tolist()
         first = min(bad)
         if math.isinf(first):
             return MeterReading(averages, int(count), None, [])
