@@ -128,26 +128,16 @@ def model_state_from_checkpoint(obj: Mapping[str, Any], path: str | Path) -> dic
     return state
 
 
-def _our_layout(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    from ..model import convert_original_r3net_state_dict
-
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
-    if "layer0.0.weight" in state:  # the original release's positional backbone keys
-        state = convert_original_r3net_state_dict(state)
-    return dict(state)
-
-
 def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     """The backbone name whose shape matches ``state`` (any accepted layout), or None.
 
     Cheap: counts the blocks of each stage and reads the grouping of the first 3x3 convolution,
     which tells every backbone in ``BACKBONES`` apart.
     """
-    from ..model import BACKBONES
+    from ..model import BACKBONES, to_our_layout
 
     try:
-        sd = _our_layout(state)
+        sd = to_our_layout(state)
     except ValueError:
         return None
     layers = []

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..data import IMAGE_EXTS
+
 __all__ = [
     "MAP_EXTS",
     "MapMatch",
@@ -27,7 +29,7 @@ __all__ = [
     "dataset_names",
 ]
 
-MAP_EXTS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # Preference when one stem has several files (an MSRA10K-style folder holds name.jpg + name.png):
 # the lossless formats first, since masks and maps are normally PNG.
 _PREFERENCE = {ext: i for i, ext in enumerate((".png", ".bmp", ".tif", ".tiff", ".webp", ".jpg", ".jpeg"))}

@@ -6,6 +6,7 @@ from ignite_r3net.model.weights import (
     convert_original_backbone_state_dict,
     convert_original_r3net_state_dict,
     load_model_state,
+    to_our_layout,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "convert_original_backbone_state_dict",
     "convert_original_r3net_state_dict",
     "load_model_state",
+    "to_our_layout",
 ]

@@ -261,7 +261,13 @@ def load_model_state(model: nn.Module, state_dict: StateDict) -> None:
     prefix) or the original R3Net release layout. Raises ValueError listing
     missing and unexpected keys.
     """
+    _strict_load(model, to_our_layout(state_dict), "model state_dict")
+
+
+def to_our_layout(state_dict: StateDict) -> dict[str, torch.Tensor]:
+    """An R3Net state_dict in our key layout: a DDP ``module.`` prefix is stripped and the
+    original release's layout converted."""
     sd = _strip_ddp_prefix(state_dict)
     if _is_original_r3net_layout(sd):
         sd = convert_original_r3net_state_dict(sd)
-    _strict_load(model, sd, "model state_dict")
+    return sd
