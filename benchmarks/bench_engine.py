@@ -33,7 +33,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import ResumableDistributedSampler, SaliencyTrainSet, sample_seed
+from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, sample_seed
 from ignite_r3net.model import R3Net
 from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
 from ignite_r3net.training.trainer import create_trainer
@@ -91,6 +91,7 @@ def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: Tra
               warmup: int) -> float:
     """Seconds for iterations ``warmup+1 .. iters`` of a plain PyTorch loop training the same way."""
     device = torch.device("cpu")
+    augment = DeviceAugment()
     optimizer = build_optimizer(model, config)
     start = 0.0
     for i in range(1, config.iters + 1):
@@ -98,7 +99,7 @@ def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: Tra
         optimizer.param_groups[0]["lr"] = poly_lr(2 * config.lr, i, config.iters, config.lr_power)
         optimizer.param_groups[1]["lr"] = poly_lr(config.lr, i, config.iters, config.lr_power)
         model.train()
-        images, masks = prepare_batch(batch, device)
+        images, masks = prepare_batch(batch, device, augment)
         losses = side_output_losses(model(images), masks)
         total = losses.sum()
         optimizer.zero_grad(set_to_none=True)

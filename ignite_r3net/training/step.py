@@ -8,18 +8,21 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
-from ..data import device_augment
+from ..data import DeviceAugment
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def prepare_batch(batch: dict[str, Any], device: torch.device, channels_last: bool = False
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move a uint8 batch to ``device`` and finish its augmentation there (rotation, normalisation)."""
+def prepare_batch(batch: dict[str, Any], device: torch.device, augment: DeviceAugment,
+                  channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move a uint8 batch to ``device`` and finish its augmentation there (rotation, normalisation).
+
+    The angles stay on the CPU until the rotation needs them, so deciding whether to rotate does
+    not wait for the device; ``augment`` keeps its normalisation constants on the device.
+    """
     images = batch["image"].to(device, non_blocking=True)
     masks = batch["mask"].to(device, non_blocking=True)
-    angles = batch["angle"].to(device, non_blocking=True)
-    images, masks = device_augment(images, masks, angles)
+    images, masks = augment(images, masks, batch["angle"])
     if channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     return images, masks
@@ -42,10 +45,11 @@ def create_train_step(
     """The Engine's process function. Returns the detached 8-vector (total, loss0..loss6) on ``device``;
     nothing is copied to the host here, so the step never waits for the device."""
     amp_dtype = AMP_DTYPES[amp]
+    augment = DeviceAugment()
 
     def train_step(engine: Engine, batch: dict[str, Any]) -> torch.Tensor:
         model.train()
-        images, masks = prepare_batch(batch, device, channels_last)
+        images, masks = prepare_batch(batch, device, augment, channels_last)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             outputs = model(images)
         losses = side_output_losses(outputs, masks)
