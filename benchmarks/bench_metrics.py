@@ -7,6 +7,9 @@ Usage::
 or, from Python, ``bench_metrics()`` which returns ``{"pysodmetrics_images_per_s",
 "ours_images_per_s", "speedup", "max_abs_diff", ...}``.
 
+Ours uses the C distance transform (``ignite_r3net._native``) when it is built; the figure without
+it (``ours_without_native_images_per_s``: numpy only) is measured in the same run.
+
 Both sides score the same generated uint8 maps (smooth soft predictions around a salient blob;
 ground-truth masks with one or two irregular objects, some of them tiny) in the same process,
 each timed best-of-3 after a warm-up, with torch and numpy / OpenBLAS limited to one thread.
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ignite_r3net import native
 from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics
 
 __all__ = ["bench_metrics", "make_maps"]
@@ -127,6 +131,19 @@ def _best_of(fn, repeats: int = 3) -> Tuple[float, object]:
 
 
 @contextlib.contextmanager
+def _without_native():
+    old = os.environ.get("IGNITE_R3NET_NATIVE")
+    os.environ["IGNITE_R3NET_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["IGNITE_R3NET_NATIVE"]
+        else:
+            os.environ["IGNITE_R3NET_NATIVE"] = old
+
+
+@contextlib.contextmanager
 def _one_thread():
     old = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -160,9 +177,12 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
         t_ref, ref = _best_of(lambda: _pysod(maps))
         t_ours, got = _best_of(lambda: _ours(preds, gts))
         t_single, got_single = _best_of(lambda: _ours(preds, gts, per_map=True))
+        with _without_native():  # what an install without a C compiler gets
+            t_pure, got_pure = _best_of(lambda: _ours(preds, gts))
     diff = max(abs(got[k] - ref[k]) for k in METRIC_KEYS)
     diff_single = max(abs(got_single[k] - ref[k]) for k in METRIC_KEYS)
-    if not diff <= 1e-6 or not diff_single <= 1e-6:
+    diff_pure = max(abs(got_pure[k] - ref[k]) for k in METRIC_KEYS)
+    if not diff <= 1e-6 or not diff_single <= 1e-6 or not diff_pure <= 1e-6:
         raise AssertionError(f"SaliencyMetrics disagrees with PySODMetrics: {got} vs {ref}")
     return {
         "pysodmetrics_images_per_s": n_maps / t_ref,
@@ -172,6 +192,9 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
         "ours_per_map_images_per_s": n_maps / t_single,
         "speedup_per_map": t_ref / t_single,
         "max_abs_diff_per_map": diff_single,
+        "native_kernels": native.available(),
+        "ours_without_native_images_per_s": n_maps / t_pure,
+        "speedup_without_native": t_ref / t_pure,
         "n_maps": n_maps,
         "size": list(size),
         "threads": 1,
@@ -193,6 +216,8 @@ def main(argv=None) -> dict:
         f"PySODMetrics {res['pysodmetrics_images_per_s']:.1f} img/s, "
         f"ours {res['ours_images_per_s']:.1f} img/s batched ({res['speedup']:.2f}x), "
         f"{res['ours_per_map_images_per_s']:.1f} img/s one map per update ({res['speedup_per_map']:.2f}x), "
+        f"{res['ours_without_native_images_per_s']:.1f} img/s without the C kernels "
+        f"({res['speedup_without_native']:.2f}x; C kernels {'used' if res['native_kernels'] else 'not built'}), "
         f"max |diff| {res['max_abs_diff']:.2e}"
     )
     if args.json:

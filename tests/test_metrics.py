@@ -125,7 +125,24 @@ def assert_close(got, want, context=""):
 CASES = make_cases()
 
 
-def test_agrees_with_pysodmetrics_over_the_set():
+@pytest.fixture(params=["native", "numpy", "torch"])
+def wf_path(request, monkeypatch):
+    """The three ways the weighted F-measure is computed: CPU maps in numpy with the C distance
+    transform (the default), the same without the C kernels, and the batched torch path that
+    accelerators take (forced here on CPU tensors)."""
+    from ignite_r3net import native
+    from ignite_r3net.evaluation import metrics as M
+
+    if request.param == "native" and not native.available():
+        pytest.fail("ignite_r3net._native is not built: setup.py compiles it when a C compiler is present")
+    if request.param == "numpy":
+        monkeypatch.setenv("IGNITE_R3NET_NATIVE", "0")
+    if request.param == "torch":
+        monkeypatch.setattr(M, "_CPU_WF", False)
+    return request.param
+
+
+def test_agrees_with_pysodmetrics_over_the_set(wf_path):
     metric = ours(CASES)
     want, pr = reference(CASES)
     assert_close(metric.compute(), want)
@@ -139,6 +156,28 @@ def test_agrees_with_pysodmetrics_over_the_set():
 def test_agrees_with_pysodmetrics_per_image(index):
     case = [CASES[index]]
     assert_close(ours(case).compute(), reference(case)[0], context=f"case {index}: ")
+
+
+def test_weighted_fmeasure_paths_agree_per_image():
+    """Per map, the numpy/C path and the torch path give the same weighted F-measure (1e-6:
+    float64 versus float32 error maps); objects touching the border included."""
+    from ignite_r3net.evaluation import metrics as M
+
+    cases = list(CASES)
+    rng = np.random.default_rng(5)
+    for h, w in ((40, 60), (33, 21)):
+        gt = np.zeros((h, w), np.uint8)
+        gt[: h // 2, w // 3 :] = 255  # touches the top and right borders
+        cases.append((_u8(_smooth(rng, h, w)), gt))
+    for pred, gt in cases:
+        p = torch.from_numpy(pred)[None]
+        g = torch.from_numpy(gt)[None] > 128
+        lut = M._lut(p)
+        n_fg, cy, cx = M._centroid(g)
+        hist = M._quadrant_histogram(p, g, cy, cx).double().sum(1)
+        batched = float(M._weighted_fmeasure(p, g, lut, hist)[0])
+        cpu = M._weighted_fmeasure_cpu(pred, gt > 128, lut[0].numpy(), hist[0].numpy())
+        assert cpu == pytest.approx(batched, abs=1e-6)
 
 
 def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
@@ -155,8 +194,10 @@ def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
 
 
 def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
+    from ignite_r3net import native
     from ignite_r3net.evaluation import metrics as M
 
+    assert native.available(), "ignite_r3net._native is not built"
     rng = np.random.default_rng(2)
     batches = []
     for h, w in [(1, 1), (1, 7), (9, 1), (23, 31), (40, 17)]:
@@ -175,8 +216,30 @@ def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
         np.testing.assert_array_equal(M._edt_sq(fg).numpy(), want)  # numpy path
         torch_path = M._row_transform(M._column_distance(fg), fg.any(1))
         np.testing.assert_array_equal(torch_path.numpy(), want)
-        for i in range(len(batch)):  # one map at a time, as SaliencyMetrics calls it on CPU
+        for i in range(len(batch)):  # one map at a time, as the CPU path calls it
             np.testing.assert_array_equal(M._edt_sq(fg[i : i + 1]).numpy(), want[i : i + 1])
+            np.testing.assert_array_equal(native.edt_sq(batch[i]), want[i])  # the C kernel
+
+
+def test_pending_maps_are_folded_in_before_compute_state_dict_and_flush_limit(monkeypatch):
+    """Histogram statistics are computed in batches: results must not depend on when that happens,
+    and a saved state must include maps not yet folded in."""
+    from ignite_r3net.evaluation import metrics as M
+
+    same = [c for c in CASES if c[0].shape == (37, 53)]
+    want = ours(same).compute()
+    monkeypatch.setattr(M, "_PENDING_MAPS", 3)  # flushes in the middle of the updates
+    assert ours(same).compute() == want
+    monkeypatch.setattr(M, "_PENDING_MAPS", 10**6)
+    first = ours(same[:4])
+    state = first.state_dict()
+    resumed = SaliencyMetrics()
+    resumed.update(([torch.from_numpy(same[-1][0])], [torch.from_numpy(same[-1][1])]))  # dropped by the load
+    resumed.load_state_dict(state)
+    for pred, gt in same[4:]:
+        resumed.update(([torch.from_numpy(pred)], [torch.from_numpy(gt)]))
+    assert resumed.compute() == want
+
 
 def test_batched_update_equals_per_image_updates():
     same = [c for c in CASES if c[0].shape == (37, 53)]

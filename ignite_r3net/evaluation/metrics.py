@@ -5,7 +5,11 @@ The numbers equal those of PySODMetrics (``py_sod_metrics``: ``MAE``, ``Fmeasure
 with. We reimplement them in torch rather than import them so that
 
 * the package depends on neither scipy, scikit-image nor opencv (PySODMetrics needs all three);
-* a batch of equal-size maps is scored in a few vectorised tensor ops on any device;
+* a batch of equal-size maps is scored in a few vectorised tensor ops on any device; the
+  histogram statistics of many maps (any sizes) are computed together in one batched pass;
+* on the CPU the weighted F-measure runs map by map in numpy, with the exact distance transform
+  in C (``ignite_r3net._native``, numpy when it is not built) and its local work cut to the
+  foreground's bounding box; on an accelerator it runs batched in torch;
 * every per-image quantity is rounded to a multiple of 2**-32 and summed into float64 tensors:
   the sums are exact, so ``sync_all_reduce`` makes the result under N processes bit for bit the
   result of one process.
@@ -31,6 +35,9 @@ import torch.nn.functional as F
 from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
+
+
+from .. import native
 
 __all__ = ["SaliencyMetrics", "METRIC_KEYS"]
 
@@ -123,14 +130,16 @@ def _fmeasure(tp: torch.Tensor, fp: torch.Tensor, n_fg: torch.Tensor):
     return precision, recall, num / den
 
 
-def _emeasure_from_counts(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: int) -> torch.Tensor:
+def _emeasure_from_counts(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
     """Enhanced-alignment measure of binarised predictions from their confusion counts.
 
     fg_fg / fg_bg: predicted-foreground pixels on gt foreground / background, shape (N, T);
-    n_fg: gt-foreground pixels per image, shape (N,). Mirrors PySODMetrics' closed form."""
+    n_fg, size: gt-foreground and all pixels per image, shape (N,). Mirrors PySODMetrics' closed
+    form."""
     fg_fg = fg_fg.double()
     fg_bg = fg_bg.double()
     n_fg = n_fg.double().view(-1, 1)
+    size = size.view(-1, 1)
     pred_fg = fg_fg + fg_bg
     pred_bg = size - pred_fg
     bg_fg = n_fg - fg_fg
@@ -160,7 +169,7 @@ def _s_object(sum_x: torch.Tensor, sum_sq_dev: torch.Tensor, n: torch.Tensor) ->
     return 2 * mean / (mean**2 + 1 + std + EPS)
 
 
-def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, cx, h, w):
+def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, cx, heights, widths):
     """Reproduce PySODMetrics where pred and gt are both constant over a quadrant.
 
     There ssim's alpha is exactly 0 and its beta is 0 only if numpy's mean of the slice rounds
@@ -175,6 +184,7 @@ def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, 
     ssim = ssim.clone()
     for i, q in tie.nonzero().tolist():
         c = float(x[i, q])
+        h, w = int(heights[i]), int(widths[i])
         rows = slice(0, int(cy[i])) if q < 2 else slice(int(cy[i]), h)
         cols = slice(0, int(cx[i])) if q % 2 == 0 else slice(int(cx[i]), w)
         exact = np.full((h, w), c, dtype=np.float64)[rows, cols].mean() == c
@@ -260,7 +270,7 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
         if keep.numel() == 0:
             return out
         return out.index_copy_(0, keep, _weighted_fmeasure(pred_u8[keep], gt[keep], lut[keep], hist[keep]))
-    d2 = _edt_sq(gt)  # on CPU ``update`` passes one map at a time, the faster way there
+    d2 = _edt_sq(gt)
     pred = lut.float().gather(1, pred_u8.flatten(1).long()).view(n, h, w)
     err = torch.where(gt, 1 - pred, pred)
 
@@ -291,6 +301,112 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
     recall = 1 - ew_fg / n_fg
     precision = tpw / (tpw + fpw + EPS)
     return (1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS)
+
+
+def _weighted_fmeasure_maps(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tensor, hist: torch.Tensor) -> torch.Tensor:
+    """Per-map weighted F-measure (N,) float64: map by map in numpy on the CPU, batched in torch
+    on an accelerator."""
+    if pred_u8.device.type != "cpu" or not _CPU_WF:
+        return _weighted_fmeasure(pred_u8, gt, lut, hist)
+    p, g, table, counts = pred_u8.numpy(), gt.numpy(), lut.numpy(), hist.numpy()
+    return torch.tensor([_weighted_fmeasure_cpu(p[i], g[i], table[i], counts[i]) for i in range(len(p))],
+                        dtype=torch.float64)
+
+
+#: False sends CPU maps through the torch path as well (tests compare the two)
+_CPU_WF = True
+
+# The same measure for one map on the CPU, in numpy and float64: full-map work is limited to
+# the distance transform (C kernel when built) and one dot product; the error maps, the band of
+# nearest foreground pixels and the Gaussian are computed on the foreground's bounding box only.
+
+_DECAY_TABLE = np.ones(1)
+
+
+def _decay_table(max_sq: int) -> np.ndarray:
+    """``0.5 ** (sqrt(k) / 5)`` for squared distances k = 0..max_sq, in PySODMetrics' float64
+    operations (``exp(log(0.5) / 5 * dist)``); grown on demand and kept."""
+    global _DECAY_TABLE
+    if _DECAY_TABLE.shape[0] <= max_sq:
+        _DECAY_TABLE = np.exp(np.log(0.5) / 5 * np.sqrt(np.arange(max_sq + 1, dtype=np.float64)))
+    return _DECAY_TABLE
+
+
+def _squared_distance_cpu(fg: np.ndarray) -> np.ndarray:
+    """Exact squared distances to the nearest ``True`` of a 2-D bool map (with one), int64 or int32."""
+    if native.available():
+        return native.edt_sq(fg.view(np.uint8))
+    return _edt_sq_cpu(fg[None])[0].astype(np.int64)
+
+
+def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray, hist: np.ndarray) -> float:
+    """:func:`_weighted_fmeasure` of one (H, W) map: ``pred_u8`` uint8, ``gt`` bool, ``lut`` (256,)
+    float64 normalised values, ``hist`` (2, 256) counts. Same quantities, same scipy tie-breaking."""
+    n_fg = hist[1].sum()
+    if n_fg == 0:
+        return 0.0
+    h, w = gt.shape
+    d2 = _squared_distance_cpu(gt)
+    fg_pred = float(hist[1] @ lut)  # sum of pred over the foreground, exact
+    bg_pred = float(hist[0] @ lut)
+    # sum over the background of pred * decay(dist): over all pixels minus the foreground's
+    # (where the distance is 0 and the decay 1)
+    decay = _decay_table(int(d2.max()))
+    bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
+
+    # the foreground's bounding box, 4 pixels wider: every band pixel (squared distance <= 18)
+    # and every 7x7 window around a foreground pixel lies inside it
+    rows, cols = np.flatnonzero(gt.any(1)), np.flatnonzero(gt.any(0))
+    r0, r1 = max(rows[0] - 4, 0), min(rows[-1] + 5, h)
+    c0, c1 = max(cols[0] - 4, 0), min(cols[-1] + 5, w)
+    g = gt[r0:r1, c0:c1]
+    pred = lut[pred_u8[r0:r1, c0:c1]]
+    err = np.where(g, 1 - pred, pred)
+    err_t = err.copy()
+    d2_box = d2[r0:r1, c0:c1]
+    ri, ci = np.nonzero((d2_box > 0) & (d2_box <= 18))
+    if ri.size:
+        table = _band_offsets_np()[d2_box[ri, ci]]  # (P, 8, 2)
+        rr = ri[:, None] + table[..., 0]
+        cc = ci[:, None] + table[..., 1]
+        padded = np.pad(g, 4)  # outside the box (or the map) there is no foreground nearby
+        first = padded[rr + 4, cc + 4].argmax(1)
+        pick = np.arange(ri.size)
+        err_t[ri, ci] = err[rr[pick, first], cc[pick, first]]
+    ea = _gaussian_filter_np(err_t)
+    gain = err - ea
+    fg_gain = float(gain[g & (gain > 0)].sum())
+
+    ew_fg = (n_fg - fg_pred) - fg_gain  # sum over the foreground of min(E, EA)
+    tpw = n_fg - ew_fg
+    fpw = 2 * bg_pred - bg_decay
+    recall = 1 - ew_fg / n_fg
+    precision = tpw / (tpw + fpw + EPS)
+    return float((1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS))
+
+
+_BAND_OFFSETS_NP: List[np.ndarray] = []
+
+
+def _band_offsets_np() -> np.ndarray:
+    if not _BAND_OFFSETS_NP:
+        _BAND_OFFSETS_NP.append(_band_offsets(18).numpy())
+    return _BAND_OFFSETS_NP[0]
+
+
+def _gaussian_filter_np(x: np.ndarray, size: int = 7, sigma: float = 5.0) -> np.ndarray:
+    """:func:`_gaussian_filter` of one 2-D float64 map, in numpy."""
+    taps = _gaussian_taps(size, sigma)
+    half = size // 2
+    h, w = x.shape
+    padded = np.pad(x, half)
+    rows = padded[0:h, :] * taps[0]
+    for i in range(1, size):
+        rows += padded[i : i + h, :] * taps[i]
+    out = rows[:, 0:w] * taps[0]
+    for i in range(1, size):
+        out += rows[:, i : i + w] * taps[i]
+    return out
 
 
 # ---------------------------- exact Euclidean distance transform ----------------------------
@@ -507,6 +623,9 @@ def _edt_sq(fg: torch.Tensor) -> torch.Tensor:
     Separable: per-column distances, then the lower envelope along rows. The envelope loop
     runs over the columns holding features, so the axes are swapped when that makes it shorter."""
     if fg.device.type == "cpu":
+        if native.available():
+            arr = fg.numpy()
+            return torch.from_numpy(np.stack([native.edt_sq(m.view(np.uint8)) for m in arr]).astype(np.float64))
         return torch.from_numpy(_edt_sq_cpu(fg.numpy()))
     n_cols = int(fg.any(1).sum(1).max())
     n_rows = int(fg.any(2).sum(1).max())
@@ -571,7 +690,7 @@ def _ge_counts(hist: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     return binned.flip(-1).cumsum(-1).flip(-1)
 
 
-def _adaptive(lut: torch.Tensor, hist: torch.Tensor, n_fg: torch.Tensor, size: int):
+def _adaptive(lut: torch.Tensor, hist: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor):
     """Adaptive F and E of the threshold ``min(2 * mean(pred), 1)``, from the histogram."""
     mean = (hist.sum(1) * lut).sum(1) / size
     thr = (2 * mean).clamp_max(1).view(-1, 1)
@@ -648,6 +767,9 @@ def _smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # the ignite metric
 # --------------------------------------------------------------------------------------------
+
+#: maps whose histogram statistics wait to be computed in one batch (a few MB of summaries)
+_PENDING_MAPS = 256
 
 _ACCUMULATORS = (
     "_sum_mae",
@@ -749,6 +871,9 @@ class SaliencyMetrics(Metric):
         self._sum_sm = zeros()
         self._sum_wf = zeros()
         self._num_images = zeros()
+        # per-map histogram summaries not yet folded into the sums (see _flush)
+        self._pending: List[Tuple[torch.Tensor, ...]] = []
+        self._pending_maps = 0
 
     @staticmethod
     def _as_list(maps: Maps) -> List[torch.Tensor]:
@@ -778,34 +903,24 @@ class SaliencyMetrics(Metric):
             if p.shape != g.shape:
                 raise ValueError(f"prediction shape {tuple(p.shape)} != ground truth shape {tuple(g.shape)}")
         for pred_u8, gt_u8 in _group_by_size(preds, gts):
-            # on an accelerator, chunks of ~0.5 M pixels: the distance transform's loop runs as
-            # long as the chunk's map with most feature lines and its per-step cost grows with
-            # the rows. On CPU one map at a time: per-op overhead is low there, and the
-            # full-size temporaries of a chunk (fresh pages each) cost more than they save
-            step = 1 if pred_u8.device.type == "cpu" else max(1, (1 << 19) // pred_u8[0].numel())
+            # chunks of ~0.5 M pixels on an accelerator: the distance transform's loop runs as
+            # long as the chunk's map with most feature lines and its per-step cost grows with the
+            # rows. ~2 M on the CPU, where the weighted F-measure goes map by map anyway and the
+            # histogram statistics are cheaper batched
+            budget = (1 << 21) if pred_u8.device.type == "cpu" else (1 << 19)
+            step = max(1, budget // pred_u8[0].numel())
             for i in range(0, pred_u8.shape[0], step):
                 self._update_batch(pred_u8[i : i + step], gt_u8[i : i + step])
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
+        """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep
+        each map's histogram summary for :meth:`_flush`."""
         n, h, w = pred_u8.shape
-        size = h * w
         gt = gt_u8 > 128
         lut = _lut(pred_u8)  # the normalised value of every uint8 level, per image
         n_fg, cy, cx = _centroid(gt)
         qhist = _quadrant_histogram(pred_u8, gt, cy, cx).double()  # (N, 4, 2, 256)
-        hist = qhist.sum(1)  # (N, 2, 256): gt background / foreground counts per uint8 value
-
-        # floor == numpy's astype(uint8) truncation PySODMetrics uses to bin the normalised map
-        # (levels outside [min, max] of an image hold no pixel; clamping keeps them indexable)
-        ge = _ge_counts(hist, (lut * 255).floor().clamp(0, 255).long())
-        tp, fp = ge[:, 1], ge[:, 0]
-        if self.protocol == "standard":
-            # |pred - gt| is pred on the background and 1 - pred on the foreground
-            self._sum_mae += _exact(((hist[:, 0] * lut).sum(1) + (hist[:, 1] * (1 - lut)).sum(1)) / size).sum()
-            precision, recall, fm = _fmeasure(tp, fp, n_fg)
-            self._sum_precision += _exact(precision).sum(0)
-            self._sum_recall += _exact(recall).sum(0)
-        else:
+        if self.protocol == "r3net":
             p = pred_u8.double() / 255
             g = gt_u8.double() / 255
             self._sum_mae += _exact((p - g).abs().flatten(1).mean(1)).sum()
@@ -818,18 +933,57 @@ class SaliencyMetrics(Metric):
             t = hard.flatten(1).sum(1, keepdim=True).double()
             self._sum_precision += _exact((r_tp + _R3NET_EPS) / (r_pos + _R3NET_EPS)).sum(0)
             self._sum_recall += _exact((r_tp + _R3NET_EPS) / (t + _R3NET_EPS)).sum(0)
-            _, _, fm = _fmeasure(tp, fp, n_fg)
+        self._sum_wf += _exact(_weighted_fmeasure_maps(pred_u8, gt, lut, qhist.sum(1))).sum()
+        self._num_images += n
+        shape = torch.tensor([[h, w]], dtype=torch.float64, device=lut.device).expand(n, 2)
+        self._pending.append((lut, qhist, n_fg, cy, cx, shape))
+        self._pending_maps += n
+        if self._pending_maps >= _PENDING_MAPS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Add the statistics that follow from the maps' histograms, for all pending maps in one
+        batched pass (per-image values are rounded by ``_exact``, so when this runs does not change
+        a bit of the sums)."""
+        if not self._pending:
+            return
+        lut, qhist, n_fg, cy, cx, shape = (torch.cat(parts) for parts in zip(*self._pending))
+        self._pending, self._pending_maps = [], 0
+        h, w = shape[:, 0], shape[:, 1]
+        size = h * w
+        hist = qhist.sum(1)  # (N, 2, 256): gt background / foreground counts per uint8 value
+        # floor == numpy's astype(uint8) truncation PySODMetrics uses to bin the normalised map
+        # (levels outside [min, max] of an image hold no pixel; clamping keeps them indexable)
+        ge = _ge_counts(hist, (lut * 255).floor().clamp(0, 255).long())
+        tp, fp = ge[:, 1], ge[:, 0]
+        precision, recall, fm = _fmeasure(tp, fp, n_fg)
+        if self.protocol == "standard":
+            # |pred - gt| is pred on the background and 1 - pred on the foreground
+            self._sum_mae += _exact(((hist[:, 0] * lut).sum(1) + (hist[:, 1] * (1 - lut)).sum(1)) / size).sum()
+            self._sum_precision += _exact(precision).sum(0)
+            self._sum_recall += _exact(recall).sum(0)
         self._sum_fm += _exact(fm).sum(0)
         adp_f, adp_e = _adaptive(lut, hist, n_fg, size)
         self._sum_adp_f += _exact(adp_f).sum()
         self._sum_em += _exact(_emeasure_from_counts(tp, fp, n_fg, size)).sum(0)
         self._sum_adp_e += _exact(adp_e).sum()
         self._sum_sm += _exact(_smeasure_from_hist(lut, qhist, n_fg, cy, cx, h, w)).sum()
-        self._sum_wf += _exact(_weighted_fmeasure(pred_u8, gt, lut, hist)).sum()
-        self._num_images += n
+
+    def state_dict(self):  # noqa: D102 - the sums must include the pending maps
+        self._flush()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict) -> None:  # noqa: D102 - the loaded sums replace everything
+        self._pending, self._pending_maps = [], 0
+        super().load_state_dict(state_dict)
+
+    def compute(self) -> Dict[str, float]:
+        """The nine scores, averaged over every image seen by every process."""
+        self._flush()
+        return self._reduced_scores()
 
     @sync_all_reduce(*_ACCUMULATORS)
-    def compute(self) -> Dict[str, float]:
+    def _reduced_scores(self) -> Dict[str, float]:
         count = float(self._num_images)
         if count == 0:
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
@@ -852,11 +1006,15 @@ class SaliencyMetrics(Metric):
             "wF": float(self._sum_wf) / count,
         }
 
-    @sync_all_reduce("_sum_precision", "_sum_recall", "_num_images")
     def pr_curve(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Mean precision and recall over images, each of 256 values indexed by threshold t:
         a pixel is positive when ``floor(pred * 255) >= t`` (standard, pred normalised) or
         ``pred_u8 > t`` (r3net)."""
+        self._flush()
+        return self._reduced_pr_curve()
+
+    @sync_all_reduce("_sum_precision", "_sum_recall", "_num_images")
+    def _reduced_pr_curve(self) -> Tuple[torch.Tensor, torch.Tensor]:
         count = float(self._num_images)
         if count == 0:
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
