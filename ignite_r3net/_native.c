@@ -10,16 +10,22 @@
  *       comparisons are those of the exact rationals. Output: int32 (INT32_MAX everywhere in a
  *       map without a nonzero pixel).
  *
- *   rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w)
- *       For each of n samples: rotate the uint8 image (c, h, w) counter-clockwise by angles[i]
- *       degrees about its centre, bilinear with zeros outside, then out = value * scale[ch] +
- *       shift[ch] (float32); rotate the uint8 mask (cm, h, w) with nearest-neighbour sampling
- *       (ties to even), out = value / 255. The sampling points are those of
- *       torch.nn.functional.grid_sample(align_corners=False) on the grid of
- *       ignite_r3net.data.transforms._rotation_grid, so this equals the torch path up to float
- *       rounding; it reads uint8 and writes the normalised float once.
+ *   rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w,
+ *                    channels_last)
+ *       For each of n samples: rotate the uint8 image (c, h, w), or (h, w, c) when channels_last,
+ *       counter-clockwise by angles[i] degrees about its centre, bilinear with zeros outside, and
+ *       write value * scale[ch] + shift[ch] as planar float32 (c, h, w); rotate the planar uint8
+ *       mask (cm, h, w) with nearest-neighbour sampling (ties to even) and write value / 255.
+ *       The sampling points are those of torch.nn.functional.grid_sample(align_corners=False) on
+ *       the grid of ignite_r3net.data.transforms._rotation_grid, so this equals the torch path up
+ *       to float rounding; it reads uint8 and writes the float once.
  *
- * Both release the GIL while they compute.
+ *   crop_planar(src, out, h, w, c, y0, x0, size_h, size_w, flip)
+ *       out (c, size_h, size_w) = the window of the channels-last uint8 image src (h, w, c) at
+ *       (y0, x0), columns mirrored when flip: the crop, flip and layout change of a training
+ *       sample in one pass (16 pixels per SSSE3 shuffle step).
+ *
+ * All release the GIL while they compute.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -109,141 +115,277 @@ static inline int fast_floor(float x)
     return i - (x < (float)i);
 }
 
-/* round half to even, like grid_sample's nearbyint (default rounding mode) */
-static inline int round_even(float x)
-{
-    return (int)lrintf(x);
-}
+/* Sampling point of output pixel (x, y): the rotation about the centre in pixel units, as
+ * grid_sample(align_corners=False) unnormalises the grid of _rotation_grid. */
+typedef struct {
+    float cs, sn, hx, hy;
+} rotation;
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
 
-/* Eight output pixels of one row at a time with AVX2 gathers. Handles the blocks whose bilinear
- * neighbourhoods lie inside the map with a row to spare below (so every 4-byte gather stays in
- * the plane); returns 1 when it wrote the block, 0 to leave it to the scalar code. */
-__attribute__((target("avx2,fma"))) static int block_avx2(
-    const uint8_t *img, const uint8_t *mask, float *out_img, float *out_mask, Py_ssize_t p, float x,
-    float cs, float sn, float bx, float by, float hx, int c, int cm, int h, int w, Py_ssize_t plane,
-    const float *scale, const float *shift)
+/* Eight output pixels of one row, planar uint8 in. For angles within about +-16 degrees the eight
+ * sampling points of a block read at most four consecutive source rows and fifteen consecutive
+ * columns, so each row is one 16-byte load and the bilinear neighbours are byte shuffles, no
+ * gathers. ``border`` (a constant: two versions are compiled) handles blocks reaching outside the
+ * map, whose neighbours there read as 0 (shuffle index 0x80, or a row of zeros: grid_sample's
+ * zero padding); without it the block must lie inside. Returns 0, leaving the block to the
+ * scalar code, when it does not qualify. */
+__attribute__((target("avx2,fma"), always_inline)) static inline int block_avx2(
+    const uint8_t *img, const uint8_t *mask, float *out_img, float *out_mask, Py_ssize_t p, int x, int y,
+    rotation r, int c, int cm, int h, int w, Py_ssize_t plane, const float *scale, const float *shift,
+    const int border)
 {
     const __m256 lane = _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f);
-    const __m256 xx = _mm256_add_ps(_mm256_set1_ps(x + 0.5f - hx), lane);
-    /* the scalar code's products and sums, unfused, so both paths give the same floats */
-    const __m256 ix = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(cs), xx), _mm256_set1_ps(bx));
-    const __m256 iy = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(-sn), xx), _mm256_set1_ps(by));
+    const float yy = (float)y + 0.5f - r.hy;
+    const __m256 xx = _mm256_add_ps(_mm256_set1_ps((float)x + 0.5f - r.hx), lane);
+    /* products and sums unfused, in the scalar code's order: the same sampling points */
+    const __m256 ix = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(r.cs), xx), _mm256_set1_ps(r.sn * yy + r.hx - 0.5f));
+    const __m256 iy = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(-r.sn), xx), _mm256_set1_ps(r.cs * yy + r.hy - 0.5f));
     const __m256 fx = _mm256_floor_ps(ix), fy = _mm256_floor_ps(iy);
     const __m256i x0 = _mm256_cvttps_epi32(fx), y0 = _mm256_cvttps_epi32(fy);
-    const __m256i bad = _mm256_or_si256(
-        _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), x0), _mm256_cmpgt_epi32(x0, _mm256_set1_epi32(w - 2))),
-        _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), y0), _mm256_cmpgt_epi32(y0, _mm256_set1_epi32(h - 3))));
-    if (!_mm256_testz_si256(bad, bad)) return 0;
-    const __m256 one = _mm256_set1_ps(1.0f);
+    /* x0 and y0 are monotone along the block (cos > 0): its ends bound it */
+    const int x_first = _mm256_cvtsi256_si32(x0), x_last = _mm256_extract_epi32(x0, 7);
+    const int y_a = _mm256_cvtsi256_si32(y0), y_b = _mm256_extract_epi32(y0, 7);
+    const int ylo = y_a < y_b ? y_a : y_b, yhi = y_a < y_b ? y_b : y_a;
+    if (yhi - ylo > 2 || x_last - x_first > 13 || x_last < x_first) return 0;
+    if (!border && (x_first < 0 || x_last > w - 2 || ylo < 0 || yhi > h - 2)) return 0;
+    /* 16 bytes from ``start`` hold every neighbour inside the map */
+    const int start = x_first < 0 ? 0 : x_first > w - 16 ? w - 16 : x_first;
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i d = _mm256_sub_epi32(x0, _mm256_set1_epi32(start));
+    __m256i pair; /* per lane the bytes (left, 0x80, right, 0x80): both neighbours by one shuffle */
+    if (border) {
+        const __m256i wv = _mm256_set1_epi32(w), minus1 = _mm256_set1_epi32(-1);
+        const __m256i outside = _mm256_set1_epi32(0x80); /* a shuffle index that reads 0 */
+        const __m256i x1 = _mm256_add_epi32(x0, _mm256_set1_epi32(1));
+        const __m256i left = _mm256_blendv_epi8(
+            outside, d, _mm256_and_si256(_mm256_cmpgt_epi32(x0, minus1), _mm256_cmpgt_epi32(wv, x0)));
+        const __m256i right = _mm256_blendv_epi8(outside, _mm256_add_epi32(d, _mm256_set1_epi32(1)),
+                                                 _mm256_and_si256(_mm256_cmpgt_epi32(x1, minus1), _mm256_cmpgt_epi32(wv, x1)));
+        pair = _mm256_or_si256(_mm256_or_si256(left, _mm256_slli_epi32(right, 16)), _mm256_set1_epi32((int)0x80008000));
+    } else {
+        pair = _mm256_add_epi32(_mm256_add_epi32(d, _mm256_slli_epi32(d, 16)), _mm256_set1_epi32((int)0x80018000));
+    }
+    const __m256i off = _mm256_sub_epi32(y0, _mm256_set1_epi32(ylo)); /* 0, 1 or 2 */
+    const __m256i ge1 = _mm256_cmpgt_epi32(off, zero);
+    const __m256i ge2 = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(1));
+    const int rows = yhi - ylo + 2;
+
+    /* horizontal weights in 1/16384 (|error| < 255 / 32768 on the 0..255 scale), applied by one
+       multiply-add per row; the vertical blend in float */
     const __m256 e = _mm256_sub_ps(ix, fx), s = _mm256_sub_ps(iy, fy);
-    const __m256 ie = _mm256_sub_ps(one, e), is = _mm256_sub_ps(one, s);
-    const __m256 nw = _mm256_mul_ps(ie, is), ne = _mm256_mul_ps(e, is);
-    const __m256 sw = _mm256_mul_ps(ie, s), se = _mm256_mul_ps(e, s);
-    const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(y0, _mm256_set1_epi32(w)), x0);
-    const __m256i idx_b = _mm256_add_epi32(idx, _mm256_set1_epi32(w));
-    const __m256i byte = _mm256_set1_epi32(0xff);
+    const __m256i we = _mm256_cvtps_epi32(_mm256_mul_ps(e, _mm256_set1_ps(16384.0f)));
+    const __m256i wpair = _mm256_or_si256(_mm256_sub_epi32(_mm256_set1_epi32(16384), we), _mm256_slli_epi32(we, 16));
+    const __m256 is = _mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), s), _mm256_set1_ps(1.0f / 16384.0f));
+    const __m256 ss = _mm256_mul_ps(s, _mm256_set1_ps(1.0f / 16384.0f));
     for (int ch = 0; ch < c; ch++) {
-        const int *base = (const int *)(img + ch * plane);
-        const __m256i top = _mm256_i32gather_epi32(base, idx, 1);
-        const __m256i bot = _mm256_i32gather_epi32(base, idx_b, 1);
-        const __m256 t0 = _mm256_cvtepi32_ps(_mm256_and_si256(top, byte));
-        const __m256 t1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(top, 8), byte));
-        const __m256 b0 = _mm256_cvtepi32_ps(_mm256_and_si256(bot, byte));
-        const __m256 b1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(bot, 8), byte));
-        __m256 val = _mm256_add_ps(_mm256_mul_ps(t0, nw), _mm256_mul_ps(t1, ne));
-        val = _mm256_add_ps(val, _mm256_mul_ps(b0, sw));
-        val = _mm256_add_ps(val, _mm256_mul_ps(b1, se));
+        const uint8_t *src = img + ch * plane + start;
+        __m256i both[4];
+        for (int j = 0; j < rows; j++) {
+            const int row = ylo + j;
+            both[j] = border && (row < 0 || row >= h)
+                          ? zero
+                          : _mm256_shuffle_epi8(
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(src + (Py_ssize_t)row * w))),
+                                pair);
+        }
+        /* row j + off for the top neighbours, j + 1 + off for the bottom ones */
+        __m256i top = both[0], bottom = both[1];
+        if (rows > 2) top = _mm256_blendv_epi8(top, both[1], ge1), bottom = _mm256_blendv_epi8(bottom, both[2], ge1);
+        if (rows > 3) top = _mm256_blendv_epi8(top, both[2], ge2), bottom = _mm256_blendv_epi8(bottom, both[3], ge2);
+        const __m256 t = _mm256_cvtepi32_ps(_mm256_madd_epi16(top, wpair));
+        const __m256 b = _mm256_cvtepi32_ps(_mm256_madd_epi16(bottom, wpair));
+        __m256 val = _mm256_add_ps(_mm256_mul_ps(t, is), _mm256_mul_ps(b, ss));
         val = _mm256_add_ps(_mm256_mul_ps(val, _mm256_set1_ps(scale[ch])), _mm256_set1_ps(shift[ch]));
         _mm256_storeu_ps(out_img + ch * plane + p, val);
     }
-    /* nearest, ties to even; inside because the bilinear neighbourhood is */
-    const __m256i mx = _mm256_cvtps_epi32(_mm256_round_ps(ix, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const __m256i my = _mm256_cvtps_epi32(_mm256_round_ps(iy, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const __m256i midx = _mm256_add_epi32(_mm256_mullo_epi32(my, _mm256_set1_epi32(w)), mx);
-    for (int ch = 0; ch < cm; ch++) {
-        const __m256i v = _mm256_i32gather_epi32((const int *)(mask + ch * plane), midx, 1);
-        const __m256 m = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, byte)), _mm256_set1_ps(255.0f));
-        _mm256_storeu_ps(out_mask + ch * plane + p, m);
+    if (cm > 0) {
+        /* nearest, ties to even: one of x0, x0 + 1 and of y0, y0 + 1, so inside the same window */
+        const __m256i mx = _mm256_cvtps_epi32(_mm256_round_ps(ix, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256i my = _mm256_cvtps_epi32(_mm256_round_ps(iy, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i pick = _mm256_sub_epi32(mx, _mm256_set1_epi32(start));
+        if (border) {
+            const __m256i wv = _mm256_set1_epi32(w), minus1 = _mm256_set1_epi32(-1);
+            pick = _mm256_blendv_epi8(_mm256_set1_epi32(0x80), pick,
+                                      _mm256_and_si256(_mm256_cmpgt_epi32(mx, minus1), _mm256_cmpgt_epi32(wv, mx)));
+        }
+        pick = _mm256_or_si256(pick, _mm256_set1_epi32((int)0x80808000));
+        const __m256i moff = _mm256_sub_epi32(my, _mm256_set1_epi32(ylo)); /* 0 .. 3 */
+        for (int ch = 0; ch < cm; ch++) {
+            const uint8_t *src = mask + ch * plane + start;
+            __m256i v = zero;
+            for (int j = 0; j < rows; j++) {
+                const int row = ylo + j;
+                const __m256i got = border && (row < 0 || row >= h) /* zeros outside */
+                                        ? zero
+                                        : _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                                  (const __m128i *)(src + (Py_ssize_t)row * w))),
+                                                              pick);
+                v = j == 0 ? got : _mm256_blendv_epi8(v, got, _mm256_cmpgt_epi32(moff, _mm256_set1_epi32(j - 1)));
+            }
+            const __m256 m = _mm256_div_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(255.0f));
+            _mm256_storeu_ps(out_mask + ch * plane + p, m);
+        }
     }
     return 1;
 }
+
+__attribute__((target("avx2,fma"))) static int block_inside(
+    const uint8_t *img, const uint8_t *mask, float *out_img, float *out_mask, Py_ssize_t p, int x, int y,
+    rotation r, int c, int cm, int h, int w, Py_ssize_t plane, const float *scale, const float *shift)
+{
+    return block_avx2(img, mask, out_img, out_mask, p, x, y, r, c, cm, h, w, plane, scale, shift, 0);
+}
+
+__attribute__((target("avx2,fma"))) static int block_border(
+    const uint8_t *img, const uint8_t *mask, float *out_img, float *out_mask, Py_ssize_t p, int x, int y,
+    rotation r, int c, int cm, int h, int w, Py_ssize_t plane, const float *scale, const float *shift)
+{
+    return block_avx2(img, mask, out_img, out_mask, p, x, y, r, c, cm, h, w, plane, scale, shift, 1);
+}
 #endif
 
-static inline __attribute__((always_inline)) void rotate_one(const uint8_t *restrict img, const uint8_t *restrict mask, double angle,
-                       const float *restrict scale, const float *restrict shift, float *restrict out_img,
-                       float *restrict out_mask, Py_ssize_t c, Py_ssize_t cm, Py_ssize_t h, Py_ssize_t w,
-                       const float *restrict unit, int use_avx2)
+/* round half to even, like grid_sample's nearbyint (default rounding mode) */
+static inline int round_even(float x) { return (int)lrintf(x); }
+
+/* One output pixel, planar in and out: image bilinear, masks nearest. */
+static inline void pixel_scalar(const uint8_t *restrict img, const uint8_t *restrict mask, float *restrict out_img,
+                                float *restrict out_mask, Py_ssize_t p, int x, int y, rotation r, Py_ssize_t c,
+                                Py_ssize_t cm, Py_ssize_t h, Py_ssize_t w, Py_ssize_t plane,
+                                const float *restrict scale, const float *restrict shift)
+{
+    const float yy = (float)y + 0.5f - r.hy;
+    const float xx = (float)x + 0.5f - r.hx;
+    const float ix = r.cs * xx + (r.sn * yy + r.hx - 0.5f);
+    const float iy = -r.sn * xx + (r.cs * yy + r.hy - 0.5f);
+    const int x0 = fast_floor(ix), y0 = fast_floor(iy);
+    const float e = ix - (float)x0, s = iy - (float)y0; /* east / south weights */
+    const float nw = (1.0f - e) * (1.0f - s), ne = e * (1.0f - s);
+    const float sw = (1.0f - e) * s, se = e * s;
+    const int in_x0 = x0 >= 0 && x0 < w, in_x1 = x0 + 1 >= 0 && x0 + 1 < w;
+    const int in_y0 = y0 >= 0 && y0 < h, in_y1 = y0 + 1 >= 0 && y0 + 1 < h;
+    const Py_ssize_t q = (Py_ssize_t)y0 * w + x0;
+    for (Py_ssize_t ch = 0; ch < c; ch++) {
+        const uint8_t *src = img + ch * plane;
+        /* the vector code's sum: nw + ne, + sw, + se (a missing neighbour adds 0) */
+        float val = (in_y0 && in_x0 ? (float)src[q] : 0.0f) * nw;
+        val = val + (in_y0 && in_x1 ? (float)src[q + 1] : 0.0f) * ne;
+        val = val + (in_y1 && in_x0 ? (float)src[q + w] : 0.0f) * sw;
+        val = val + (in_y1 && in_x1 ? (float)src[q + w + 1] : 0.0f) * se;
+        out_img[ch * plane + p] = val * scale[ch] + shift[ch];
+    }
+    const int mx = round_even(ix), my = round_even(iy);
+    const int inside = mx >= 0 && my >= 0 && mx < w && my < h;
+    for (Py_ssize_t ch = 0; ch < cm; ch++)
+        out_mask[ch * plane + p] = inside ? (float)mask[ch * plane + (Py_ssize_t)my * w + mx] / 255.0f : 0.0f;
+}
+
+static void rotate_one(const uint8_t *img, const uint8_t *mask, double angle, const float *scale,
+                       const float *shift, float *out_img, float *out_mask, Py_ssize_t c, Py_ssize_t cm,
+                       Py_ssize_t h, Py_ssize_t w, int use_avx2)
 {
     const double t = -angle * 3.14159265358979323846 / 180.0;
-    const float cs = (float)cos(t), sn = (float)sin(t);
-    const float hx = (float)w * 0.5f, hy = (float)h * 0.5f;
+    rotation r = {(float)cos(t), (float)sin(t), (float)w * 0.5f, (float)h * 0.5f};
     const Py_ssize_t plane = h * w;
+    (void)use_avx2;
     for (Py_ssize_t y = 0; y < h; y++) {
-        const float yy = (float)y + 0.5f - hy;
-        const float bx = sn * yy + hx - 0.5f, by = cs * yy + hy - 0.5f;
-        Py_ssize_t x = 0;
+        for (Py_ssize_t x = 0; x < w; x++) {
 #ifdef HAVE_AVX2_PATH
-        if (use_avx2 && w >= 3) {
-            for (; x + 8 <= w; x += 8) {
-                if (!block_avx2(img, mask, out_img, out_mask, y * w + x, (float)x, cs, sn, bx, by, hx, (int)c,
-                                (int)cm, (int)h, (int)w, plane, scale, shift))
-                    break;
-            }
-            /* a block that left the map: the scalar code takes over the row from there, and
-               the vector code resumes after it */
-        }
-#endif
-        for (; x < w; x++) {
-#ifdef HAVE_AVX2_PATH
-            if (use_avx2 && w >= 3 && (x & 7) == 0 && x + 8 <= w &&
-                block_avx2(img, mask, out_img, out_mask, y * w + x, (float)x, cs, sn, bx, by, hx, (int)c,
-                           (int)cm, (int)h, (int)w, plane, scale, shift)) {
+            /* the vector code takes whole blocks of eight (those inside the map first, with fewer
+               checks), the scalar code a row's last w % 8 pixels and angles beyond its window */
+            if (use_avx2 && (x & 7) == 0 && x + 8 <= w && w >= 16 &&
+                (block_inside(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, (int)c, (int)cm, (int)h,
+                              (int)w, plane, scale, shift) ||
+                 block_border(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, (int)c, (int)cm, (int)h,
+                              (int)w, plane, scale, shift))) {
                 x += 7;
                 continue;
             }
 #endif
-            const float xx = (float)x + 0.5f - hx;
-            const float ix = cs * xx + bx;
-            const float iy = -sn * xx + by;
-            const Py_ssize_t p = y * w + x;
+            pixel_scalar(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, c, cm, h, w, plane, scale,
+                         shift);
+        }
+    }
+}
 
-            const int x0 = fast_floor(ix), y0 = fast_floor(iy);
-            const float e = ix - (float)x0, s = iy - (float)y0; /* east / south weights */
-            const float nw = (1.0f - e) * (1.0f - s), ne = e * (1.0f - s);
-            const float sw = (1.0f - e) * s, se = e * s;
-            if (x0 >= 0 && y0 >= 0 && x0 + 1 < w && y0 + 1 < h) {
-                const uint8_t *src = img + (Py_ssize_t)y0 * w + x0;
-                float *dst = out_img + p;
-                for (Py_ssize_t ch = 0; ch < c; ch++, src += plane, dst += plane) {
-                    const float val = unit[src[0]] * nw + unit[src[1]] * ne + unit[src[w]] * sw +
-                                      unit[src[w + 1]] * se;
-                    *dst = val * scale[ch] + shift[ch];
-                }
-            } else {
-                const int in_x0 = x0 >= 0 && x0 < w, in_x1 = x0 + 1 >= 0 && x0 + 1 < w;
-                const int in_y0 = y0 >= 0 && y0 < h, in_y1 = y0 + 1 >= 0 && y0 + 1 < h;
-                for (Py_ssize_t ch = 0; ch < c; ch++) {
-                    const uint8_t *src = img + ch * plane;
-                    float val = 0.0f;
-                    if (in_y0 && in_x0) val += unit[src[(Py_ssize_t)y0 * w + x0]] * nw;
-                    if (in_y0 && in_x1) val += unit[src[(Py_ssize_t)y0 * w + x0 + 1]] * ne;
-                    if (in_y1 && in_x0) val += unit[src[(Py_ssize_t)(y0 + 1) * w + x0]] * sw;
-                    if (in_y1 && in_x1) val += unit[src[(Py_ssize_t)(y0 + 1) * w + x0 + 1]] * se;
-                    out_img[ch * plane + p] = val * scale[ch] + shift[ch];
-                }
-            }
+/* (h * w, c) interleaved -> (c, h * w) planar */
+static void to_planar(const uint8_t *restrict src, uint8_t *restrict dst, Py_ssize_t c, Py_ssize_t plane)
+{
+    if (c == 3) {
+        uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
+        for (Py_ssize_t i = 0; i < plane; i++) {
+            r[i] = src[3 * i];
+            g[i] = src[3 * i + 1];
+            b[i] = src[3 * i + 2];
+        }
+        return;
+    }
+    for (Py_ssize_t i = 0; i < plane; i++)
+        for (Py_ssize_t ch = 0; ch < c; ch++) dst[ch * plane + i] = src[i * c + ch];
+}
 
-            const int mx = round_even(ix), my = round_even(iy);
-            if (mx >= 0 && my >= 0 && mx < w && my < h) {
-                const uint8_t *src = mask + (Py_ssize_t)my * w + mx;
-                for (Py_ssize_t ch = 0; ch < cm; ch++) out_mask[ch * plane + p] = unit[src[ch * plane]] / 255.0f;
-            } else {
-                for (Py_ssize_t ch = 0; ch < cm; ch++) out_mask[ch * plane + p] = 0.0f;
+/* ------------------------------------------------------------------------------------------ */
+/* crop (and flip) of a channels-last image into planar memory                                 */
+
+#ifdef HAVE_AVX2_PATH
+/* 16 RGB pixels (48 bytes) to 16 R, 16 G, 16 B bytes, reversed when ``flip``. */
+__attribute__((target("ssse3"))) static inline void rgb16_to_planar(const uint8_t *src, uint8_t *r, uint8_t *g,
+                                                                    uint8_t *b, int flip)
+{
+    const __m128i a = _mm_loadu_si128((const __m128i *)src);
+    const __m128i m = _mm_loadu_si128((const __m128i *)(src + 16));
+    const __m128i z = _mm_loadu_si128((const __m128i *)(src + 32));
+    /* channel k of pixel i sits at byte 3 i + k of the 48: in a, m or z */
+#define SEL(x, ...) _mm_shuffle_epi8((x), _mm_setr_epi8(__VA_ARGS__))
+    const __m128i rr = _mm_or_si128(_mm_or_si128(SEL(a, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                                                 SEL(m, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1)),
+                                    SEL(z, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13));
+    const __m128i gg = _mm_or_si128(_mm_or_si128(SEL(a, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                                                 SEL(m, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1)),
+                                    SEL(z, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14));
+    const __m128i bb = _mm_or_si128(_mm_or_si128(SEL(a, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                                                 SEL(m, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1)),
+                                    SEL(z, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15));
+#undef SEL
+    if (flip) {
+        const __m128i rev = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        _mm_storeu_si128((__m128i *)r, _mm_shuffle_epi8(rr, rev));
+        _mm_storeu_si128((__m128i *)g, _mm_shuffle_epi8(gg, rev));
+        _mm_storeu_si128((__m128i *)b, _mm_shuffle_epi8(bb, rev));
+    } else {
+        _mm_storeu_si128((__m128i *)r, rr);
+        _mm_storeu_si128((__m128i *)g, gg);
+        _mm_storeu_si128((__m128i *)b, bb);
+    }
+}
+#endif
+
+/* out (c, size_h, size_w) = src (h, w, c)[y0 : y0 + size_h, x0 : x0 + size_w], columns reversed
+ * when ``flip`` (after the crop). */
+static void crop_planar_impl(const uint8_t *src, uint8_t *out, Py_ssize_t w, Py_ssize_t c, Py_ssize_t y0,
+                             Py_ssize_t x0, Py_ssize_t size_h, Py_ssize_t size_w, int flip, int use_ssse3)
+{
+    const Py_ssize_t plane = size_h * size_w;
+    (void)use_ssse3;
+    for (Py_ssize_t r = 0; r < size_h; r++) {
+        const uint8_t *row = src + ((y0 + r) * w + x0) * c;
+        Py_ssize_t i = 0; /* output column */
+#ifdef HAVE_AVX2_PATH
+        if (use_ssse3 && c == 3) {
+            for (; i + 16 <= size_w; i += 16) {
+                /* output columns i .. i + 15 come from source columns i .. i + 15, or from the
+                   mirrored ones, size_w - 16 - i .. size_w - 1 - i, reversed */
+                const Py_ssize_t from = flip ? size_w - 16 - i : i;
+                uint8_t *o = out + r * size_w + i;
+                rgb16_to_planar(row + from * 3, o, o + plane, o + 2 * plane, flip);
             }
+        }
+#endif
+        for (; i < size_w; i++) {
+            const Py_ssize_t from = flip ? size_w - 1 - i : i;
+            for (Py_ssize_t ch = 0; ch < c; ch++) out[ch * plane + r * size_w + i] = row[from * c + ch];
         }
     }
 }
@@ -291,8 +433,9 @@ static PyObject *py_rotate_normalize(PyObject *self, PyObject *args)
 {
     Py_buffer img, mask, ang, scale, shift, out_img, out_mask;
     Py_ssize_t n, c, cm, h, w;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*nnnnn", &img, &mask, &ang, &scale, &shift, &out_img,
-                          &out_mask, &n, &c, &cm, &h, &w))
+    int channels_last;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*nnnnnp", &img, &mask, &ang, &scale, &shift, &out_img,
+                          &out_mask, &n, &c, &cm, &h, &w, &channels_last))
         return NULL;
     PyObject *result = NULL;
     if (n < 0 || c < 1 || cm < 0 || h < 1 || w < 1) {
@@ -307,24 +450,28 @@ static PyObject *py_rotate_normalize(PyObject *self, PyObject *args)
         check_size(&out_img, n * c * plane * (Py_ssize_t)sizeof(float), "out_images") ||
         check_size(&out_mask, n * cm * plane * (Py_ssize_t)sizeof(float), "out_masks"))
         goto done;
-    float unit[256]; /* uint8 -> float, a load instead of a conversion */
-    for (int v = 0; v < 256; v++) unit[v] = (float)v;
     int use_avx2 = 0;
 #ifdef HAVE_AVX2_PATH
     use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+    uint8_t *planar = NULL; /* one sample, planar, when the images come channels last */
+    if (channels_last && c > 1 && !(planar = (uint8_t *)malloc((size_t)(c * plane)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *ii = (const uint8_t *)img.buf + i * c * plane;
-        const uint8_t *mi = (const uint8_t *)mask.buf + i * cm * plane;
-        const double a = ((const double *)ang.buf)[i];
-        float *oi = (float *)out_img.buf + i * c * plane, *om = (float *)out_mask.buf + i * cm * plane;
-        if (c == 3 && cm == 1) /* the training case, with the channel loops unrolled */
-            rotate_one(ii, mi, a, (const float *)scale.buf, (const float *)shift.buf, oi, om, 3, 1, h, w, unit, use_avx2);
-        else
-            rotate_one(ii, mi, a, (const float *)scale.buf, (const float *)shift.buf, oi, om, c, cm, h, w, unit, use_avx2);
+        const uint8_t *sample = (const uint8_t *)img.buf + i * c * plane;
+        if (planar) {
+            to_planar(sample, planar, c, plane);
+            sample = planar;
+        }
+        rotate_one(sample, (const uint8_t *)mask.buf + i * cm * plane, ((const double *)ang.buf)[i],
+                   (const float *)scale.buf, (const float *)shift.buf, (float *)out_img.buf + i * c * plane,
+                   (float *)out_mask.buf + i * cm * plane, c, cm, h, w, use_avx2);
     }
     Py_END_ALLOW_THREADS
+    free(planar);
     result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&img);
@@ -337,12 +484,43 @@ done:
     return result;
 }
 
+static PyObject *py_crop_planar(PyObject *self, PyObject *args)
+{
+    Py_buffer src, out;
+    Py_ssize_t h, w, c, y0, x0, size_h, size_w;
+    int flip;
+    if (!PyArg_ParseTuple(args, "y*w*nnnnnnnp", &src, &out, &h, &w, &c, &y0, &x0, &size_h, &size_w, &flip))
+        return NULL;
+    PyObject *result = NULL;
+    if (h < 1 || w < 1 || c < 1 || y0 < 0 || x0 < 0 || size_h < 1 || size_w < 1 || y0 + size_h > h ||
+        x0 + size_w > w) {
+        PyErr_SetString(PyExc_ValueError, "crop window outside the image");
+        goto done;
+    }
+    if (check_size(&src, h * w * c, "src") || check_size(&out, c * size_h * size_w, "out")) goto done;
+    int use_ssse3 = 0;
+#ifdef HAVE_AVX2_PATH
+    use_ssse3 = __builtin_cpu_supports("ssse3");
+#endif
+    Py_BEGIN_ALLOW_THREADS
+    crop_planar_impl((const uint8_t *)src.buf, (uint8_t *)out.buf, w, c, y0, x0, size_h, size_w, flip, use_ssse3);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"edt_sq", py_edt_sq, METH_VARARGS,
      "edt_sq(fg, out, h, w): exact squared distance to the nearest nonzero pixel (uint8 in, int32 out)."},
     {"rotate_normalize", py_rotate_normalize, METH_VARARGS,
-     "rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w): "
+     "rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w, channels_last): "
      "bilinear image / nearest mask rotation of uint8 samples with the normalisation fused."},
+    {"crop_planar", py_crop_planar, METH_VARARGS,
+     "crop_planar(src, out, h, w, c, y0, x0, size_h, size_w, flip): channels-last uint8 crop (maybe "
+     "mirrored) written planar."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,8 @@ Both kernels run on the CPU only: on a GPU the torch paths are used.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import numpy as np
 import torch
@@ -19,7 +21,36 @@ try:
 except ImportError:  # built without a compiler: the pure paths serve
     _native = None
 
-__all__ = ["available", "edt_sq", "rotate_normalize"]
+__all__ = ["available", "crop_planar", "edt_sq", "rotate_normalize"]
+
+
+class _ArrayPool:
+    """float32 arrays handed out again once nothing but the pool refers to them.
+
+    A tensor made by ``torch.from_numpy`` keeps its array alive for as long as any view of it, or
+    autograd's saved copy of the input, holds its storage; so an array whose only reference is the
+    pool is free. Reusing it spares the page faults of a fresh multi-megabyte buffer every batch.
+    At most ``keep`` arrays per shape are kept; beyond that they are plain allocations.
+    """
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self._arrays: dict[tuple[int, ...], list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, shape: tuple[int, ...]) -> np.ndarray:
+        with self._lock:
+            arrays = self._arrays.setdefault(tuple(shape), [])
+            for i in range(len(arrays)):
+                if sys.getrefcount(arrays[i]) == 2:  # the list and getrefcount's argument
+                    return arrays[i]
+            array = np.empty(shape, dtype=np.float32)
+            if len(arrays) < self.keep:
+                arrays.append(array)
+            return array
+
+
+_OUTPUTS = _ArrayPool()
 
 
 def available() -> bool:
@@ -39,30 +70,45 @@ def edt_sq(fg: np.ndarray) -> np.ndarray:
     return out
 
 
+def crop_planar(image: torch.Tensor, y: int, x: int, height: int, width: int, flip: bool) -> torch.Tensor:
+    """``image[:, y:y+height, x:x+width]`` (columns mirrored when ``flip``) as a contiguous
+    ``(C, height, width)`` uint8 tensor, from an image stored channels last (``image.permute(1, 2, 0)``
+    contiguous, as torchvision's decoders return it): crop, flip and layout change in one pass."""
+    if _native is None:
+        raise RuntimeError("ignite_r3net._native is not built")
+    c, h, w = image.shape
+    out = torch.empty((c, height, width), dtype=torch.uint8)
+    _native.crop_planar(image.permute(1, 2, 0).numpy(), out.numpy(), h, w, c, y, x, height, width, flip)
+    return out
+
+
 def rotate_normalize(
     images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate uint8 CPU images ``(N, C, H, W)`` (bilinear) and masks ``(N, Cm, H, W)`` (nearest)
     counter-clockwise by ``angles`` degrees, zeros outside; return float32 ``image * scale + shift``
-    (per channel, on the 0..255 scale) and ``mask / 255``.
+    (per channel, on the 0..255 scale) and ``mask / 255``, both contiguous NCHW.
 
     The same sampling as ``grid_sample(align_corners=False)`` on the rotation grid of
     :mod:`ignite_r3net.data.transforms`, in one pass that reads uint8 and writes float once.
+    Images may be NCHW or channels last (the training loader's layout).
     """
     if _native is None:
         raise RuntimeError("ignite_r3net._native is not built")
     n, c, h, w = images.shape
     cm = masks.shape[1]
-    out_images = torch.empty((n, c, h, w), dtype=torch.float32)
-    out_masks = torch.empty((n, cm, h, w), dtype=torch.float32)
+    out_images = torch.from_numpy(_OUTPUTS.get((n, c, h, w)))
+    out_masks = torch.from_numpy(_OUTPUTS.get((n, cm, h, w)))
+    # channels-last images (the training loader's) are read as they are, others as NCHW
+    channels_last = images.permute(0, 2, 3, 1).is_contiguous()
     _native.rotate_normalize(
-        images.contiguous().numpy(),
+        (images.permute(0, 2, 3, 1) if channels_last else images.contiguous()).numpy(),
         masks.contiguous().numpy(),
         angles.detach().to("cpu", torch.float64).contiguous().reshape(n).numpy(),
         scale.detach().to("cpu", torch.float32).contiguous().reshape(c).numpy(),
         shift.detach().to("cpu", torch.float32).contiguous().reshape(c).numpy(),
         out_images.numpy(),
         out_masks.numpy(),
-        n, c, cm, h, w,
+        n, c, cm, h, w, channels_last,
     )
     return out_images, out_masks

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
+from .. import native
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -49,7 +51,7 @@ class JointCropFlip:
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return the cropped (and maybe flipped) ``(image, mask)``, both uint8."""
+        """Return the cropped (and maybe flipped) ``(image, mask)``, both uint8 and contiguous."""
         if image.shape[-2:] != mask.shape[-2:]:
             raise ValueError(f"image {tuple(image.shape)} and mask {tuple(mask.shape)} differ in size")
         c = self.crop
@@ -63,12 +65,16 @@ class JointCropFlip:
         x = int(torch.randint(0, w - c + 1, (1,), generator=generator))
         y = int(torch.randint(0, h - c + 1, (1,), generator=generator))
         flip = bool(torch.rand((), generator=generator, dtype=torch.float64) < 0.5)
-        image = image[..., y : y + c, x : x + c]
+        flip = flip and self.flip
         mask = mask[..., y : y + c, x : x + c]
-        if flip and self.flip:
-            image = image.flip(-1)
-            mask = mask.flip(-1)
-        return image.contiguous(), mask.contiguous()
+        mask = mask.flip(-1) if flip else mask.contiguous()
+        if native.available() and image.permute(1, 2, 0).is_contiguous():
+            # decoders store pixels channels last: crop, flip and the change to planar in one C pass
+            # (torch's strided copy below is several times slower for that layout)
+            return native.crop_planar(image, y, x, c, c, flip), mask
+        image = image[..., y : y + c, x : x + c]
+        image = image.flip(-1) if flip else image.contiguous()
+        return image, mask
 
 
 def draw_angle(generator: torch.Generator, rotate: float) -> float:
@@ -80,8 +86,8 @@ def draw_angle(generator: torch.Generator, rotate: float) -> float:
 def _to_unit_float(x: torch.Tensor) -> torch.Tensor:
     # uint8 holds 0..255; a float input is taken as already scaled to [0, 1].
     if x.dtype == torch.uint8:
-        return x.to(torch.float32).div_(255.0)
-    return x.to(torch.float32)
+        return x.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
+    return x.to(torch.float32, memory_format=torch.contiguous_format)
 
 
 def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -134,8 +140,10 @@ def _affine_stats(
 
 
 def _to_255_float(x: torch.Tensor) -> torch.Tensor:
-    # always a new tensor: uint8 0..255 converted, or a float input (taken as [0, 1]) rescaled
-    return x.to(torch.float32) if x.dtype == torch.uint8 else x.to(torch.float32) * 255.0
+    # always a new contiguous (NCHW) tensor, whatever the input's memory layout: uint8 0..255
+    # converted, or a float input (taken as [0, 1]) rescaled
+    out = x.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+    return out if x.dtype == torch.uint8 else out.mul_(255.0)
 
 
 def normalize_image(
@@ -159,12 +167,17 @@ def _augment(
     scale: torch.Tensor,
     shift: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    rotate = rotate_enabled and angles is not None
+    if rotate and images.device.type == "cpu" and images.dtype == torch.uint8 and masks.dtype == torch.uint8 \
+            and native.available():
+        # one C pass: uint8 in, rotated and normalised float out (the same sampling as below)
+        return native.rotate_normalize(images, masks, angles, scale, shift)
     # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising afterwards in
     # one in-place pass equals normalising the rotated [0, 1] image, with black corners as in PIL.
     x = _to_255_float(images)
     y = _to_unit_float(masks)
     # Angles normally arrive on the CPU with the batch, so this test costs no device sync.
-    if rotate_enabled and angles is not None and bool((angles != 0).any()):
+    if rotate and bool((angles != 0).any()):
         x, y = rotate_batch(x, y, angles)
     return x.mul_(scale).add_(shift), y
 
