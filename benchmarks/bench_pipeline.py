@@ -16,7 +16,9 @@ that description (the seed's helper modules are not part of this repository).
 
 Ours is what the trainer does: ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when a
 side is smaller than the crop, crop and flip on uint8, angle drawn), ``default_collate``, then the
-batched ``device_augment`` (rotation + normalisation) - here on the CPU, the worst case for it.
+batched ``device_augment`` (rotation + normalisation) - here on the CPU, the worst case for it. On the
+CPU both the crop and the rotation use the C kernels of ``ignite_r3net._native`` when they are built;
+``ours_without_native_samples_per_s`` is the same pipeline with them switched off (torch only).
 A second figure, ``ours_worker_samples_per_s``, stops before ``device_augment``: that is the work
 left in the DataLoader workers when the trainer runs on a GPU, where rotation and normalisation of a
 batch cost well under a millisecond.
@@ -28,7 +30,9 @@ alternation (ABAB...) and each keeps its best pass, which cancels most machine n
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -39,6 +43,7 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision import transforms
 
+from ignite_r3net import native
 from ignite_r3net.data import SaliencyTrainSet, device_augment, list_pairs, sample_seed
 from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
@@ -205,15 +210,20 @@ def bench_pipeline(
         for b in range(n_batches):
             ours_batch(b, False)
 
+    def run_ours_pure() -> None:  # what an install without the C kernels gets
+        with _without_native():
+            run_ours()
+
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         # warm-up: file cache, lazy imports, allocator
         default_collate([baseline[k % len(pairs)] for k in range(batch_size)])
         ours_batch(0, True)
-        times: dict[str, list[float]] = {"baseline": [], "ours": [], "worker": []}
+        times: dict[str, list[float]] = {"baseline": [], "ours": [], "worker": [], "pure": []}
         for _ in range(repeats):
-            for name, fn in (("baseline", run_baseline), ("ours", run_ours), ("worker", run_worker)):
+            for name, fn in (("baseline", run_baseline), ("ours", run_ours), ("worker", run_worker),
+                             ("pure", run_ours_pure)):
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
@@ -228,9 +238,25 @@ def bench_pipeline(
         "speedup": rate["ours"] / rate["baseline"],
         "ours_worker_samples_per_s": rate["worker"],
         "worker_speedup": rate["worker"] / rate["baseline"],
+        "native_kernels": native.available(),
+        "ours_without_native_samples_per_s": rate["pure"],
+        "speedup_without_native": rate["pure"] / rate["baseline"],
         "settings": {"samples_per_pass": n, "batch_size": batch_size, "crop": crop, "rotate": rotate,
                      "repeats": repeats, "threads": threads, "files": len(pairs), "image_sizes": sizes},
     }
+
+
+@contextlib.contextmanager
+def _without_native():
+    old = os.environ.get("IGNITE_R3NET_NATIVE")
+    os.environ["IGNITE_R3NET_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["IGNITE_R3NET_NATIVE"]
+        else:
+            os.environ["IGNITE_R3NET_NATIVE"] = old
 
 
 def _size_range(pairs: list[tuple[Path, Path]]) -> str:

@@ -130,6 +130,10 @@ def _goal(name: str, value: float) -> str:
     return f" (goal >= {goal}{'' if value >= goal else ', NOT MET'})"
 
 
+def _kernels(r: dict[str, Any]) -> str:
+    return "" if r.get("native_kernels") else " (C kernels NOT BUILT: both figures are the torch paths)"
+
+
 def format_line(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{name}: FAILED {r['error']}"
@@ -137,13 +141,16 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         return (f"pipeline: baseline {r['baseline_samples_per_s']:.1f} samples/s, ours {r['ours_samples_per_s']:.1f} "
                 f"samples/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; ours without the CPU "
                 f"rotation (GPU training: worker share) {r['ours_worker_samples_per_s']:.1f} samples/s, "
-                f"{r['worker_speedup']:.2f}x")
+                f"{r['worker_speedup']:.2f}x; ours without the C kernels {r['ours_without_native_samples_per_s']:.1f} "
+                f"samples/s, {r['speedup_without_native']:.2f}x{_kernels(r)}")
     if name == "engine":
         return (f"engine: bare {r['bare_it_per_s']:.2f} it/s, ignite {r['ignite_it_per_s']:.2f} it/s, "
                 f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}")
     if name == "metrics":
         return (f"metrics: pysodmetrics {r['pysodmetrics_images_per_s']:.1f} images/s, ours "
-                f"{r['ours_images_per_s']:.1f} images/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}")
+                f"{r['ours_images_per_s']:.1f} images/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; "
+                f"one map per update {r['speedup_per_map']:.2f}x; without the C kernels "
+                f"{r['speedup_without_native']:.2f}x{_kernels(r)}")
     if name == "scaling":
         return (f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
                 f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}")

@@ -20,6 +20,10 @@
  *       the grid of ignite_r3net.data.transforms._rotation_grid, so this equals the torch path up
  *       to float rounding; it reads uint8 and writes the float once.
  *
+ *   decay_sum(pred, d2, lut, table)
+ *       sum over pixels of lut[pred] * table[d2] in float64, in pixel order: the weighted
+ *       F-measure's distance-decayed term without two full-size gathers.
+ *
  *   crop_planar(src, out, h, w, c, y0, x0, size_h, size_w, flip)
  *       out (c, size_h, size_w) = the window of the channels-last uint8 image src (h, w, c) at
  *       (y0, x0), columns mirrored when flip: the crop, flip and layout change of a training
@@ -103,6 +107,20 @@ static int edt_sq_impl(const uint8_t *fg, int32_t *out, Py_ssize_t h, Py_ssize_t
         }
     }
     free(near); free(v); free(z); free(f);
+    return 0;
+}
+
+/* sum over pixels of lut[pred] * table[d2]: the weighted F-measure's decayed background term */
+static int decay_sum_impl(const uint8_t *pred, const int32_t *d2, const double *lut, const double *table,
+                          Py_ssize_t size, Py_ssize_t table_size, double *result)
+{
+    double total = 0.0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        const int32_t k = d2[i];
+        if (k < 0 || k >= table_size) return -1;
+        total += lut[pred[i]] * table[k];
+    }
+    *result = total;
     return 0;
 }
 
@@ -512,12 +530,41 @@ done:
     return result;
 }
 
+static PyObject *py_decay_sum(PyObject *self, PyObject *args)
+{
+    Py_buffer pred, d2, lut, table;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &pred, &d2, &lut, &table)) return NULL;
+    PyObject *result = NULL;
+    double total = 0.0;
+    int rc = 0;
+    if (check_size(&d2, pred.len * (Py_ssize_t)sizeof(int32_t), "d2") ||
+        check_size(&lut, 256 * (Py_ssize_t)sizeof(double), "lut"))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    rc = decay_sum_impl((const uint8_t *)pred.buf, (const int32_t *)d2.buf, (const double *)lut.buf,
+                        (const double *)table.buf, pred.len, table.len / (Py_ssize_t)sizeof(double), &total);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, "a squared distance is outside the table");
+        goto done;
+    }
+    result = PyFloat_FromDouble(total);
+done:
+    PyBuffer_Release(&pred);
+    PyBuffer_Release(&d2);
+    PyBuffer_Release(&lut);
+    PyBuffer_Release(&table);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"edt_sq", py_edt_sq, METH_VARARGS,
      "edt_sq(fg, out, h, w): exact squared distance to the nearest nonzero pixel (uint8 in, int32 out)."},
     {"rotate_normalize", py_rotate_normalize, METH_VARARGS,
      "rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w, channels_last): "
      "bilinear image / nearest mask rotation of uint8 samples with the normalisation fused."},
+    {"decay_sum", py_decay_sum, METH_VARARGS,
+     "decay_sum(pred, d2, lut, table): sum of lut[pred] * table[d2] (uint8, int32, 256 and any float64)."},
     {"crop_planar", py_crop_planar, METH_VARARGS,
      "crop_planar(src, out, h, w, c, y0, x0, size_h, size_w, flip): channels-last uint8 crop (maybe "
      "mirrored) written planar."},

@@ -21,7 +21,7 @@ try:
 except ImportError:  # built without a compiler: the pure paths serve
     _native = None
 
-__all__ = ["available", "crop_planar", "edt_sq", "rotate_normalize"]
+__all__ = ["available", "crop_planar", "decay_sum", "edt_sq", "rotate_normalize"]
 
 
 class _ArrayPool:
@@ -68,6 +68,19 @@ def edt_sq(fg: np.ndarray) -> np.ndarray:
     out = np.empty((h, w), dtype=np.int32)
     _native.edt_sq(fg, out, h, w)
     return out
+
+
+def decay_sum(pred_u8: np.ndarray, d2: np.ndarray, lut: np.ndarray, table: np.ndarray) -> float:
+    """``sum(lut[pred_u8] * table[d2])`` over all pixels, float64: uint8 ``pred_u8`` and int32
+    ``d2`` of one shape, ``lut`` 256 and ``table`` any number of float64 values."""
+    if _native is None:
+        raise RuntimeError("ignite_r3net._native is not built")
+    return _native.decay_sum(
+        np.ascontiguousarray(pred_u8, dtype=np.uint8),
+        np.ascontiguousarray(d2, dtype=np.int32),
+        np.ascontiguousarray(lut, dtype=np.float64),
+        np.ascontiguousarray(table, dtype=np.float64),
+    )
 
 
 def crop_planar(image: torch.Tensor, y: int, x: int, height: int, width: int, flip: bool) -> torch.Tensor:

@@ -135,3 +135,15 @@ def test_output_buffers_are_reused_only_when_nothing_holds_them() -> None:
     assert fresh.data_ptr() != ptr  # autograd's saved input keeps it
     loss.backward()
     assert torch.equal(fresh, expected)  # and nothing that was handed out was overwritten
+
+
+def test_decay_sum_equals_numpy_and_refuses_a_short_table() -> None:
+    rng = np.random.default_rng(0)
+    pred = rng.integers(0, 256, (37, 53), dtype=np.uint8)
+    d2 = rng.integers(0, 500, (37, 53)).astype(np.int32)
+    lut = rng.random(256)
+    table = rng.random(500)
+    want = float(np.dot(lut[pred.ravel()], table[d2.ravel()]))
+    assert native.decay_sum(pred, d2, lut, table) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match="outside the table"):
+        native.decay_sum(pred, d2, lut, table[:499])

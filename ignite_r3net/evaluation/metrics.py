@@ -352,7 +352,10 @@ def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray,
     # sum over the background of pred * decay(dist): over all pixels minus the foreground's
     # (where the distance is 0 and the decay 1)
     decay = _decay_table(int(d2.max()))
-    bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
+    if d2.dtype == np.int32 and native.available():
+        bg_decay = native.decay_sum(pred_u8, d2, lut, decay) - fg_pred
+    else:
+        bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
 
     # the foreground's bounding box, 4 pixels wider: every band pixel (squared distance <= 18)
     # and every 7x7 window around a foreground pixel lies inside it
