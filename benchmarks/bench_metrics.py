@@ -131,19 +131,6 @@ def _best_of(fn, repeats: int = 3) -> Tuple[float, object]:
 
 
 @contextlib.contextmanager
-def _without_native():
-    old = os.environ.get("IGNITE_R3NET_NATIVE")
-    os.environ["IGNITE_R3NET_NATIVE"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["IGNITE_R3NET_NATIVE"]
-        else:
-            os.environ["IGNITE_R3NET_NATIVE"] = old
-
-
-@contextlib.contextmanager
 def _one_thread():
     old = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -177,7 +164,7 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
         t_ref, ref = _best_of(lambda: _pysod(maps))
         t_ours, got = _best_of(lambda: _ours(preds, gts))
         t_single, got_single = _best_of(lambda: _ours(preds, gts, per_map=True))
-        with _without_native():  # what an install without a C compiler gets
+        with native.disabled():  # what an install without a C compiler gets
             t_pure, got_pure = _best_of(lambda: _ours(preds, gts))
     diff = max(abs(got[k] - ref[k]) for k in METRIC_KEYS)
     diff_single = max(abs(got_single[k] - ref[k]) for k in METRIC_KEYS)

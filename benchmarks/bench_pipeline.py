@@ -30,9 +30,7 @@ alternation (ABAB...) and each keeps its best pass, which cancels most machine n
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import random
 import time
 from pathlib import Path
@@ -211,7 +209,7 @@ def bench_pipeline(
             ours_batch(b, False)
 
     def run_ours_pure() -> None:  # what an install without the C kernels gets
-        with _without_native():
+        with native.disabled():
             run_ours()
 
     previous = torch.get_num_threads()
@@ -244,19 +242,6 @@ def bench_pipeline(
         "settings": {"samples_per_pass": n, "batch_size": batch_size, "crop": crop, "rotate": rotate,
                      "repeats": repeats, "threads": threads, "files": len(pairs), "image_sizes": sizes},
     }
-
-
-@contextlib.contextmanager
-def _without_native():
-    old = os.environ.get("IGNITE_R3NET_NATIVE")
-    os.environ["IGNITE_R3NET_NATIVE"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["IGNITE_R3NET_NATIVE"]
-        else:
-            os.environ["IGNITE_R3NET_NATIVE"] = old
 
 
 def _size_range(pairs: list[tuple[Path, Path]]) -> str:

@@ -9,9 +9,11 @@ Both kernels run on the CPU only: on a GPU the torch paths are used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ try:
 except ImportError:  # built without a compiler: the pure paths serve
     _native = None
 
-__all__ = ["available", "crop_planar", "decay_sum", "edt_sq", "rotate_normalize"]
+__all__ = ["available", "disabled", "crop_planar", "decay_sum", "edt_sq", "rotate_normalize"]
 
 
 class _ArrayPool:
@@ -56,6 +58,21 @@ _OUTPUTS = _ArrayPool()
 def available() -> bool:
     """True when the C kernels were built and ``IGNITE_R3NET_NATIVE`` is not ``0``."""
     return _native is not None and os.environ.get("IGNITE_R3NET_NATIVE", "1") != "0"
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Within this block every caller takes its torch / numpy path (sets ``IGNITE_R3NET_NATIVE=0``),
+    e.g. to measure what an install without a C compiler gets."""
+    old = os.environ.get("IGNITE_R3NET_NATIVE")
+    os.environ["IGNITE_R3NET_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["IGNITE_R3NET_NATIVE"]
+        else:
+            os.environ["IGNITE_R3NET_NATIVE"] = old
 
 
 def edt_sq(fg: np.ndarray) -> np.ndarray:

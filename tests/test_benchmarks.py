@@ -24,7 +24,8 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     assert {"command", "machine", "pipeline", "engine"} <= set(report)
     assert report["machine"]["cores"] >= 1 and report["machine"]["torch"] == __import__("torch").__version__
     assert "--only" in report["command"]
-    for name, keys in {"pipeline": ("baseline_samples_per_s", "ours_samples_per_s", "speedup"),
+    for name, keys in {"pipeline": ("baseline_samples_per_s", "ours_samples_per_s", "speedup",
+                                    "ours_without_native_samples_per_s"),
                        "engine": ("bare_it_per_s", "ignite_it_per_s", "ratio")}.items():
         for key in keys:
             assert report[name][key] > 0, (name, key, report[name])
