@@ -169,6 +169,12 @@ __attribute__((target("avx2,fma"), always_inline)) static inline int block_avx2(
     const int ylo = y_a < y_b ? y_a : y_b, yhi = y_a < y_b ? y_b : y_a;
     if (yhi - ylo > 2 || x_last - x_first > 13 || x_last < x_first) return 0;
     if (!border && (x_first < 0 || x_last > w - 2 || ylo < 0 || yhi > h - 2)) return 0;
+    if (border && (x_last < -1 || x_first > w - 1 || yhi < -1 || ylo > h - 1)) {
+        /* every neighbour outside (the corners a rotation brings in): zeros, normalised */
+        for (int ch = 0; ch < c; ch++) _mm256_storeu_ps(out_img + ch * plane + p, _mm256_set1_ps(shift[ch]));
+        for (int ch = 0; ch < cm; ch++) _mm256_storeu_ps(out_mask + ch * plane + p, _mm256_setzero_ps());
+        return 1;
+    }
     /* 16 bytes from ``start`` hold every neighbour inside the map */
     const int start = x_first < 0 ? 0 : x_first > w - 16 ? w - 16 : x_first;
     const __m256i zero = _mm256_setzero_si256();
@@ -309,22 +315,25 @@ static void rotate_one(const uint8_t *img, const uint8_t *mask, double angle, co
     const Py_ssize_t plane = h * w;
     (void)use_avx2;
     for (Py_ssize_t y = 0; y < h; y++) {
-        for (Py_ssize_t x = 0; x < w; x++) {
+        Py_ssize_t x = 0;
 #ifdef HAVE_AVX2_PATH
-            /* the vector code takes whole blocks of eight (those inside the map first, with fewer
-               checks), the scalar code a row's last w % 8 pixels and angles beyond its window */
-            if (use_avx2 && (x & 7) == 0 && x + 8 <= w && w >= 16 &&
-                (block_inside(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, (int)c, (int)cm, (int)h,
-                              (int)w, plane, scale, shift) ||
-                 block_border(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, (int)c, (int)cm, (int)h,
-                              (int)w, plane, scale, shift))) {
-                x += 7;
-                continue;
+        /* the vector code takes the row in blocks of eight (those inside the map with fewer
+           checks), the last block overlapping its neighbour when w % 8 != 0 (it writes the same
+           values again); the scalar code takes over where a block does not fit its window */
+        if (use_avx2 && w >= 16) {
+            for (; x < w; x += 8) {
+                const Py_ssize_t bx = x + 8 <= w ? x : w - 8;
+                if (!block_inside(img, mask, out_img, out_mask, y * w + bx, (int)bx, (int)y, r, (int)c, (int)cm,
+                                  (int)h, (int)w, plane, scale, shift) &&
+                    !block_border(img, mask, out_img, out_mask, y * w + bx, (int)bx, (int)y, r, (int)c, (int)cm,
+                                  (int)h, (int)w, plane, scale, shift))
+                    break;
             }
+        }
 #endif
+        for (; x < w; x++)
             pixel_scalar(img, mask, out_img, out_mask, y * w + x, (int)x, (int)y, r, c, cm, h, w, plane, scale,
                          shift);
-        }
     }
 }
 
