@@ -4,7 +4,7 @@ setup.py builds them when a C compiler is present; without one the install still
 every caller takes its torch / numpy path, which computes the same values. Set
 ``IGNITE_R3NET_NATIVE=0`` to force those paths (for comparisons and debugging).
 
-Both kernels run on the CPU only: on a GPU the torch paths are used.
+All of them run on the CPU only: on a GPU the torch paths are used.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def rotate_normalize(
 
     The same sampling as ``grid_sample(align_corners=False)`` on the rotation grid of
     :mod:`ignite_r3net.data.transforms`, in one pass that reads uint8 and writes float once.
-    Images may be NCHW or channels last (the training loader's layout).
+    Images may be NCHW or channels last (then each is made planar in a scratch buffer first).
     """
     if _native is None:
         raise RuntimeError("ignite_r3net._native is not built")
@@ -129,7 +129,7 @@ def rotate_normalize(
     cm = masks.shape[1]
     out_images = torch.from_numpy(_OUTPUTS.get((n, c, h, w)))
     out_masks = torch.from_numpy(_OUTPUTS.get((n, cm, h, w)))
-    # channels-last images (the training loader's) are read as they are, others as NCHW
+    # channels-last images (as decoded) are read as they are, anything else as contiguous NCHW
     channels_last = images.permute(0, 2, 3, 1).is_contiguous()
     _native.rotate_normalize(
         (images.permute(0, 2, 3, 1) if channels_last else images.contiguous()).numpy(),

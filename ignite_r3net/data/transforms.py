@@ -5,6 +5,8 @@ The seed applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is sm
 Here the cheap, shape-changing part (resize if small, crop, flip) stays per sample on uint8
 tensors, and rotation plus float conversion and normalisation run batched on the device. All
 randomness is drawn from a per-sample ``torch.Generator`` so a resumed run repeats it exactly.
+On the CPU both parts use the C kernels of :mod:`ignite_r3net.native` when they are built (the
+same samples; the torch code here is the reference, and what runs on a GPU).
 """
 
 from __future__ import annotations
@@ -168,8 +170,8 @@ def _augment(
     shift: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     rotate = rotate_enabled and angles is not None
-    if rotate and images.device.type == "cpu" and images.dtype == torch.uint8 and masks.dtype == torch.uint8 \
-            and native.available():
+    cpu_uint8 = images.device.type == "cpu" and images.dtype == masks.dtype == torch.uint8
+    if rotate and cpu_uint8 and native.available():
         # one C pass: uint8 in, rotated and normalised float out (the same sampling as below)
         return native.rotate_normalize(images, masks, angles, scale, shift)
     # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising afterwards in
