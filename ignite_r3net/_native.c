@@ -293,7 +293,7 @@ static inline void pixel_scalar(const uint8_t *restrict img, const uint8_t *rest
     const Py_ssize_t q = (Py_ssize_t)y0 * w + x0;
     for (Py_ssize_t ch = 0; ch < c; ch++) {
         const uint8_t *src = img + ch * plane;
-        /* the vector code's sum: nw + ne, + sw, + se (a missing neighbour adds 0) */
+        /* grid_sample's sum: nw, + ne, + sw, + se (a neighbour outside adds 0) */
         float val = (in_y0 && in_x0 ? (float)src[q] : 0.0f) * nw;
         val = val + (in_y0 && in_x1 ? (float)src[q + 1] : 0.0f) * ne;
         val = val + (in_y1 && in_x0 ? (float)src[q + w] : 0.0f) * sw;
@@ -580,7 +580,12 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Optional CPU kernels of ignite_r3net.",
-                                    -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "Optional CPU kernels of ignite_r3net.",
+    .m_size = -1,
+    .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
