@@ -206,7 +206,15 @@ __attribute__((target("avx2,fma"), always_inline)) static inline int block_avx2(
     const __m256i off = _mm256_sub_epi32(y0, _mm256_set1_epi32(ylo)); /* 0, 1 or 2 */
     const __m256i ge1 = _mm256_cmpgt_epi32(off, zero);
     const __m256i ge2 = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(1));
-    const int rows = yhi - ylo + 2;
+    /* always four source rows from ylo, so no branch depends on the block (the spare ones are
+       never selected): clamped into the map, and zeroed where they lie outside it */
+    Py_ssize_t row_at[4];
+    __m256i row_in[4];
+    for (int j = 0; j < 4; j++) {
+        const int row = ylo + j;
+        row_at[j] = (Py_ssize_t)(row < 0 ? 0 : row >= h ? h - 1 : row) * w;
+        row_in[j] = _mm256_set1_epi32(border && (row < 0 || row >= h) ? 0 : -1);
+    }
 
     /* horizontal weights in 1/16384 (|error| < 255 / 32768 on the 0..255 scale), applied by one
        multiply-add per row; the vertical blend in float */
@@ -218,18 +226,16 @@ __attribute__((target("avx2,fma"), always_inline)) static inline int block_avx2(
     for (int ch = 0; ch < c; ch++) {
         const uint8_t *src = img + ch * plane + start;
         __m256i both[4];
-        for (int j = 0; j < rows; j++) {
-            const int row = ylo + j;
-            both[j] = border && (row < 0 || row >= h)
-                          ? zero
-                          : _mm256_shuffle_epi8(
-                                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(src + (Py_ssize_t)row * w))),
-                                pair);
+        /* the row after these, which the next output rows will read */
+        _mm_prefetch((const char *)(src + row_at[3] + w + 32), _MM_HINT_T0);
+        for (int j = 0; j < 4; j++) {
+            both[j] = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(src + row_at[j]))),
+                                          pair);
+            if (border) both[j] = _mm256_and_si256(both[j], row_in[j]);
         }
-        /* row j + off for the top neighbours, j + 1 + off for the bottom ones */
-        __m256i top = both[0], bottom = both[1];
-        if (rows > 2) top = _mm256_blendv_epi8(top, both[1], ge1), bottom = _mm256_blendv_epi8(bottom, both[2], ge1);
-        if (rows > 3) top = _mm256_blendv_epi8(top, both[2], ge2), bottom = _mm256_blendv_epi8(bottom, both[3], ge2);
+        /* row off for the top neighbours, off + 1 for the bottom ones */
+        const __m256i top = _mm256_blendv_epi8(_mm256_blendv_epi8(both[0], both[1], ge1), both[2], ge2);
+        const __m256i bottom = _mm256_blendv_epi8(_mm256_blendv_epi8(both[1], both[2], ge1), both[3], ge2);
         const __m256 t = _mm256_cvtepi32_ps(_mm256_madd_epi16(top, wpair));
         const __m256 b = _mm256_cvtepi32_ps(_mm256_madd_epi16(bottom, wpair));
         __m256 val = _mm256_add_ps(_mm256_mul_ps(t, is), _mm256_mul_ps(b, ss));
@@ -251,13 +257,11 @@ __attribute__((target("avx2,fma"), always_inline)) static inline int block_avx2(
         for (int ch = 0; ch < cm; ch++) {
             const uint8_t *src = mask + ch * plane + start;
             __m256i v = zero;
-            for (int j = 0; j < rows; j++) {
-                const int row = ylo + j;
-                const __m256i got = border && (row < 0 || row >= h) /* zeros outside */
-                                        ? zero
-                                        : _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                                                  (const __m128i *)(src + (Py_ssize_t)row * w))),
-                                                              pick);
+            _mm_prefetch((const char *)(src + row_at[3] + w + 32), _MM_HINT_T0);
+            for (int j = 0; j < 4; j++) {
+                __m256i got = _mm256_shuffle_epi8(
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(src + row_at[j]))), pick);
+                if (border) got = _mm256_and_si256(got, row_in[j]); /* zeros outside */
                 v = j == 0 ? got : _mm256_blendv_epi8(v, got, _mm256_cmpgt_epi32(moff, _mm256_set1_epi32(j - 1)));
             }
             const __m256 m = _mm256_div_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(255.0f));
