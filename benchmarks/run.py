@@ -34,7 +34,7 @@ GOALS = {"pipeline": 2.5, "engine": 0.97, "metrics": 5.0, "scaling": 1.7, "gpu":
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "pipeline": {"full": {"samples": 240, "repeats": 5}, "quick": {"samples": 96, "repeats": 3},
                  "tiny": {"samples": 8, "repeats": 1, "batch_size": 4, "crop": 96}},
-    "engine": {"full": {"iters": 60, "warmup": 5, "repeats": 3}, "quick": {"iters": 20, "warmup": 4, "repeats": 2},
+    "engine": {"full": {"iters": 60, "warmup": 5, "repeats": 5}, "quick": {"iters": 20, "warmup": 4, "repeats": 2},
                "tiny": {"iters": 4, "warmup": 1, "repeats": 1, "crop": 32, "batch_size": 2}},
     "metrics": {"full": {"n_maps": 100}, "quick": {"n_maps": 40}, "tiny": {"n_maps": 4, "size": (60, 80)}},
     # enough work per iteration that the gloo all-reduce of ~19M gradients is not the whole story
