@@ -10,9 +10,8 @@
  *       comparisons are those of the exact rationals. Output: int32 (INT32_MAX everywhere in a
  *       map without a nonzero pixel).
  *
- *   rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w,
- *                    channels_last)
- *       For each of n samples: rotate the uint8 image (c, h, w), or (h, w, c) when channels_last,
+ *   rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w)
+ *       For each of n samples: rotate the planar uint8 image (c, h, w)
  *       counter-clockwise by angles[i] degrees about its centre, bilinear with zeros outside, and
  *       write value * scale[ch] + shift[ch] as planar float32 (c, h, w); rotate the planar uint8
  *       mask (cm, h, w) with nearest-neighbour sampling (ties to even) and write value / 255.
@@ -354,22 +353,6 @@ static void rotate_one(const uint8_t *img, const uint8_t *mask, double angle, co
     }
 }
 
-/* (h * w, c) interleaved -> (c, h * w) planar */
-static void to_planar(const uint8_t *restrict src, uint8_t *restrict dst, Py_ssize_t c, Py_ssize_t plane)
-{
-    if (c == 3) {
-        uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
-        for (Py_ssize_t i = 0; i < plane; i++) {
-            r[i] = src[3 * i];
-            g[i] = src[3 * i + 1];
-            b[i] = src[3 * i + 2];
-        }
-        return;
-    }
-    for (Py_ssize_t i = 0; i < plane; i++)
-        for (Py_ssize_t ch = 0; ch < c; ch++) dst[ch * plane + i] = src[i * c + ch];
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* crop (and flip) of a channels-last image into planar memory                                 */
 
@@ -477,9 +460,8 @@ static PyObject *py_rotate_normalize(PyObject *self, PyObject *args)
 {
     Py_buffer img, mask, ang, scale, shift, out_img, out_mask;
     Py_ssize_t n, c, cm, h, w;
-    int channels_last;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*nnnnnp", &img, &mask, &ang, &scale, &shift, &out_img,
-                          &out_mask, &n, &c, &cm, &h, &w, &channels_last))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*nnnnn", &img, &mask, &ang, &scale, &shift, &out_img,
+                          &out_mask, &n, &c, &cm, &h, &w))
         return NULL;
     PyObject *result = NULL;
     if (n < 0 || c < 1 || cm < 0 || h < 1 || w < 1) {
@@ -498,27 +480,16 @@ static PyObject *py_rotate_normalize(PyObject *self, PyObject *args)
 #ifdef HAVE_AVX2_PATH
     use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    uint8_t *planar = NULL; /* one sample, planar, when the images come channels last */
-    if (channels_last && c > 1 && !(planar = (uint8_t *)malloc((size_t)(c * plane)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *sample = (const uint8_t *)img.buf + i * c * plane;
-        if (planar) {
-            to_planar(sample, planar, c, plane);
-            sample = planar;
-        }
-        rotate_one(sample, (const uint8_t *)mask.buf + i * cm * plane, ((const double *)ang.buf)[i],
-                   (const float *)scale.buf, (const float *)shift.buf, (float *)out_img.buf + i * c * plane,
-                   (float *)out_mask.buf + i * cm * plane, c, cm, h, w, use_avx2);
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        rotate_one((const uint8_t *)img.buf + i * c * plane, (const uint8_t *)mask.buf + i * cm * plane,
+                   ((const double *)ang.buf)[i], (const float *)scale.buf, (const float *)shift.buf,
+                   (float *)out_img.buf + i * c * plane, (float *)out_mask.buf + i * cm * plane, c, cm, h, w,
+                   use_avx2);
 #ifdef HAVE_AVX2_PATH
     if (use_avx2) _mm_sfence(); /* the streaming stores are complete before Python reads the output */
 #endif
     Py_END_ALLOW_THREADS
-    free(planar);
     result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&img);
@@ -590,7 +561,7 @@ static PyMethodDef methods[] = {
     {"edt_sq", py_edt_sq, METH_VARARGS,
      "edt_sq(fg, out, h, w): exact squared distance to the nearest nonzero pixel (uint8 in, int32 out)."},
     {"rotate_normalize", py_rotate_normalize, METH_VARARGS,
-     "rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w, channels_last): "
+     "rotate_normalize(images, masks, angles, scale, shift, out_images, out_masks, n, c, cm, h, w): "
      "bilinear image / nearest mask rotation of uint8 samples with the normalisation fused."},
     {"decay_sum", py_decay_sum, METH_VARARGS,
      "decay_sum(pred, d2, lut, table): sum of lut[pred] * table[d2] (uint8, int32, 256 and any float64)."},

@@ -121,7 +121,7 @@ def rotate_normalize(
 
     The same sampling as ``grid_sample(align_corners=False)`` on the rotation grid of
     :mod:`ignite_r3net.data.transforms`, in one pass that reads uint8 and writes float once.
-    Images may be NCHW or channels last (then each is made planar in a scratch buffer first).
+    Images in another memory layout are made contiguous NCHW first.
     """
     if _native is None:
         raise RuntimeError("ignite_r3net._native is not built")
@@ -129,16 +129,14 @@ def rotate_normalize(
     cm = masks.shape[1]
     out_images = torch.from_numpy(_OUTPUTS.get((n, c, h, w)))
     out_masks = torch.from_numpy(_OUTPUTS.get((n, cm, h, w)))
-    # channels-last images (as decoded) are read as they are, anything else as contiguous NCHW
-    channels_last = images.permute(0, 2, 3, 1).is_contiguous()
     _native.rotate_normalize(
-        (images.permute(0, 2, 3, 1) if channels_last else images.contiguous()).numpy(),
+        images.contiguous().numpy(),
         masks.contiguous().numpy(),
         angles.detach().to("cpu", torch.float64).contiguous().reshape(n).numpy(),
         scale.detach().to("cpu", torch.float32).contiguous().reshape(c).numpy(),
         shift.detach().to("cpu", torch.float32).contiguous().reshape(c).numpy(),
         out_images.numpy(),
         out_masks.numpy(),
-        n, c, cm, h, w, channels_last,
+        n, c, cm, h, w,
     )
     return out_images, out_masks

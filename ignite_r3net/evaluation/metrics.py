@@ -333,10 +333,11 @@ def _decay_table(max_sq: int) -> np.ndarray:
 
 
 def _squared_distance_cpu(fg: np.ndarray) -> np.ndarray:
-    """Exact squared distances to the nearest ``True`` of a 2-D bool map (with one), int64 or int32."""
+    """Exact squared distances to the nearest ``True`` of a 2-D bool map (with one), int32: the C
+    kernel when built, else the numpy transform."""
     if native.available():
         return native.edt_sq(fg.view(np.uint8))
-    return _edt_sq_cpu(fg[None])[0].astype(np.int64)
+    return _edt_sq_cpu(fg[None])[0].astype(np.int32)
 
 
 def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray, hist: np.ndarray) -> float:
@@ -352,7 +353,7 @@ def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray,
     # sum over the background of pred * decay(dist): over all pixels minus the foreground's
     # (where the distance is 0 and the decay 1)
     decay = _decay_table(int(d2.max()))
-    if d2.dtype == np.int32 and native.available():
+    if native.available():
         bg_decay = native.decay_sum(pred_u8, d2, lut, decay) - fg_pred
     else:
         bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
@@ -369,14 +370,14 @@ def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray,
     d2_box = d2[r0:r1, c0:c1]
     ri, ci = np.nonzero((d2_box > 0) & (d2_box <= 18))
     if ri.size:
-        table = _band_offsets_np()[d2_box[ri, ci]]  # (P, 8, 2)
+        table = _band_offsets(18).numpy()[d2_box[ri, ci]]  # (P, 8, 2)
         rr = ri[:, None] + table[..., 0]
         cc = ci[:, None] + table[..., 1]
         padded = np.pad(g, 4)  # outside the box (or the map) there is no foreground nearby
         first = padded[rr + 4, cc + 4].argmax(1)
         pick = np.arange(ri.size)
         err_t[ri, ci] = err[rr[pick, first], cc[pick, first]]
-    ea = _gaussian_filter_np(err_t)
+    ea = _gaussian_filter(torch.from_numpy(err_t)[None])[0].numpy()
     gain = err - ea
     fg_gain = float(gain[g & (gain > 0)].sum())
 
@@ -386,30 +387,6 @@ def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray,
     recall = 1 - ew_fg / n_fg
     precision = tpw / (tpw + fpw + EPS)
     return float((1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS))
-
-
-_BAND_OFFSETS_NP: List[np.ndarray] = []
-
-
-def _band_offsets_np() -> np.ndarray:
-    if not _BAND_OFFSETS_NP:
-        _BAND_OFFSETS_NP.append(_band_offsets(18).numpy())
-    return _BAND_OFFSETS_NP[0]
-
-
-def _gaussian_filter_np(x: np.ndarray, size: int = 7, sigma: float = 5.0) -> np.ndarray:
-    """:func:`_gaussian_filter` of one 2-D float64 map, in numpy."""
-    taps = _gaussian_taps(size, sigma)
-    half = size // 2
-    h, w = x.shape
-    padded = np.pad(x, half)
-    rows = padded[0:h, :] * taps[0]
-    for i in range(1, size):
-        rows += padded[i : i + h, :] * taps[i]
-    out = rows[:, 0:w] * taps[0]
-    for i in range(1, size):
-        out += rows[:, i : i + w] * taps[i]
-    return out
 
 
 # ---------------------------- exact Euclidean distance transform ----------------------------
@@ -626,9 +603,8 @@ def _edt_sq(fg: torch.Tensor) -> torch.Tensor:
     Separable: per-column distances, then the lower envelope along rows. The envelope loop
     runs over the columns holding features, so the axes are swapped when that makes it shorter."""
     if fg.device.type == "cpu":
-        if native.available():
-            arr = fg.numpy()
-            return torch.from_numpy(np.stack([native.edt_sq(m.view(np.uint8)) for m in arr]).astype(np.float64))
+        if native.available():  # one map at a time in C
+            return torch.from_numpy(np.stack([_squared_distance_cpu(m) for m in fg.numpy()]).astype(np.float64))
         return torch.from_numpy(_edt_sq_cpu(fg.numpy()))
     n_cols = int(fg.any(1).sum(1).max())
     n_rows = int(fg.any(2).sum(1).max())
