@@ -193,7 +193,7 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
 
 def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
     proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", "40",
-                    "--checkpoint-every", "1", "--keep", "100", "--lr", "1e4",
+                    "--checkpoint-every", "1", "--keep", "3", "--lr", "1e4",
                     "--master-port", str(free_port()), *TINY_TRAIN], check=False)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
@@ -201,7 +201,9 @@ def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
     bad = int(last.split("non-finite at iteration ")[1].split()[0])
     assert "loss" in last.split(f"iteration {bad} in ", 1)[1]
     saved = sorted(int(p.stem.split("_")[1]) for p in tmp_path.glob("checkpoint_*.pt"))
-    assert saved == list(range(1, bad)), "checkpoints up to the last good iteration, none after"
+    # --keep 3 rather than keeping all: each tiny-run checkpoint is ~145 MiB and the disk preflight
+    # (rightly) refuses a --keep that the output disk cannot hold.
+    assert saved == list(range(max(1, bad - 3), bad)), "checkpoints up to the last good iteration, none after"
     state = load_checkpoint(tmp_path / f"checkpoint_{bad - 1}.pt")
     assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
     assert max(log_iterations(tmp_path / "train.log")) == bad - 1
