@@ -14,6 +14,7 @@ import typing
 from typing import Callable, Sequence
 
 from .config import TrainConfig
+from .errors import error_line
 
 COMMANDS = ("train", "evaluate", "predict", "make-data", "check-data")
 
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _is_user_error(e):
             from .launch import WorkerFailed
 
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {error_line(e)}", file=sys.stderr)
             return 1 if isinstance(e, WorkerFailed) else 2
         raise
 

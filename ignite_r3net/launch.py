@@ -21,6 +21,7 @@ import ignite.distributed as idist
 import torch
 
 from .config import TrainConfig
+from .errors import error_line
 
 T = TypeVar("T")
 
@@ -58,6 +59,9 @@ class LaunchSpec:
 
     @property
     def world_size(self) -> int:
+        """Processes in the job: torchrun's WORLD_SIZE when it launched us, else nproc x nnodes."""
+        if under_torchrun():
+            return int(os.environ["WORLD_SIZE"])
         return self.nproc * self.nnodes
 
     def spawns(self) -> bool:
@@ -87,6 +91,7 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed."""
+    _quiet_resource_tracker()
     try:
         with parallel_for(spec) as parallel:
             parallel.run(_report_failures, fn, arg, spec.traceback_dir)
@@ -94,6 +99,17 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
         raise
     except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
         raise WorkerFailed(_summarise_spawn_error(e)) from None
+
+
+def _quiet_resource_tracker() -> None:
+    """When one rank fails, the others are terminated with their DataLoader workers, whose
+    semaphores multiprocessing's resource tracker then cleans up with a "leaked semaphore" warning
+    after our one-line error. The clean-up is right; the warning is noise. The tracker, started
+    later by the first process that needs it, takes its warning filters from the environment."""
+    quiet = "ignore:resource_tracker:UserWarning"
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if quiet not in current.split(","):
+        os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
 
 
 def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None) -> None:
@@ -109,7 +125,7 @@ def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, trac
             raise
         rank = idist.get_rank()
         where = _save_traceback(traceback_dir, rank)
-        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        message = error_line(e, default="")
         raise WorkerFailed(f"rank {rank} failed: {type(e).__name__}: {message}{where}") from None
 
 

@@ -39,8 +39,14 @@ class _ArrayPool:
         self.keep = keep
         self._arrays: dict[tuple[int, ...], list[np.ndarray]] = {}
         self._lock = threading.Lock()
+        # Reference counts as seen from Python are an implementation detail (interpreters that
+        # borrow references report fewer); pool only where an unshared array reads as the list's
+        # reference plus getrefcount's argument, else a buffer in use could be handed out again.
+        self.enabled = _unshared_refcount() == 2
 
     def get(self, shape: tuple[int, ...]) -> np.ndarray:
+        if not self.enabled:
+            return np.empty(shape, dtype=np.float32)
         with self._lock:
             arrays = self._arrays.setdefault(tuple(shape), [])
             for i in range(len(arrays)):
@@ -50,6 +56,14 @@ class _ArrayPool:
             if len(arrays) < self.keep:
                 arrays.append(array)
             return array
+
+
+def _unshared_refcount() -> int:
+    """What ``_ArrayPool.get`` reads for an array referred to by its list only."""
+    if sys.implementation.name != "cpython":
+        return -1
+    arrays = [np.empty(1, dtype=np.float32)]
+    return sys.getrefcount(arrays[0])
 
 
 _OUTPUTS = _ArrayPool()
@@ -82,9 +96,17 @@ def edt_sq(fg: np.ndarray) -> np.ndarray:
         raise RuntimeError("ignite_r3net._native is not built")
     fg = np.ascontiguousarray(fg, dtype=np.uint8)
     h, w = fg.shape
+    check_int32_distances(h, w)
     out = np.empty((h, w), dtype=np.int32)
     _native.edt_sq(fg, out, h, w)
     return out
+
+
+def check_int32_distances(h: int, w: int) -> None:
+    """Squared distances of an ``h`` x ``w`` map fit int32 (any map up to 32768 x 32768 does)."""
+    if (h - 1) ** 2 + (w - 1) ** 2 >= 2**31 - 1:
+        raise ValueError(f"a {h} x {w} map is too large for the weighted F-measure's int32 squared "
+                         "distances (at most 32768 x 32768)")
 
 
 def decay_sum(pred_u8: np.ndarray, d2: np.ndarray, lut: np.ndarray, table: np.ndarray) -> float:

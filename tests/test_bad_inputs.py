@@ -12,6 +12,13 @@ from helpers import make_tiny_dataset
 from ignite_r3net.cli import main
 
 
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch):
+    """These run ``main`` in this process: hide any GPU of the host, as the subprocess tests do."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     train, _ = make_tiny_dataset(tmp_path_factory.mktemp("data"), n=4)
@@ -42,6 +49,13 @@ def _cases(data, tmp):
     with_ckpt = tmp / "with_ckpt"
     with_ckpt.mkdir()
     torch.save({"x": torch.zeros(1)}, with_ckpt / "checkpoint_4.pt")
+    with_best = tmp / "with_best"
+    with_best.mkdir()
+    torch.save({"model": {"x": torch.zeros(1)}}, with_best / "best_model_4_maxF=0.5000.pt")
+    two_ckpts = tmp / "two_ckpts"
+    two_ckpts.mkdir()
+    for it in (4, 8):
+        torch.save({"x": torch.zeros(1)}, two_ckpts / f"checkpoint_{it}.pt")
     corrupt = tmp / "corrupt.pt"
     corrupt.write_bytes(b"not a checkpoint")
     wrong_weights = tmp / "vgg.pth"
@@ -55,6 +69,11 @@ def _cases(data, tmp):
         (["--batch-size", "3", "--nproc", "2", *d], "holds 4 pairs: too few for --batch-size 3 on 2 process(es)"),
         (["--lr", "0", *d], "--lr must be positive"),
         (["--lr", "-0.1", *d], "--lr must be positive"),
+        (["--lr-power", "0", *d], "--lr-power must be positive"),
+        (["--momentum", "1.5", *d], "--momentum must be in [0, 1)"),
+        (["--weight-decay", "-0.1", *d], "--weight-decay must not be negative"),
+        (["--dist-timeout", "0", *d], "--dist-timeout must be at least 1 second"),
+        (["--master-port", "70000", *d], "--master-port must be a TCP port"),
         (["--crop", "0", *d], "--crop must be a positive integer"),
         (["--crop", "5000", *d], "crop 5000 is larger than every image"),
         (["--checkpoint-every", "0", *d], "--checkpoint-every must be a positive integer"),
@@ -73,6 +92,12 @@ def _cases(data, tmp):
         (["--resume", str(corrupt), *d], f"cannot load checkpoint {corrupt}"),
         (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'} is not writable"),
         (["--output-dir", str(with_ckpt), *d], "already holds checkpoints of a run"),
+        (["--output-dir", str(with_best), *d], "already holds checkpoints of a run"),
+        (["--output-dir", str(two_ckpts), "--resume", str(two_ckpts / "checkpoint_4.pt"), *d],
+         "also holds newer checkpoints (checkpoint_8.pt)"),
+        (["--resume", str(with_best / "best_model_4_maxF=0.5000.pt"), *d],
+         "is not a training checkpoint for this run: it lacks trainer, optimizer, lr_scheduler, loss_meter"
+         " (best_model_* files hold weights only"),
         (["--data", str(tmp / "nowhere")], str(tmp / "nowhere")),
         (["--data", str(empty)], "empty"),
         (["--data", str(no_mask)], "lonely.jpg"),

@@ -147,3 +147,19 @@ def test_decay_sum_equals_numpy_and_refuses_a_short_table() -> None:
     assert native.decay_sum(pred, d2, lut, table) == pytest.approx(want, rel=1e-12)
     with pytest.raises(ValueError, match="outside the table"):
         native.decay_sum(pred, d2, lut, table[:499])
+
+
+def test_a_free_output_buffer_is_handed_out_again() -> None:
+    assert native._OUTPUTS.enabled, "CPython reports an unshared array's references as expected"
+    scale, shift = _affine_stats((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), torch.device("cpu"))
+    images = torch.randint(0, 256, (2, 3, 20, 28), dtype=torch.uint8)
+    masks = torch.randint(0, 256, (2, 1, 20, 28), dtype=torch.uint8)
+    angles = torch.tensor([1.0, -2.0])
+    ptr = native.rotate_normalize(images, masks, angles, scale, shift)[0].data_ptr()
+    assert native.rotate_normalize(images, masks, angles, scale, shift)[0].data_ptr() == ptr
+
+
+def test_distance_transform_refuses_maps_whose_squared_distances_overflow_int32() -> None:
+    native.check_int32_distances(32768, 32768)  # the largest square map that fits
+    with pytest.raises(ValueError, match="46342 x 1 map is too large"):
+        native.edt_sq(np.zeros((46342, 1), dtype=np.uint8))

@@ -13,13 +13,18 @@ import time
 
 import pytest
 import torch
-from ignite.engine import Engine
+from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, run_cli
+from helpers import (REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars,
+                     run_cli)
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import DataError
+from ignite_r3net.errors import error_line
 from ignite_r3net.launch import LaunchSpec, WorkerFailed, launch
 from ignite_r3net.training.checkpoint import (CheckpointError, SafeDiskSaver, find_resume_checkpoint,
                                               load_checkpoint, remove_stale_temporaries)
+from ignite_r3net.training.handlers import attach_checkpointing
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,6 +65,18 @@ def test_old_checkpoint_is_removed_only_after_the_new_one_is_complete(tmp_path, 
     monkeypatch.undo()
     ckpt(_engine_at(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model_3.pt"]
+
+
+def test_a_resume_with_a_smaller_keep_trims_the_oldest_checkpoints(tmp_path):
+    for it in (4, 8, 12, 16):
+        torch.save({"w": torch.zeros(1)}, tmp_path / f"checkpoint_{it}.pt")
+    trainer = _engine_at(16)
+    attach_checkpointing(trainer, {"model": _StateHolder({"w": torch.ones(1)}), "trainer": trainer},
+                         TrainConfig(output_dir=str(tmp_path), keep=2, checkpoint_every=4))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_12.pt", "checkpoint_16.pt"]
+    trainer.state.iteration = 20
+    trainer.fire_event(Events.ITERATION_COMPLETED)  # the next save rotates within --keep 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_16.pt", "checkpoint_20.pt"]
 
 
 class _StateHolder:
@@ -158,15 +175,34 @@ def _descendants_alive(pgid: int) -> bool:
         return False
 
 
+class _BrokenImages(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        raise DataError(f"cannot read image /data/img{i}.jpg: truncated")
+
+
+def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
+    """PyTorch re-raises a worker's error with a 15-line wrapper; the user sees the original line."""
+    loader = torch.utils.data.DataLoader(_BrokenImages(), num_workers=1)
+    with pytest.raises(DataError) as raised:
+        next(iter(loader))
+    assert str(raised.value).startswith("Caught DataError in DataLoader worker")
+    assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
+
+
 def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
-    """A file that passed the start-up scan and breaks later (a flaky disk) fails on one rank."""
+    """A file that passed the start-up scan and breaks later (a flaky disk) fails on one rank,
+    which reads it in a DataLoader worker process (as by default)."""
     work = tmp_path / "data"
     work.mkdir()
     for p in data.iterdir():
         (work / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "out"
     args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(work), "--output-dir", str(out),
-            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN]
+            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
+            "--workers", "1"]
     proc = subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -207,6 +243,8 @@ def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
     state = load_checkpoint(tmp_path / f"checkpoint_{bad - 1}.pt")
     assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
     assert max(log_iterations(tmp_path / "train.log")) == bad - 1
+    # TensorBoard was flushed and closed on the failure: every good iteration is in it
+    assert sorted(read_scalars(tmp_path / "tb")["train/total"]) == list(range(1, bad))
 
 
 def test_a_full_disk_is_a_clear_error_naming_the_file(data, tmp_path):

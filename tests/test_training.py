@@ -3,6 +3,7 @@ resume, and the three ways to launch (spawn, torchrun, two nodes on loopback).""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -104,12 +105,56 @@ def test_resume_continues_at_the_right_iteration_with_the_same_lr(two_proc_run, 
         "checkpoint_10.pt", "checkpoint_12.pt", "checkpoint_5.pt"]
 
 
+def _validation_line(log_path, iteration: int) -> dict[str, str]:
+    line = next(line for line in log_path.read_text().splitlines() if line.startswith(f"[val iter {iteration}] "))
+    words = line.split("] ", 1)[1].split()
+    return dict(zip(words[::2], words[1::2]))
+
+
+def test_validation_scores_the_model_the_checkpoint_holds(two_proc_run, data, tmp_path):
+    """Both ranks validate with rank 0's BatchNorm statistics (each rank's own drift after a step),
+    so the logged score is that of the saved model, as `evaluate` computes it."""
+    out, _ = two_proc_run
+    logged = _validation_line(out / "train.log", ITERS)
+    result = tmp_path / "eval.json"
+    run_cli(["evaluate", "--checkpoint", str(out / f"checkpoint_{ITERS}.pt"), "--data", str(data.parent / "val"),
+             "--workers", "0", "--json", str(result)])
+    [values] = json.loads(result.read_text()).values()
+    for key in ("mae", "maxF", "Sm", "maxE", "wF"):
+        assert f"{values[key]:.4f}" == logged[key], key
+
+
+@pytest.mark.parametrize("change, expected", [
+    (["--iters", str(ITERS + 8)], f"--iters {ITERS + 8} (checkpoint: {ITERS})"),
+    (["--nproc", "1"], "world size (--nproc x --nnodes) 1 (checkpoint: 2)"),
+    (["--lr", "0.01"], "--lr 0.01 (checkpoint: 0.001)"),
+])
+def test_resume_with_a_changed_recipe_is_refused_before_any_work(two_proc_run, data, tmp_path, change, expected):
+    """ignite would keep the checkpoint's schedule and epoch length (a finished run resumed with more
+    iterations would restart at learning rate 0): the options must match the run's."""
+    ref_out, _ = two_proc_run
+    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
+    args = ["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
+            "--checkpoint-every", "5", "--keep", "5", "--resume", "auto", "--master-port", str(free_port()),
+            *TINY_TRAIN, *change]
+    proc = run_cli(args, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip()
+    assert err.startswith("error: --resume ") and expected in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"], "nothing written"
+
+
 def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
     out = tmp_path / "out"
+    one_image = tmp_path / "val1"  # fewer validation images than ranks: rank 1's shard is empty
+    one_image.mkdir()
+    for suffix in (".jpg", ".png"):
+        src = sorted(data.glob("*" + suffix))[0]
+        (one_image / src.name).write_bytes(src.read_bytes())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_port", str(free_port()), str(REPO / "run.py"),
-           "--data", str(data), "--output-dir", str(out), "--iters", "4", "--checkpoint-every", "4",
-           *TINY_TRAIN]
+           "--data", str(data), "--val-data", str(one_image), "--output-dir", str(out), "--iters", "4",
+           "--checkpoint-every", "4", *TINY_TRAIN]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=240)
@@ -119,6 +164,7 @@ def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
     assert "world size 2" in (out / "train.log").read_text()
     assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
     assert (out / "checkpoint_4.pt").is_file()
+    assert "[val iter 4] mae " in (out / "train.log").read_text()
 
 
 def test_two_nodes_on_loopback(data, tmp_path):

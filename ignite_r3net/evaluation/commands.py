@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from ..errors import error_line
 from .maps import dataset_names, output_path
 
 __all__ = [
@@ -194,7 +195,7 @@ def _check_model(backbone: str, state: Mapping[str, torch.Tensor], checkpoint: s
             warnings.simplefilter("ignore")  # "copying into a meta parameter is a no-op": intended
             load_model_state(model, state)
     except (ValueError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = error_line(e)
         raise _command_error(f"checkpoint {checkpoint} does not fit backbone {backbone} "
                              f"(wrong --backbone?): {first}") from None
 

@@ -337,6 +337,7 @@ def _squared_distance_cpu(fg: np.ndarray) -> np.ndarray:
     kernel when built, else the numpy transform."""
     if native.available():
         return native.edt_sq(fg.view(np.uint8))
+    native.check_int32_distances(*fg.shape)
     return _edt_sq_cpu(fg[None])[0].astype(np.int32)
 
 

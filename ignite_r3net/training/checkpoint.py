@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping
 import torch
 from ignite.handlers import DiskSaver
 
+from ..errors import error_line
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -24,6 +26,42 @@ TEMP_PREFIX = ".tmp-"
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message names the file."""
+
+
+# Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
+# dict restores them), what each iteration samples and how it is computed.
+RESUME_FIXED = ("iters", "lr", "lr_power", "momentum", "weight_decay", "batch_size", "crop", "rotate",
+                "backbone", "seed", "amp")
+# What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
+TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
+
+
+class RunRecipe:
+    """The part of a run that a resume must not change, saved in each checkpoint as ``recipe``:
+    the ``RESUME_FIXED`` options, the world size and the number of training pairs.
+
+    Nothing is restored from it; ``preflight`` compares it with the new options before any worker
+    starts (ignite would otherwise quietly keep the checkpoint's schedule and epoch length).
+    """
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = dict(values)
+
+    @classmethod
+    def of(cls, config: Any, world_size: int, pairs: int) -> "RunRecipe":
+        values = {name: getattr(config, name) for name in RESUME_FIXED}
+        return cls({**values, "world_size": world_size, "pairs": pairs})
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # checked in preflight, not restored
+        pass
+
+    def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``."""
+        return [(name, saved[name], value) for name, value in self.values.items()
+                if name in saved and saved[name] != value]
 
 
 class SafeDiskSaver(DiskSaver):
@@ -55,7 +93,10 @@ class SafeDiskSaver(DiskSaver):
                 (Path(self.dirname) / name).unlink(missing_ok=True)
 
     def remove(self, filename: str) -> None:
-        self._pending_removal.append(filename)
+        import ignite.distributed as idist
+
+        if idist.get_rank() == self.save_on_rank:  # other ranks never write, so never remove
+            self._pending_removal.append(filename)
 
     @staticmethod
     def _write_atomically(checkpoint: Mapping, path: Path) -> None:
@@ -67,14 +108,28 @@ class SafeDiskSaver(DiskSaver):
                 os.fsync(f.fileno())
             os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; checkpoints are shared artefacts
             os.replace(tmp_name, path)
+            _fsync_directory(path.parent)  # the rename itself must survive a power loss
         except BaseException as e:
             Path(tmp_name).unlink(missing_ok=True)
             if isinstance(e, OSError):
                 raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from e
             if isinstance(e, RuntimeError):  # torch's zip writer reports a failed write this way
                 raise CheckpointError(f"cannot write checkpoint {path}: the write failed (disk full or "
-                                      f"file size limit?): {str(e).strip().splitlines()[0]}") from e
+                                      f"file size limit?): {error_line(e)}") from e
             raise
+
+
+def _fsync_directory(dirname: Path) -> None:
+    try:
+        fd = os.open(dirname, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the file itself is already synced
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temporaries(dirname: str | Path) -> None:
@@ -107,7 +162,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated and unsafe files
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = error_line(e)
         if "weights_only" in str(e) or "Unsupported global" in str(e):
             reason = "it contains pickled objects other than tensors (refused: it could run code)"
         raise CheckpointError(f"cannot load checkpoint {path}: {reason}") from e

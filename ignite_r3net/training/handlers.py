@@ -141,15 +141,25 @@ def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Opti
                                   optimizer.param_groups[1]["lr"]))
 
     trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
-    trainer.add_event_handler(Events.EXCEPTION_RAISED, _close_then_reraise(log))
 
 
-def _close_then_reraise(log: TrainLog) -> Callable[[Engine, BaseException], None]:
+def attach_close_on_failure(trainer: Engine, *closables: Any) -> None:
+    """On a failure, flush and close ``closables`` (the log, TensorBoard) so that the last lines
+    before it are on disk, then let the failure go on.
+
+    One handler for all: ignite stops calling EXCEPTION_RAISED handlers at the first that raises,
+    and swallows the exception if none does."""
+
     def on_exception(engine: Engine, e: BaseException) -> None:
-        log.close()
+        for closable in closables:
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001 - the original failure is the one to report
+                    pass
         raise e
 
-    return on_exception
+    trainer.add_event_handler(Events.EXCEPTION_RAISED, on_exception)
 
 
 def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:
@@ -164,6 +174,8 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
         global_step_transform=lambda engine, _: engine.state.iteration,
     )
     existing = list_checkpoints(config.output_dir)
+    _remove_beyond_keep(existing, config.keep)
+    existing = existing[-config.keep:]
     if existing:
         checkpointer.load_state_dict({"_saved": [(it, p.name) for it, p in existing]})
     trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
@@ -174,6 +186,13 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
             checkpointer(engine)
 
     return checkpointer
+
+
+@rank_zero_only
+def _remove_beyond_keep(existing: list[tuple[int, Path]], keep: int) -> None:
+    # a resume with a smaller --keep: ignite removes one file per save, so trim the excess now
+    for _, path in existing[:-keep]:
+        path.unlink(missing_ok=True)
 
 
 def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig) -> Any:

@@ -11,21 +11,24 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
 from ..config import TrainConfig
-from ..data import DataError, assert_dataset_ok, ensure_synthetic, list_pairs
+from ..data import DataError, ResumableDistributedSampler, assert_dataset_ok, ensure_synthetic, list_pairs
+from ..errors import error_line
+from ..launch import LaunchSpec
 from ..model import BACKBONES, R3Net, build_backbone
-from .checkpoint import (CheckpointError, find_resume_checkpoint, list_checkpoints, load_checkpoint,
-                         remove_stale_temporaries)
+from .checkpoint import (TRAINING_STATE_KEYS, CheckpointError, RunRecipe, find_resume_checkpoint,
+                         list_checkpoints, load_checkpoint, remove_stale_temporaries)
 
 
 class ConfigError(ValueError):
     """A bad option or path, reported before anything is spawned."""
 
 
+EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 POSITIVE = ("iters", "batch_size", "crop", "checkpoint_every", "keep", "log_every", "nproc", "nnodes")
 
 
@@ -39,6 +42,16 @@ def check_options(config: TrainConfig) -> None:
                           "branch needs two images per process")
     if not config.lr > 0:
         raise ConfigError(f"--lr must be positive, got {config.lr}")
+    if not config.lr_power > 0:
+        raise ConfigError(f"--lr-power must be positive, got {config.lr_power}")
+    if not 0 <= config.momentum < 1:
+        raise ConfigError(f"--momentum must be in [0, 1), got {config.momentum}")
+    if not config.weight_decay >= 0:
+        raise ConfigError(f"--weight-decay must not be negative, got {config.weight_decay}")
+    if config.dist_timeout < 1:
+        raise ConfigError(f"--dist-timeout must be at least 1 second, got {config.dist_timeout}")
+    if not 1 <= config.master_port <= 65535:
+        raise ConfigError(f"--master-port must be a TCP port (1-65535), got {config.master_port}")
     if config.rotate < 0 or config.rotate > 180:
         raise ConfigError(f"--rotate must be between 0 and 180 degrees, got {config.rotate}")
     if config.workers < 0 or config.val_every < 0:
@@ -104,7 +117,7 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
         pairs = len(list_pairs(config.data))
     except DataError as e:
         raise ConfigError(str(e)) from None
-    world = config.nproc * config.nnodes
+    world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise ConfigError(f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
                           f"{config.batch_size} on {world} process(es)")
@@ -112,28 +125,93 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
 
 
 def check_fresh_output_dir(config: TrainConfig) -> None:
-    """A fresh run must not mix its checkpoints with an earlier run's."""
-    if not config.resume and list_checkpoints(config.output_dir):
+    """A fresh run must not mix its checkpoints (periodic or best) with an earlier run's."""
+    if config.resume:
+        return
+    if list_checkpoints(config.output_dir) or any(Path(config.output_dir).glob("best_model_*.pt")):
         raise ConfigError(f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
                           "with --resume auto, or choose another --output-dir")
 
 
-def resolve_resume(config: TrainConfig) -> TrainConfig:
+def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
     """Turn ``--resume auto`` into the newest checkpoint that loads (corrupt newer ones are reported
-    and skipped) and prove that a named checkpoint loads safely, before any worker starts."""
+    and skipped) and prove that a named checkpoint loads safely, before any worker starts.
+
+    Returns the config and the checkpoint's content (None for a fresh run)."""
     if not config.resume:
-        return config
+        return config, None
     if config.resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=_warn)
         if found is None:
             _warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
-            return dataclasses.replace(config, resume=None)
-        return dataclasses.replace(config, resume=str(found[0]))
-    try:
-        load_checkpoint(config.resume)
-    except CheckpointError as e:
-        raise ConfigError(f"--resume: {e}") from None
-    return config
+            return dataclasses.replace(config, resume=None), None
+        config, checkpoint = dataclasses.replace(config, resume=str(found[0])), found[1]
+    else:
+        try:
+            checkpoint = load_checkpoint(config.resume)
+        except CheckpointError as e:
+            raise ConfigError(f"--resume: {e}") from None
+        _refuse_newer_checkpoints(config)
+    _check_training_state(config, checkpoint)
+    return config, checkpoint
+
+
+def _refuse_newer_checkpoints(config: TrainConfig) -> None:
+    """Resuming an older checkpoint into a folder holding newer ones would let the next
+    ``--resume auto`` (or the ``--keep`` rotation) pick up files of the abandoned future."""
+    resume = Path(config.resume).resolve()
+    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
+    if resume not in here:
+        return
+    newer = sorted(p.name for p, it in here.items() if it > here[resume])
+    if newer:
+        raise ConfigError(f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
+                          f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
+                          "resume into another --output-dir")
+
+
+def _check_training_state(config: TrainConfig, checkpoint: dict[str, Any]) -> None:
+    """A resume needs every state the trainer restores, not just weights."""
+    needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
+    missing = [k for k in needed if k not in checkpoint]
+    if missing:
+        hint = " (best_model_* files hold weights only: evaluate them, or resume from a checkpoint_N.pt)" \
+            if "trainer" in missing else ""
+        raise ConfigError(f"--resume {config.resume} is not a training checkpoint for this run: it lacks "
+                          f"{', '.join(missing)}{hint}")
+
+
+def check_resume_compatible(config: TrainConfig, checkpoint: dict[str, Any]) -> None:
+    """This run's options continue the checkpoint's run exactly.
+
+    ignite restores the schedule length and epoch length from the checkpoint, and the optimiser
+    its hyper-parameters, so changed options would be silently ignored (or, for a finished run
+    resumed with more iterations, restart it with the learning rate at zero)."""
+    world = LaunchSpec.of(config).world_size
+    pairs = len(list_pairs(config.data))
+    changed = {name: (old, new) for name, old, new in
+               RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))}
+    # what ignite itself keeps, so also checked for checkpoints without a recipe
+    state = checkpoint["trainer"]
+    sampler = ResumableDistributedSampler(pairs, num_replicas=world, batch_size=config.batch_size)
+    for name, old, new in (("iters", state.get("max_iters"), config.iters),
+                           (EPOCH_LENGTH, state.get("epoch_length"), sampler.num_batches)):
+        if old is not None and old != new:
+            changed.setdefault(name, (old, new))
+    if changed:
+        listing = "; ".join(f"{_option_name(name)} {new} (checkpoint: {old})" for name, (old, new) in changed.items())
+        extend = " The poly schedule ends at --iters: a longer run must start afresh." if "iters" in changed else ""
+        raise ConfigError(f"--resume {config.resume}: this run differs from the one the checkpoint continues: "
+                          f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
+                          f"start a new run in another --output-dir.{extend}")
+
+
+def _option_name(name: str) -> str:
+    if name == "world_size":
+        return "world size (--nproc x --nnodes)"
+    if name == "pairs":
+        return "training pairs in --data"
+    return "--" + name.replace("_", "-") if name.isidentifier() else name
 
 
 def _warn(message: str) -> None:
@@ -165,18 +243,23 @@ def check_pretrained(config: TrainConfig) -> None:
     if not config.pretrained:
         return
     try:
-        build_backbone(config.backbone, config.pretrained)
+        # torchrun starts every local process's preflight at once: one downloads, the others wait
+        with _locked(Path(config.output_dir) / ".pretrained.lock"):
+            build_backbone(config.backbone, config.pretrained)
     except (OSError, ValueError, RuntimeError) as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = error_line(e)
         raise ConfigError(f"--pretrained {config.pretrained}: {reason}") from None
 
 
 def preflight(config: TrainConfig) -> TrainConfig:
     """All start-up checks in order; returns the config with data paths resolved."""
     check_options(config)
-    check_pretrained(config)
     prepare_output_dir(config)
+    check_pretrained(config)
     check_disk_space(config, count_parameters(config.backbone))
     check_fresh_output_dir(config)
-    config = resolve_resume(config)
-    return resolve_data(config)
+    config, checkpoint = resolve_resume(config)
+    config = resolve_data(config)
+    if checkpoint is not None:
+        check_resume_compatible(config, checkpoint)
+    return config

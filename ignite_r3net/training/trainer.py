@@ -18,10 +18,11 @@ from ignite.utils import manual_seed
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader
 from ..model import R3Net
-from .checkpoint import load_checkpoint
+from .checkpoint import RunRecipe, load_checkpoint
 from .handlers import (
     TrainLog,
     attach_checkpointing,
+    attach_close_on_failure,
     attach_loss_meter,
     attach_poly_lr,
     attach_progress_bar,
@@ -98,7 +99,8 @@ def create_trainer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_
     trainer.logger.setLevel(logging.CRITICAL)
     meter = LossMeter(device)
     to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer,
-                               "lr_scheduler": lr_scheduler, "loss_meter": meter}
+                               "lr_scheduler": lr_scheduler, "loss_meter": meter,
+                               "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len)}
     if scaler is not None:
         to_save["scaler"] = scaler
     attach_sampler_epoch(trainer, sampler)
@@ -106,6 +108,7 @@ def create_trainer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_
     attach_loss_meter(trainer, meter, config.batch_size, config)
     attach_train_log(trainer, log, optimizer, config)
     tb = attach_tensorboard(trainer, optimizer, config)
+    attach_close_on_failure(trainer, log, tb)
     return TrainerParts(trainer, to_save, tb)
 
 
@@ -136,7 +139,10 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
     if not config.resume:
         return None
     path = Path(config.resume)
-    Checkpoint.load_objects(to_load=to_load, checkpoint=load_checkpoint(path))
+    checkpoint = load_checkpoint(path)
+    # the recipe is only compared (preflight), never loaded; older checkpoints do not have it
+    to_load = {k: v for k, v in to_load.items() if k != "recipe"}
+    Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
     return path
 
 
@@ -156,6 +162,9 @@ def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, ite
         f"world size {world_size}, {config.batch_size} images per process, "
         f"global batch {config.batch_size * world_size}",
     ]
+    if not config.pretrained:
+        lines.append("backbone from random weights: R3Net's recipe starts from ImageNet weights "
+                     "(--pretrained DEFAULT, or a state_dict file)")
     if resumed_from is not None:
         lines.append(f"resumed from {resumed_from} at iteration {iteration}")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
@@ -43,8 +44,15 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
-        evaluator.run(val_loader)
-        values = evaluator.state.metrics["saliency"]
+        use_rank0_buffers(model)
+        if len(val_loader.sampler) > 0:
+            evaluator.run(val_loader)
+            values = evaluator.state.metrics["saliency"]
+        else:
+            # fewer images than ranks: this rank scores nothing but still joins compute()'s all-reduce
+            metric.reset()
+            values = metric.compute()
+            evaluator.state.metrics["saliency"] = values
         evaluator.state.metrics.update(values)
         precision, recall = metric.pr_curve()  # a collective: every rank
         iteration = engine.state.iteration
@@ -65,6 +73,18 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
     trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)),
                               validate)
     return evaluator
+
+
+def use_rank0_buffers(model: nn.Module) -> None:
+    """Give every rank rank 0's BatchNorm statistics, so that all ranks score the model the
+    checkpoints hold.
+
+    DDP broadcasts buffers at the start of each training forward, but each rank then updates its
+    running statistics with its own batch: after a step they differ from rank to rank."""
+    if idist.get_world_size() < 2:
+        return
+    for buffer in model.buffers():
+        buffer.copy_(idist.broadcast(buffer, src=0))
 
 
 def log_validation_to_tensorboard(tb: Any, values: dict[str, float], precision: torch.Tensor,
