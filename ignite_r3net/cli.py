@@ -11,12 +11,11 @@ import dataclasses
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import TrainConfig
 from .errors import error_line
-
-COMMANDS = ("train", "evaluate", "predict", "make-data", "check-data")
 
 
 class CommandError(Exception):
@@ -35,30 +34,50 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
         meta = dict(field.metadata)
-        help_text = meta.pop("help") + " (default: %(default)s)"
+        help_text = meta.pop("help")
+        if field.name == "backbone":
+            from .model import BACKBONES
+
+            help_text += f" (one of: {', '.join(BACKBONES)})"
         kind = _field_type(field)
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
                                 help=help_text)
         else:
-            parser.add_argument(flag, type=kind, default=field.default, help=help_text,
-                                metavar=field.name.upper(), **meta)
+            if "choices" not in meta:  # argparse shows {a,b,c} for choices
+                meta["metavar"] = field.name.upper()
+            parser.add_argument(flag, type=kind, default=field.default, help=help_text, **meta)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
 
 
-def build_parser() -> argparse.ArgumentParser:
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none (None) or the help text already
+    says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line: ``train`` (default), ``evaluate``, ``predict``, ``make-data``,
+    ``check-data``."""
     parser = argparse.ArgumentParser(
-        prog="python run.py",
+        prog=prog or _program_name(),
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
                     "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train = sub.add_parser("train", help="train R3Net (the default command)",
-                           description="Train R3Net with the seed's recipe on one or many processes.")
+                           description="Train R3Net with the original training recipe (SGD, poly LR, "
+                                       "7 side-output losses) on one or many processes.")
     add_train_options(train)
     train.set_defaults(handler=run_train)
 
@@ -67,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evaluation_commands(sub)
     add_data_commands(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
+        command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
     return parser
+
+
+def _program_name() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name == "ignite-r3net" else "python run.py"
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -78,8 +105,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _with_default_command(argv: Sequence[str]) -> list[str]:
+    """Insert ``train`` when the command line starts with an option (or is empty)."""
     argv = list(argv)
-    if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv.insert(0, "train")
     return argv
 

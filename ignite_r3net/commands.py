@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .data import check_dataset, list_pairs, make_synthetic_dataset
 
@@ -25,7 +26,17 @@ def add_data_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def run_make_data(args: argparse.Namespace) -> int:
-    train_dir, val_dir = make_synthetic_dataset(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
+    from .cli import CommandError  # imported here: cli imports this module
+
+    if args.train < 1 or args.val < 0:
+        raise CommandError(f"--train must be at least 1 and --val at least 0, got {args.train} and {args.val}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {out} exists and is not a folder")
+    try:
+        train_dir, val_dir = make_synthetic_dataset(out, n_train=args.train, n_val=args.val, seed=args.seed)
+    except OSError as e:
+        raise CommandError(f"--out {out}: cannot write the data set: {e.strerror or e}") from None
     print(f"wrote {args.train} training pairs to {train_dir} and {args.val} validation pairs to {val_dir}")
     return 0
 

@@ -18,3 +18,13 @@ def error_line(e: BaseException, default: str | None = None) -> str:
         _, sep, message = lines[-1].partition(": ")  # "package.module.DataError: message"
         return message.strip() if sep else lines[-1].strip()
     return lines[0]
+
+
+def load_error_reason(e: BaseException) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused a file, in words a user can act on."""
+    text = str(e)
+    if "global" in text.lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
+        return "it contains pickled objects other than tensors (refused: it could run code)"
+    if "Weights only load failed" in text or "central directory" in text or type(e).__name__ == "UnpicklingError":
+        return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
+    return error_line(e)

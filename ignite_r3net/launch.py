@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import datetime
 import gc
+import multiprocessing
 import os
+import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from dataclasses import dataclass
@@ -94,7 +97,10 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     _quiet_resource_tracker()
     try:
         with parallel_for(spec) as parallel:
-            parallel.run(_report_failures, fn, arg, spec.traceback_dir)
+            parallel.run(_report_failures, fn, arg, spec.traceback_dir, spec.spawns())
+    except KeyboardInterrupt:
+        _stop_children()
+        raise
     except WorkerFailed:
         raise
     except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
@@ -112,8 +118,26 @@ def _quiet_resource_tracker() -> None:
         os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
 
 
-def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None) -> None:
+def _stop_children(grace: float = 5.0) -> None:
+    """End the processes this one started (an interrupt that reached only the launching process,
+    e.g. ``kill -INT``, would otherwise leave the ranks training): SIGTERM, then SIGKILL."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+
+
+def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None,
+                     spawned: bool = False) -> None:
     """Worker entry: run ``fn``; on failure keep the traceback in a file and raise one line."""
+    if spawned:
+        # Ctrl-C reaches the whole process group; the launching process ends the job by
+        # terminating its ranks, which would otherwise each print a KeyboardInterrupt traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         fn(local_rank, arg)
         if idist.get_world_size() > 1:

@@ -102,7 +102,7 @@ def _cases(data, tmp):
         (["--data", str(empty)], "empty"),
         (["--data", str(no_mask)], "lonely.jpg"),
         (["--data", str(mismatch)], "a.png"),
-        (["--val-data", str(tmp / "no_val"), *d], str(tmp / "no_val")),
+        (["--val-data", str(tmp / "no_val"), *d], f"--val-data: data folder {tmp / 'no_val'} does not exist"),
     ]
 
 
@@ -110,6 +110,7 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
     cases = _cases(data, tmp_path)
     for args, expected in cases:
         out = tmp_path / f"out{time.monotonic_ns()}"
+        own_output_dir = "--output-dir" not in args
         for flag, value in (("--output-dir", str(out)), ("--backbone", "resnet18"), ("--crop", "64")):
             if flag not in args:
                 args = [*args, flag, value]
@@ -121,6 +122,8 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         assert len(err.splitlines()) == 1 or "\n  " in err, (args, err)  # one line, or one line per file
         assert "Traceback" not in err
         assert not list(out.glob("**/checkpoint_*")) and not (out / "train.log").exists()
+        if own_output_dir:
+            assert not out.exists(), "a refused run leaves no empty output directory"
         assert time.monotonic() - started < 20, args
     print(f"{len(cases)} bad inputs tried")
     assert len(cases) >= 30
@@ -130,6 +133,8 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
     (["--amp", "fp32"], "invalid choice"),
     (["--iters", "many"], "invalid int value"),
     (["--no-such-option"], "unrecognized arguments"),
+    (["evalute", "--checkpoint", "x.pt"], "invalid choice: 'evalute'"),  # a typo is not a train option
+    (["--checkpoint", "x.pt"], "unrecognized arguments: --checkpoint"),  # no prefix of --checkpoint-every
 ])
 def test_malformed_options_are_rejected_by_the_parser(args, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -149,3 +154,38 @@ def test_check_data_reports_every_problem_by_file(tmp_path, capsys):
 def test_check_data_on_a_good_set(data, capsys):
     assert main(["check-data", str(data)]) == 0
     assert "4 pairs, no problems" in capsys.readouterr().out
+
+
+def test_other_commands_refuse_bad_inputs_in_one_line_before_any_work(data, tmp_path, capsys):
+    from ignite_r3net.model import R3Net
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    checkpoint = tmp_path / "model.pt"
+    torch.save(R3Net(backbone="resnet18").state_dict(), checkpoint)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for p in data.iterdir():
+        (corrupt / p.name).write_bytes(p.read_bytes())
+    broken = sorted(corrupt.glob("*.jpg"))[1]
+    broken.write_bytes(b"no longer a JPEG")
+    ev = ["evaluate", "--checkpoint", str(checkpoint), "--workers", "0"]
+    cases = [
+        (["make-data", "--out", str(a_file)], f"--out {a_file} exists and is not a folder"),
+        (["make-data", "--out", str(tmp_path / "d"), "--train", "0"], "--train must be at least 1"),
+        (["evaluate", "--checkpoint", str(garbage), "--data", str(data)],
+         f"cannot load checkpoint {garbage}: it is not a readable PyTorch file"),
+        ([*ev, "--data", str(corrupt)], broken.name),
+        ([*ev, "--data", str(data), "--json", str(a_file / "r.json")], f"--json {a_file / 'r.json'}: cannot create"),
+    ]
+    for args, expected in cases:
+        started = time.monotonic()
+        code = main(args)
+        err = capsys.readouterr().err.strip()
+        assert code == 2, (args, err)
+        assert err.startswith("error: ") and expected in err and "Traceback" not in err, (args, err)
+        assert len(err.splitlines()) == 1 or "\n  " in err, (args, err)
+        assert time.monotonic() - started < 10, args
+    assert not (tmp_path / "d").exists()

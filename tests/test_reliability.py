@@ -227,6 +227,38 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     assert not _descendants_alive(proc.pid), "a worker was left running"
 
 
+@pytest.mark.parametrize("target", ["launcher", "process group"])
+def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target):
+    """Ctrl-C reaches the process group; ``kill -INT`` (or an IDE's stop button) the launcher only.
+    Either way every rank and DataLoader worker stops within seconds and the job says so in one line."""
+    out = tmp_path / "out"
+    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(data), "--output-dir", str(out),
+            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
+            "--workers", "2"]
+    proc = subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "train.log").exists() and len(log_iterations(out / "train.log")) >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
+            time.sleep(0.05)
+        sent = time.monotonic()
+        if target == "launcher":
+            os.kill(proc.pid, signal.SIGINT)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # returns once every process holding the pipes is gone
+        took = time.monotonic() - sent
+    finally:
+        if _descendants_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert took < 10, f"the job took {took:.1f} s to stop"
+    assert max(log_iterations(out / "train.log")) < 500
+
+
 def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
     proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", "40",
                     "--checkpoint-every", "1", "--keep", "3", "--lr", "1e4",

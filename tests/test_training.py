@@ -144,6 +144,16 @@ def test_resume_with_a_changed_recipe_is_refused_before_any_work(two_proc_run, d
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"], "nothing written"
 
 
+def test_resuming_a_finished_run_does_nothing(two_proc_run, data, tmp_path):
+    ref_out, _ = two_proc_run
+    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
+    proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
+                    "--checkpoint-every", "5", "--keep", "5", "--resume", "auto", *TINY_TRAIN])
+    assert f"is at iteration {ITERS} of {ITERS}; nothing to do" in proc.stdout
+    assert "Spawn function" not in proc.stderr, "no worker was started"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"]
+
+
 def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
     out = tmp_path / "out"
     one_image = tmp_path / "val1"  # fewer validation images than ranks: rank 1's shard is empty

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,7 @@ def build_train_loader(
         num_workers=workers,
         pin_memory=pin_memory,
         persistent_workers=persistent_workers and workers > 0,
+        worker_init_fn=init_loader_worker,
     )
     return loader, sampler
 
@@ -119,4 +123,21 @@ def build_eval_loader(root: str | Path, num_replicas: int = 1, rank: int = 0, wo
         batch_size=1,
         sampler=EvalShardSampler(len(dataset), num_replicas, rank),
         num_workers=workers,
+        worker_init_fn=init_loader_worker,
     )
+
+
+def init_loader_worker(worker_id: int) -> None:
+    """DataLoader worker set-up: Ctrl-C is for the process that owns the loader, which shuts its
+    workers down (a worker interrupted on its own would only print a traceback), and a worker ends
+    with that process when it is killed (a failing job terminates its ranks; their workers would
+    otherwise linger until PyTorch's watchdog notices, seconds later)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass  # no prctl: the watchdog still ends the worker
+
+
+_PR_SET_PDEATHSIG = 1

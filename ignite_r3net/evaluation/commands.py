@@ -240,8 +240,18 @@ def _report(rows: dict[str, dict[str, float]], json_path: str | None) -> None:
 
 
 def _check_writable_file(path: str | None, option: str) -> None:
-    if path and Path(path).is_dir():
+    """Fail before the work whose result would be lost when the file cannot be written."""
+    if not path:
+        return
+    if Path(path).is_dir():
         raise _command_error(f"{option} {path} is a folder; give a file name")
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _command_error(f"{option} {path}: cannot create {parent}: {e.strerror or e}") from None
+    if not os.access(parent, os.W_OK):
+        raise _command_error(f"{option} {path}: {parent} is not writable")
 
 
 # ------------------------------------------------------------------------------------------
@@ -278,7 +288,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _prepare_job(args: argparse.Namespace) -> EvalJob:
-    from ..data import list_pairs
+    from ..data import assert_dataset_ok
 
     if args.nproc < 1:
         raise _command_error(f"--nproc must be >= 1, got {args.nproc}")
@@ -290,7 +300,7 @@ def _prepare_job(args: argparse.Namespace) -> EvalJob:
         require_crf()
     _check_writable_file(args.json, "--json")
     for folder in args.data:
-        list_pairs(folder)  # DataError listing every problem, before any worker starts
+        assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
     state = _load_state(args.checkpoint)
     backbone = resolve_backbone(args.backbone, args.checkpoint, state)
     _check_model(backbone, state, args.checkpoint)
@@ -496,6 +506,7 @@ def _first(batch: list[torch.Tensor]) -> torch.Tensor:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Handler of ``predict``."""
+    from ..data import init_loader_worker
     from .evaluator import predict_maps
     from .maps import save_map
 
@@ -518,7 +529,8 @@ def run_predict(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     loader = torch.utils.data.DataLoader(_ImageFiles([src for src, _ in pairs]), batch_size=1,
-                                         num_workers=args.workers, collate_fn=_first)
+                                         num_workers=args.workers, collate_fn=_first,
+                                         worker_init_fn=init_loader_worker)
     for (src, dst), image in zip(pairs, loader):
         saliency = predict_maps(model, image[None].to(device), args.amp)[0]
         if args.crf:

@@ -4,6 +4,7 @@ would hold, so metrics on the fly equal metrics on saved maps."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -35,4 +36,7 @@ def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -
         engine.state.names = list(batch["name"])
         return list(maps), list(gts)
 
-    return Engine(eval_step)
+    engine = Engine(eval_step)
+    # the launcher reports a failure in one line; ignite's own error log would repeat it at length
+    engine.logger.setLevel(logging.CRITICAL)
+    return engine

@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from ignite_r3net.errors import load_error_reason
 from ignite_r3net.model.backbones import backbone_spec
 
 if TYPE_CHECKING:
@@ -182,7 +184,12 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor
     """Read a state_dict on CPU with ``weights_only=True``; FileNotFoundError names the path."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"weights file not found: {os.fspath(path)!r}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. about the pickle protocol of a file it then refuses
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises several types for truncated and unsafe files
+        raise ValueError(load_error_reason(e)) from e
 
 
 def _looks_like_path(source: str) -> bool:

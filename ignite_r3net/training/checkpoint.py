@@ -10,13 +10,14 @@ import logging
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 from ignite.handlers import DiskSaver
 
-from ..errors import error_line
+from ..errors import error_line, load_error_reason
 
 logger = logging.getLogger(__name__)
 
@@ -160,12 +161,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. about the pickle protocol of a file it then refuses
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated and unsafe files
-        reason = error_line(e)
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
-            reason = "it contains pickled objects other than tensors (refused: it could run code)"
-        raise CheckpointError(f"cannot load checkpoint {path}: {reason}") from e
+        raise CheckpointError(f"cannot load checkpoint {path}: {load_error_reason(e)}") from e
     if not isinstance(obj, dict):
         raise CheckpointError(f"checkpoint {path} does not hold a dict of states")
     return obj

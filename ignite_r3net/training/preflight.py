@@ -110,13 +110,13 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
             train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
         config = dataclasses.replace(config, data=str(train_dir), val_data=config.val_data or str(val_dir))
         min_size = None  # its small images are meant to be resized up to any crop, as the seed does
-    try:
-        assert_dataset_ok(config.data, min_size=min_size)
-        if config.val_data:
-            assert_dataset_ok(config.val_data)
-        pairs = len(list_pairs(config.data))
-    except DataError as e:
-        raise ConfigError(str(e)) from None
+    for option, folder, smallest in (("--data", config.data, min_size), ("--val-data", config.val_data, None)):
+        if folder:
+            try:
+                assert_dataset_ok(folder, min_size=smallest)
+            except DataError as e:
+                raise ConfigError(f"{option}: {e}") from None
+    pairs = len(list_pairs(config.data))
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise ConfigError(f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
@@ -246,20 +246,39 @@ def check_pretrained(config: TrainConfig) -> None:
         # torchrun starts every local process's preflight at once: one downloads, the others wait
         with _locked(Path(config.output_dir) / ".pretrained.lock"):
             build_backbone(config.backbone, config.pretrained)
-    except (OSError, ValueError, RuntimeError) as e:
+    except Exception as e:  # noqa: BLE001 - a file or name the user gave: whatever fails, one line
         reason = error_line(e)
         raise ConfigError(f"--pretrained {config.pretrained}: {reason}") from None
 
 
-def preflight(config: TrainConfig) -> TrainConfig:
-    """All start-up checks in order; returns the config with data paths resolved."""
+def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:
+    """All start-up checks in order; returns the config with data paths resolved and the iteration
+    the run starts from (that of the checkpoint it resumes, else 0)."""
     check_options(config)
-    prepare_output_dir(config)
-    check_pretrained(config)
-    check_disk_space(config, count_parameters(config.backbone))
-    check_fresh_output_dir(config)
-    config, checkpoint = resolve_resume(config)
-    config = resolve_data(config)
-    if checkpoint is not None:
+    out = Path(config.output_dir)
+    created = not out.exists()
+    try:
+        prepare_output_dir(config)
+        check_pretrained(config)
+        check_disk_space(config, count_parameters(config.backbone))
+        check_fresh_output_dir(config)
+        config, checkpoint = resolve_resume(config)
+        config = resolve_data(config)
+        if checkpoint is None:
+            return config, 0
         check_resume_compatible(config, checkpoint)
-    return config
+        return config, int(checkpoint["trainer"].get("iteration", 0))
+    except ConfigError:
+        if created:
+            _remove_if_unused(out)
+        raise
+
+
+def _remove_if_unused(out: Path) -> None:
+    """A run refused at start-up leaves no empty output directory behind."""
+    try:
+        for lock in (".pretrained.lock", ".synthetic.lock"):
+            (out / lock).unlink(missing_ok=True)
+        out.rmdir()  # only if empty: e.g. a generated synthetic set stays for the next attempt
+    except OSError:
+        pass

@@ -76,11 +76,6 @@ def training(local_rank: int, config: TrainConfig) -> None:
         attach_validation(trainer, model, val_loader, config, log, tb, device)
     attach_progress_bar(trainer)
 
-    start = trainer.state.iteration
-    if start >= config.iters:
-        log.write(f"run already complete at iteration {start}; nothing to do")
-        log.close()
-        return
     if resumed_from is None:
         trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
     else:
