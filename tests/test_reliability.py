@@ -192,6 +192,22 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 
 
+def _start_long_run(data, out, workers: int) -> subprocess.Popen:
+    """A 2-process training run far longer than any test waits, in its own process group."""
+    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(data), "--output-dir", str(out),
+            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
+            "--workers", str(workers)]
+    return subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _wait_for_iterations(proc: subprocess.Popen, out, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while not ((out / "train.log").exists() and len(log_iterations(out / "train.log")) >= count):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+
+
 def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     """A file that passed the start-up scan and breaks later (a flaky disk) fails on one rank,
     which reads it in a DataLoader worker process (as by default)."""
@@ -200,16 +216,9 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     for p in data.iterdir():
         (work / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "out"
-    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(work), "--output-dir", str(out),
-            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
-            "--workers", "1"]
-    proc = subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = _start_long_run(work, out, workers=1)
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "train.log").exists() and log_iterations(out / "train.log")):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
-            time.sleep(0.05)
+        _wait_for_iterations(proc, out, 1)
         broken = sorted(work.glob("*.jpg"))[3]
         broken.write_bytes(b"this is no longer a JPEG")
         broken_at = time.monotonic()
@@ -232,16 +241,9 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
     """Ctrl-C reaches the process group; ``kill -INT`` (or an IDE's stop button) the launcher only.
     Either way every rank and DataLoader worker stops within seconds and the job says so in one line."""
     out = tmp_path / "out"
-    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(data), "--output-dir", str(out),
-            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
-            "--workers", "2"]
-    proc = subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = _start_long_run(data, out, workers=2)
     try:
-        deadline = time.monotonic() + 120
-        while not ((out / "train.log").exists() and len(log_iterations(out / "train.log")) >= 2):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
-            time.sleep(0.05)
+        _wait_for_iterations(proc, out, 2)
         sent = time.monotonic()
         if target == "launcher":
             os.kill(proc.pid, signal.SIGINT)
