@@ -34,6 +34,7 @@ def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
     resumed = load_checkpoint(tmp_path / "checkpoint_4.pt")
     assert resumed["scaler"] == final["scaler"]
     assert sorted(log_iterations(tmp_path / "train.log")) == [1, 2, 3, 4]
+    assert "note: --amp fp16 on the CPU is emulated" in (tmp_path / "train.log").read_text()
 
 
 def test_bf16_with_dataloader_workers(data, tmp_path):

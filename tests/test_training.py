@@ -40,6 +40,7 @@ def test_log_has_config_and_one_line_per_iteration(two_proc_run):
     log = (out / "train.log").read_text()
     assert log.startswith("configuration: {")
     assert "world size 2, 2 images per process, global batch 4" in log
+    assert "note: backbone from random weights" in log  # no --pretrained: the log says so
     lines = log_iterations(out / "train.log")
     assert sorted(lines) == list(range(1, ITERS + 1))
     # rank 0 alone writes: each iteration appears exactly once

@@ -68,7 +68,7 @@ def training(local_rank: int, config: TrainConfig) -> None:
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
-    log.open(_header(config, world_size, resumed_from, trainer.state.iteration))
+    log.open(_header(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
     if config.val_data:
         val_loader = build_eval_loader(config.val_data, num_replicas=world_size, rank=rank,
@@ -151,15 +151,20 @@ def _check_same_start(iteration: int) -> None:
                            "--output-dir on a filesystem shared by all nodes")
 
 
-def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int) -> str:
+def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int,
+            device: torch.device) -> str:
+    """The top of a run's (or a resumed run's) part of train.log: the recipe, the world, and notes
+    on choices that are legal but probably not what was meant."""
     lines = [
         f"configuration: {config.to_json()}",
         f"world size {world_size}, {config.batch_size} images per process, "
         f"global batch {config.batch_size * world_size}",
     ]
     if not config.pretrained:
-        lines.append("backbone from random weights: R3Net's recipe starts from ImageNet weights "
+        lines.append("note: backbone from random weights; R3Net's recipe starts from ImageNet weights "
                      "(--pretrained DEFAULT, or a state_dict file)")
+    if config.amp == "fp16" and device.type == "cpu":
+        lines.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
     if resumed_from is not None:
         lines.append(f"resumed from {resumed_from} at iteration {iteration}")
     return "\n".join(lines) + "\n"
