@@ -119,9 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        from .launch import Terminated
+
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as e:  # noqa: BLE001 - user errors become one line; bugs keep their traceback
         if _is_user_error(e):
             from .launch import WorkerFailed

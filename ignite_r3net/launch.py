@@ -14,11 +14,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import ignite.distributed as idist
 import torch
@@ -31,6 +32,10 @@ T = TypeVar("T")
 
 class WorkerFailed(RuntimeError):
     """Raised in the launching process when any worker failed: one line naming the rank and cause."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the job is stopped (its ranks too) rather than left running."""
 
 
 def under_torchrun() -> bool:
@@ -95,6 +100,7 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed."""
     _quiet_resource_tracker()
+    previous = _raise_on_sigterm()
     try:
         with parallel_for(spec) as parallel:
             parallel.run(_report_failures, fn, arg, spec.traceback_dir, spec.spawns())
@@ -105,6 +111,21 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
         raise
     except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
         raise WorkerFailed(_summarise_spawn_error(e)) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_on_sigterm() -> Any:
+    """Turn SIGTERM into ``Terminated`` for the duration of the job (by default it would end this
+    process at once and leave the spawned ranks training as orphans); returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 def _quiet_resource_tracker() -> None:

@@ -236,26 +236,31 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     assert not _descendants_alive(proc.pid), "a worker was left running"
 
 
-@pytest.mark.parametrize("target", ["launcher", "process group"])
-def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target):
-    """Ctrl-C reaches the process group; ``kill -INT`` (or an IDE's stop button) the launcher only.
-    Either way every rank and DataLoader worker stops within seconds and the job says so in one line."""
+@pytest.mark.parametrize("target, sig, code, said", [
+    ("launcher", signal.SIGINT, 130, "interrupted"),
+    ("process group", signal.SIGINT, 130, "interrupted"),
+    ("launcher", signal.SIGTERM, 143, "terminated"),
+])
+def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target, sig, code, said):
+    """Ctrl-C reaches the process group; ``kill -INT`` / ``kill`` (an IDE's stop button, a scheduler)
+    the launcher only. Every rank and DataLoader worker stops within seconds, and the job says so
+    in one line."""
     out = tmp_path / "out"
     proc = _start_long_run(data, out, workers=2)
     try:
         _wait_for_iterations(proc, out, 2)
         sent = time.monotonic()
         if target == "launcher":
-            os.kill(proc.pid, signal.SIGINT)
+            os.kill(proc.pid, sig)
         else:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=60)  # returns once every process holding the pipes is gone
         took = time.monotonic() - sent
     finally:
         if _descendants_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err[-2000:]
-    assert err.strip().splitlines()[-1] == "interrupted"
+    assert proc.returncode == code, err[-2000:]
+    assert err.strip().splitlines()[-1] == said
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert took < 10, f"the job took {took:.1f} s to stop"
     assert max(log_iterations(out / "train.log")) < 500
