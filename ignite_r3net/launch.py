@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import logging
 import multiprocessing
 import os
 import signal
@@ -100,6 +101,8 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed."""
     _quiet_resource_tracker()
+    # "Terminating process N via signal SIGTERM" when a rank fails: our one-line error says why
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     previous = _raise_on_sigterm()
     try:
         with parallel_for(spec) as parallel:
