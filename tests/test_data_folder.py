@@ -280,3 +280,24 @@ def test_unreadable_image_error_names_file(tmp_path: Path) -> None:
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     with pytest.raises(DataError, match="cannot read image .*broken.jpg"):
         load_image(bad)
+
+
+def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path) -> None:
+    """The frame header is found by walking the marker segments, not by the first SOF bytes in the
+    file, which may belong to a thumbnail stored in an application segment."""
+    from ignite_r3net.data.folder import _is_cmyk_jpeg
+
+    buf = io.BytesIO()
+    Image.fromarray(_rgb(16, 16, seed=5)).save(buf, format="JPEG")
+    thumbnail = buf.getvalue()
+    buf = io.BytesIO()
+    Image.fromarray(_rgb(24, 32)).convert("CMYK").save(buf, format="JPEG")
+    cmyk = buf.getvalue()
+    app15 = b"\xff\xef" + (2 + len(thumbnail)).to_bytes(2, "big") + thumbnail
+    path = tmp_path / "with_thumbnail.jpg"
+    path.write_bytes(cmyk[:2] + app15 + cmyk[2:])
+
+    assert _is_cmyk_jpeg(path.read_bytes()) and _is_cmyk_jpeg(cmyk) and not _is_cmyk_jpeg(thumbnail)
+    got = load_image(path).permute(1, 2, 0).numpy().astype(int)
+    with Image.open(path) as img:
+        assert np.abs(got - np.asarray(img.convert("RGB")).astype(int)).mean() < 2

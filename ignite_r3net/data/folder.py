@@ -188,15 +188,32 @@ def load_image(path: str | Path) -> torch.Tensor:
 
 
 def _is_cmyk_jpeg(raw: bytes) -> bool:
-    # A JPEG with 4 components has the SOF component count byte == 4; cheap header scan.
-    head = raw[:65536]
-    if not head.startswith(b"\xff\xd8"):
+    """Whether the JPEG's frame header (SOF) declares 4 components. The marker segments are walked
+    in order, so an SOF inside an earlier segment (an EXIF thumbnail in APP1) is not mistaken for
+    the image's own."""
+    if not raw.startswith(b"\xff\xd8"):
         return False
-    for marker in (b"\xff\xc0", b"\xff\xc1", b"\xff\xc2"):
-        i = head.find(marker)
-        if i >= 0 and i + 9 < len(head):
-            return head[i + 9] == 4
+    i, end = 2, min(len(raw), 1 << 20)
+    while i + 4 <= end:
+        if raw[i] != 0xFF:
+            return False  # not at a marker: a malformed header; let the decoders judge
+        marker = raw[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _SOF_MARKERS:
+            return i + 9 < len(raw) and raw[i + 9] == 4
+        if marker == 0xD9 or marker == 0xDA:  # end of image, start of scan: no frame header before
+            return False
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # stand-alone markers
+            i += 2
+            continue
+        i += 2 + int.from_bytes(raw[i + 2:i + 4], "big")
     return False
+
+
+# start-of-frame markers (C4 = DHT, C8 = JPG extension, CC = DAC are not frames)
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
