@@ -64,11 +64,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The whole command line: ``train`` (default), ``evaluate``, ``predict``, ``make-data``,
     ``check-data``."""
     parser = argparse.ArgumentParser(
-        prog=prog or _program_name(),
+        prog=_program_name(),
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
                     "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
         formatter_class=HelpFormatter,

@@ -11,8 +11,7 @@ from .data import check_dataset, list_pairs, make_synthetic_dataset
 
 def add_data_commands(sub: argparse._SubParsersAction) -> None:
     make = sub.add_parser("make-data", help="write the generated synthetic saliency data set",
-                          description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                          description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.")
     make.add_argument("--out", required=True, help="output folder")
     make.add_argument("--train", type=int, default=400, help="number of training pairs")
     make.add_argument("--val", type=int, default=60, help="number of validation pairs")

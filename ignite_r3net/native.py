@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,6 +75,13 @@ def available() -> bool:
     return _native is not None and os.environ.get("IGNITE_R3NET_NATIVE", "1") != "0"
 
 
+def _kernels() -> Any:
+    """The built extension module (callers check :func:`available` first)."""
+    if _native is None:
+        raise RuntimeError("ignite_r3net._native is not built")
+    return _native
+
+
 @contextlib.contextmanager
 def disabled() -> Iterator[None]:
     """Within this block every caller takes its torch / numpy path (sets ``IGNITE_R3NET_NATIVE=0``),
@@ -92,13 +100,11 @@ def disabled() -> Iterator[None]:
 def edt_sq(fg: np.ndarray) -> np.ndarray:
     """Exact squared Euclidean distance of every pixel of a 2-D map to its nearest nonzero pixel,
     int32 (``2**31 - 1`` everywhere when the map has none)."""
-    if _native is None:
-        raise RuntimeError("ignite_r3net._native is not built")
     fg = np.ascontiguousarray(fg, dtype=np.uint8)
     h, w = fg.shape
     check_int32_distances(h, w)
     out = np.empty((h, w), dtype=np.int32)
-    _native.edt_sq(fg, out, h, w)
+    _kernels().edt_sq(fg, out, h, w)
     return out
 
 
@@ -112,9 +118,7 @@ def check_int32_distances(h: int, w: int) -> None:
 def decay_sum(pred_u8: np.ndarray, d2: np.ndarray, lut: np.ndarray, table: np.ndarray) -> float:
     """``sum(lut[pred_u8] * table[d2])`` over all pixels, float64: uint8 ``pred_u8`` and int32
     ``d2`` of one shape, ``lut`` 256 and ``table`` any number of float64 values."""
-    if _native is None:
-        raise RuntimeError("ignite_r3net._native is not built")
-    return _native.decay_sum(
+    return _kernels().decay_sum(
         np.ascontiguousarray(pred_u8, dtype=np.uint8),
         np.ascontiguousarray(d2, dtype=np.int32),
         np.ascontiguousarray(lut, dtype=np.float64),
@@ -126,11 +130,9 @@ def crop_planar(image: torch.Tensor, y: int, x: int, height: int, width: int, fl
     """``image[:, y:y+height, x:x+width]`` (columns mirrored when ``flip``) as a contiguous
     ``(C, height, width)`` uint8 tensor, from an image stored channels last (``image.permute(1, 2, 0)``
     contiguous, as torchvision's decoders return it): crop, flip and layout change in one pass."""
-    if _native is None:
-        raise RuntimeError("ignite_r3net._native is not built")
     c, h, w = image.shape
     out = torch.empty((c, height, width), dtype=torch.uint8)
-    _native.crop_planar(image.permute(1, 2, 0).numpy(), out.numpy(), h, w, c, y, x, height, width, flip)
+    _kernels().crop_planar(image.permute(1, 2, 0).numpy(), out.numpy(), h, w, c, y, x, height, width, flip)
     return out
 
 
@@ -145,13 +147,11 @@ def rotate_normalize(
     :mod:`ignite_r3net.data.transforms`, in one pass that reads uint8 and writes float once.
     Images in another memory layout are made contiguous NCHW first.
     """
-    if _native is None:
-        raise RuntimeError("ignite_r3net._native is not built")
     n, c, h, w = images.shape
     cm = masks.shape[1]
     out_images = torch.from_numpy(_OUTPUTS.get((n, c, h, w)))
     out_masks = torch.from_numpy(_OUTPUTS.get((n, cm, h, w)))
-    _native.rotate_normalize(
+    _kernels().rotate_normalize(
         images.contiguous().numpy(),
         masks.contiguous().numpy(),
         angles.detach().to("cpu", torch.float64).contiguous().reshape(n).numpy(),

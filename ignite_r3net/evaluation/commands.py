@@ -47,12 +47,10 @@ _LIST_LIMIT = 20  # file names shown in one warning before "(+N more)"
 
 def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``evaluate`` and ``predict`` on the CLI's subparsers."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     ev = sub.add_parser(
         "evaluate", help="score a checkpoint on data sets, or existing saliency maps against masks",
         description="Score a checkpoint on one or more data sets (full resolution, batch 1), or score "
-                    "saliency maps already on disk (--maps/--gt). Prints one row per data set.",
-        formatter_class=fmt)
+                    "saliency maps already on disk (--maps/--gt). Prints one row per data set.")
     src = ev.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="training checkpoint, best_model_*.pt, or an original R3Net "
                                           "release state_dict")
@@ -75,8 +73,7 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser(
         "predict", help="write saliency maps for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
-                    "every input image (files, or every image directly inside a folder).",
-        formatter_class=fmt)
+                    "every input image (files, or every image directly inside a folder).")
     pr.add_argument("--checkpoint", required=True, help="training checkpoint, best_model_*.pt, or an "
                                                         "original R3Net release state_dict")
     pr.add_argument("--input", nargs="+", required=True, metavar="PATH",
@@ -358,7 +355,7 @@ def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, f
     from ignite.engine import Engine, Events
 
     from ..data import build_eval_loader
-    from .evaluator import create_evaluator
+    from .evaluator import attach_scoring, create_evaluator, score_shard
     from .metrics import SaliencyMetrics
 
     loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), job.workers)
@@ -385,16 +382,8 @@ def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, f
                 save_map(output_path(out_dir, stem), saliency)
 
     metric = SaliencyMetrics(device=device, protocol=job.protocol)
-
-    @evaluator.on(Events.ITERATION_COMPLETED)
-    def score(engine: Engine) -> None:
-        metric.update(engine.state.output)
-
-    # A rank whose shard is empty (fewer images than ranks) skips the run but still joins the
-    # all-reduce inside compute(); per-image sums are exact, so N processes equal one.
-    if len(loader.sampler) > 0:
-        evaluator.run(loader)
-    values = metric.compute()
+    attach_scoring(evaluator, metric)
+    values = score_shard(evaluator, loader, metric)
     return {"images": len(loader.dataset), **{k: float(values[k]) for k in COLUMNS}}
 
 

@@ -8,7 +8,8 @@ import logging
 from typing import Any
 
 import torch
-from ignite.engine import Engine
+from ignite.engine import Engine, Events
+from ignite.metrics import Metric
 from torch import nn
 
 from ..data import normalize_image
@@ -40,3 +41,21 @@ def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -
     # the launcher reports a failure in one line; ignite's own error log would repeat it at length
     engine.logger.setLevel(logging.CRITICAL)
     return engine
+
+
+def attach_scoring(evaluator: Engine, metric: Metric) -> None:
+    """Feed every step's ``(maps, gts)`` to ``metric`` (after the handlers added before this one,
+    e.g. a CRF refinement)."""
+    evaluator.add_event_handler(Events.ITERATION_COMPLETED, lambda engine: metric.update(engine.state.output))
+
+
+def score_shard(evaluator: Engine, loader: Any, metric: Metric) -> dict[str, Any]:
+    """Run ``evaluator`` over this rank's shard of ``loader`` and return ``metric`` over the images
+    of every rank (a collective: call it on all ranks).
+
+    A rank whose shard is empty (fewer images than ranks) skips the run but still joins the
+    all-reduce inside ``compute()``; per-image sums are exact, so N processes equal one."""
+    metric.reset()
+    if len(loader.sampler) > 0:
+        evaluator.run(loader)
+    return metric.compute()

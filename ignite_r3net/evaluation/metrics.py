@@ -36,7 +36,6 @@ from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
-
 from .. import native
 
 __all__ = ["SaliencyMetrics", "METRIC_KEYS"]
@@ -900,6 +899,7 @@ class SaliencyMetrics(Metric):
         lut = _lut(pred_u8)  # the normalised value of every uint8 level, per image
         n_fg, cy, cx = _centroid(gt)
         qhist = _quadrant_histogram(pred_u8, gt, cy, cx).double()  # (N, 4, 2, 256)
+        hist = qhist.sum(1)  # (N, 2, 256): gt background / foreground counts per uint8 value
         if self.protocol == "r3net":
             p = pred_u8.double() / 255
             g = gt_u8.double() / 255
@@ -913,10 +913,10 @@ class SaliencyMetrics(Metric):
             t = hard.flatten(1).sum(1, keepdim=True).double()
             self._sum_precision += _exact((r_tp + _R3NET_EPS) / (r_pos + _R3NET_EPS)).sum(0)
             self._sum_recall += _exact((r_tp + _R3NET_EPS) / (t + _R3NET_EPS)).sum(0)
-        self._sum_wf += _exact(_weighted_fmeasure_maps(pred_u8, gt, lut, qhist.sum(1))).sum()
+        self._sum_wf += _exact(_weighted_fmeasure_maps(pred_u8, gt, lut, hist)).sum()
         self._num_images += n
         shape = torch.tensor([[h, w]], dtype=torch.float64, device=lut.device).expand(n, 2)
-        self._pending.append((lut, qhist, n_fg, cy, cx, shape))
+        self._pending.append((lut, qhist, hist, n_fg, cy, cx, shape))
         self._pending_maps += n
         if self._pending_maps >= _PENDING_MAPS:
             self._flush()
@@ -927,11 +927,10 @@ class SaliencyMetrics(Metric):
         a bit of the sums)."""
         if not self._pending:
             return
-        lut, qhist, n_fg, cy, cx, shape = (torch.cat(parts) for parts in zip(*self._pending))
+        lut, qhist, hist, n_fg, cy, cx, shape = (torch.cat(parts) for parts in zip(*self._pending))
         self._pending, self._pending_maps = [], 0
         h, w = shape[:, 0], shape[:, 1]
         size = h * w
-        hist = qhist.sum(1)  # (N, 2, 256): gt background / foreground counts per uint8 value
         # floor == numpy's astype(uint8) truncation PySODMetrics uses to bin the normalised map
         # (levels outside [min, max] of an image hold no pixel; clamping keeps them indexable)
         ge = _ge_counts(hist, (lut * 255).floor().clamp(0, 255).long())

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import ignite.distributed as idist
 import torch
 from ignite.handlers import DiskSaver
 
@@ -82,8 +83,6 @@ class SafeDiskSaver(DiskSaver):
         self._pending_removal: list[str] = []
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        import ignite.distributed as idist
-
         if idist.get_rank() != self.save_on_rank:
             return
         path = Path(self.dirname) / filename
@@ -94,8 +93,6 @@ class SafeDiskSaver(DiskSaver):
                 (Path(self.dirname) / name).unlink(missing_ok=True)
 
     def remove(self, filename: str) -> None:
-        import ignite.distributed as idist
-
         if idist.get_rank() == self.save_on_rank:  # other ranks never write, so never remove
             self._pending_removal.append(filename)
 

@@ -102,8 +102,9 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
                           f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB")
 
 
-def resolve_data(config: TrainConfig) -> TrainConfig:
-    """Replace 'synthetic' by the generated folders and check every data folder's pairs."""
+def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
+    """Replace 'synthetic' by the generated folders and check every data folder's pairs; returns
+    the config and the number of training pairs."""
     min_size: int | None = config.crop
     if config.data == "synthetic":
         with _locked(Path(config.output_dir) / ".synthetic.lock"):
@@ -121,7 +122,7 @@ def resolve_data(config: TrainConfig) -> TrainConfig:
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise ConfigError(f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
                           f"{config.batch_size} on {world} process(es)")
-    return config
+    return config, pairs
 
 
 def check_fresh_output_dir(config: TrainConfig) -> None:
@@ -181,14 +182,13 @@ def _check_training_state(config: TrainConfig, checkpoint: dict[str, Any]) -> No
                           f"{', '.join(missing)}{hint}")
 
 
-def check_resume_compatible(config: TrainConfig, checkpoint: dict[str, Any]) -> None:
+def check_resume_compatible(config: TrainConfig, checkpoint: dict[str, Any], pairs: int) -> None:
     """This run's options continue the checkpoint's run exactly.
 
     ignite restores the schedule length and epoch length from the checkpoint, and the optimiser
     its hyper-parameters, so changed options would be silently ignored (or, for a finished run
     resumed with more iterations, restart it with the learning rate at zero)."""
     world = LaunchSpec.of(config).world_size
-    pairs = len(list_pairs(config.data))
     changed = {name: (old, new) for name, old, new in
                RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))}
     # what ignite itself keeps, so also checked for checkpoints without a recipe
@@ -263,10 +263,10 @@ def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:
         check_disk_space(config, count_parameters(config.backbone))
         check_fresh_output_dir(config)
         config, checkpoint = resolve_resume(config)
-        config = resolve_data(config)
+        config, pairs = resolve_data(config)
         if checkpoint is None:
             return config, 0
-        check_resume_compatible(config, checkpoint)
+        check_resume_compatible(config, checkpoint, pairs)
         return config, int(checkpoint["trainer"].get("iteration", 0))
     except ConfigError:
         if created:

@@ -16,7 +16,7 @@ from torchvision.utils import make_grid
 
 from ..config import TrainConfig
 from ..data import normalize_image
-from ..evaluation.evaluator import create_evaluator
+from ..evaluation.evaluator import attach_scoring, create_evaluator, score_shard
 from ..evaluation.metrics import SaliencyMetrics
 from .checkpoint import SafeDiskSaver
 from .handlers import TrainLog, every_or_last
@@ -38,22 +38,15 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
     model = getattr(model, "module", model)
     evaluator = create_evaluator(model, device, config.amp)
     metric = SaliencyMetrics(device=device)
-    metric.attach(evaluator, "saliency")
+    attach_scoring(evaluator, metric)
     best = _best_checkpointer(model, trainer, config)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
         use_rank0_buffers(model)
-        if len(val_loader.sampler) > 0:
-            evaluator.run(val_loader)
-            values = evaluator.state.metrics["saliency"]
-        else:
-            # fewer images than ranks: this rank scores nothing but still joins compute()'s all-reduce
-            metric.reset()
-            values = metric.compute()
-            evaluator.state.metrics["saliency"] = values
-        evaluator.state.metrics.update(values)
+        values = score_shard(evaluator, val_loader, metric)
+        evaluator.state.metrics.update(values)  # what the best-model checkpointer reads
         precision, recall = metric.pr_curve()  # a collective: every rank
         iteration = engine.state.iteration
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
@@ -83,8 +76,13 @@ def use_rank0_buffers(model: nn.Module) -> None:
     running statistics with its own batch: after a step they differ from rank to rank."""
     if idist.get_world_size() < 2:
         return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for buffer in model.buffers():
-        buffer.copy_(idist.broadcast(buffer, src=0))
+        by_dtype.setdefault(buffer.dtype, []).append(buffer)
+    for buffers in by_dtype.values():  # one broadcast per dtype, not one per buffer
+        flat = idist.broadcast(torch.cat([b.reshape(-1) for b in buffers]), src=0)
+        for b, part in zip(buffers, flat.split([b.numel() for b in buffers])):
+            b.copy_(part.view_as(b))
 
 
 def log_validation_to_tensorboard(tb: Any, values: dict[str, float], precision: torch.Tensor,
