@@ -36,35 +36,37 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, sample_seed
 from ignite_r3net.model import R3Net
 from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
-from ignite_r3net.training.trainer import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses
+from ignite_r3net.training.trainer import create_trainer
 
 __all__ = ["bench_engine", "preload_batches"]
 
 
-def preload_batches(data_dir: str | Path, n_batches: int, batch_size: int, crop: int, rotate: float,
-                    seed: int = 0) -> list[dict[str, Any]]:
+def preload_batches(
+    data_dir: str | Path, n_batches: int, batch_size: int, crop: int, rotate: float, seed: int = 0
+) -> list[dict[str, Any]]:
     """``n_batches`` collated uint8 batches exactly as the training DataLoader yields them."""
     from torch.utils.data import default_collate
 
     dataset = SaliencyTrainSet(data_dir, crop=crop, rotate=rotate)
     batches = []
     for b in range(n_batches):
-        keys = [((b * batch_size + k) % len(dataset), sample_seed(seed, 0, b * batch_size + k))
-                for k in range(batch_size)]
+        keys = [
+            ((b * batch_size + k) % len(dataset), sample_seed(seed, 0, b * batch_size + k)) for k in range(batch_size)
+        ]
         batches.append(default_collate([dataset[key] for key in keys]))
     return batches
 
 
-def _ignite_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig,
-                warmup: int) -> float:
+def _ignite_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig, warmup: int) -> float:
     """Seconds for iterations ``warmup+1 .. iters`` of the fully equipped ignite trainer."""
     device = torch.device("cpu")
     optimizer = build_optimizer(model, config)
     lr_scheduler = build_poly_lr(optimizer, config)
-    sampler = ResumableDistributedSampler(len(batches) * config.batch_size, seed=config.seed,
-                                          batch_size=config.batch_size)
+    sampler = ResumableDistributedSampler(
+        len(batches) * config.batch_size, seed=config.seed, batch_size=config.batch_size
+    )
     devnull = open(os.devnull, "w")
     log = TrainLog(Path(config.output_dir) / "train.log", echo=devnull)
     log.open("configuration: benchmark\n")
@@ -87,8 +89,7 @@ def _ignite_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: T
     return marks[config.iters] - marks[warmup]
 
 
-def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig,
-              warmup: int) -> float:
+def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig, warmup: int) -> float:
     """Seconds for iterations ``warmup+1 .. iters`` of a plain PyTorch loop training the same way."""
     device = torch.device("cpu")
     augment = DeviceAugment()
@@ -137,9 +138,15 @@ def bench_engine(
                 for name in ("bare", "ignite"):
                     model = R3Net(backbone=backbone)
                     model.load_state_dict(copy.deepcopy(initial))
-                    config = TrainConfig(output_dir=str(Path(tmp) / f"{name}{r}"), iters=iters,
-                                         batch_size=batch_size, crop=crop, backbone=backbone, seed=seed,
-                                         workers=0)  # checkpoint_every stays at its default, 400
+                    config = TrainConfig(
+                        output_dir=str(Path(tmp) / f"{name}{r}"),
+                        iters=iters,
+                        batch_size=batch_size,
+                        crop=crop,
+                        backbone=backbone,
+                        seed=seed,
+                        workers=0,
+                    )  # checkpoint_every stays at its default, 400
                     Path(config.output_dir).mkdir(parents=True)
                     run = _bare_run if name == "bare" else _ignite_run
                     times[name].append(run(model, batches, config, warmup))
@@ -151,8 +158,15 @@ def bench_engine(
         "bare_it_per_s": bare,
         "ignite_it_per_s": ign,
         "ratio": ign / bare,
-        "settings": {"iters": iters, "warmup": warmup, "repeats": repeats, "batch_size": batch_size,
-                     "crop": crop, "backbone": backbone, "threads": threads,
-                     "checkpoint_every": TrainConfig.checkpoint_every,
-                     "note": "no periodic checkpoint inside the timed window (run shorter than checkpoint_every)"},
+        "settings": {
+            "iters": iters,
+            "warmup": warmup,
+            "repeats": repeats,
+            "batch_size": batch_size,
+            "crop": crop,
+            "backbone": backbone,
+            "threads": threads,
+            "checkpoint_every": TrainConfig.checkpoint_every,
+            "note": "no periodic checkpoint inside the timed window (run shorter than checkpoint_every)",
+        },
     }

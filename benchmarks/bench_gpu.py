@@ -56,11 +56,13 @@ def _batches(n: int, batch_size: int, crop: int, device: torch.device, seed: int
     return out
 
 
-def _run_mode(mode: str, batches: list[dict[str, Any]], backbone: str, iters: int, warmup: int,
-              device: torch.device) -> dict[str, Any]:
+def _run_mode(
+    mode: str, batches: list[dict[str, Any]], backbone: str, iters: int, warmup: int, device: torch.device
+) -> dict[str, Any]:
     opts = MODES[mode]
-    config = TrainConfig(backbone=backbone, amp=opts["amp"], channels_last=opts["channels_last"],
-                         compile=opts["compile"])
+    config = TrainConfig(
+        backbone=backbone, amp=opts["amp"], channels_last=opts["channels_last"], compile=opts["compile"]
+    )
     torch.manual_seed(0)
     model = R3Net(backbone=backbone).to(device)
     if config.channels_last:
@@ -81,16 +83,26 @@ def _run_mode(mode: str, batches: list[dict[str, Any]], backbone: str, iters: in
     torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     batch_size = batches[0]["image"].shape[0]
-    result = {"images_per_s": iters * batch_size / seconds, "it_per_s": iters / seconds,
-              "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30,
-              "warmup_s": warmup_s, **opts}
+    result = {
+        "images_per_s": iters * batch_size / seconds,
+        "it_per_s": iters / seconds,
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+        "warmup_s": warmup_s,
+        **opts,
+    }
     del step, trained, model, optimizer
     torch.cuda.empty_cache()
     return result
 
 
-def bench_gpu(iters: int = 30, warmup: int = 10, batch_size: int = 12, crop: int = 300,
-              backbone: str = "resnext101_32x4d", modes: list[str] | None = None) -> dict[str, Any]:
+def bench_gpu(
+    iters: int = 30,
+    warmup: int = 10,
+    batch_size: int = 12,
+    crop: int = 300,
+    backbone: str = "resnext101_32x4d",
+    modes: list[str] | None = None,
+) -> dict[str, Any]:
     """Per mode: images/s, it/s, peak GPU memory (GiB), warm-up seconds; ``speedup_vs_fp32`` each."""
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device visible: bench_gpu needs a GPU (run it on a GPU machine)"}
@@ -98,8 +110,14 @@ def bench_gpu(iters: int = 30, warmup: int = 10, batch_size: int = 12, crop: int
     torch.backends.cudnn.benchmark = True  # as the trainer does on CUDA
     modes = list(modes or MODES)
     batches = _batches(4, batch_size, crop, device)
-    results: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "batch_size": batch_size,
-                               "crop": crop, "backbone": backbone, "iters": iters, "warmup": warmup}
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device),
+        "batch_size": batch_size,
+        "crop": crop,
+        "backbone": backbone,
+        "iters": iters,
+        "warmup": warmup,
+    }
     for mode in modes:
         try:
             results[mode] = _run_mode(mode, batches, backbone, iters, warmup, device)
@@ -123,8 +141,10 @@ def format_gpu(result: dict[str, Any]) -> str:
         if "error" in r:
             lines.append(f"  {mode:<20} failed: {r['error']}")
         else:
-            lines.append(f"  {mode:<20} {r['images_per_s']:8.1f} images/s  peak {r['peak_memory_gib']:.2f} GiB"
-                         f"  {r.get('speedup_vs_fp32', float('nan')):.2f}x vs fp32")
+            lines.append(
+                f"  {mode:<20} {r['images_per_s']:8.1f} images/s  peak {r['peak_memory_gib']:.2f} GiB"
+                f"  {r.get('speedup_vs_fp32', float('nan')):.2f}x vs fp32"
+            )
     return "\n".join(lines)
 
 

@@ -7,9 +7,6 @@ Usage::
 or, from Python, ``bench_metrics()`` which returns ``{"pysodmetrics_images_per_s",
 "ours_images_per_s", "speedup", "max_abs_diff", ...}``.
 
-Ours uses the C distance transform (``ignite_r3net._native``) when it is built; the figure without
-it (``ours_without_native_images_per_s``: numpy only) is measured in the same run.
-
 Both sides score the same generated uint8 maps (smooth soft predictions around a salient blob;
 ground-truth masks with one or two irregular objects, some of them tiny) in the same process,
 each timed best-of-3 after a warm-up, with torch and numpy / OpenBLAS limited to one thread.
@@ -34,13 +31,11 @@ import contextlib
 import json
 import time
 import warnings
-from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ignite_r3net import native
 from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics
 
 __all__ = ["bench_metrics", "make_maps"]
@@ -60,7 +55,9 @@ def _blob(rng: np.random.Generator, h: int, w: int, cy: float, cx: float, ry: fl
     return np.hypot(dy, dx) <= wobble
 
 
-def make_maps(n_maps: int = 40, size: Tuple[int, int] = (300, 400), seed: int = 0) -> List[Tuple[np.ndarray, np.ndarray]]:
+def make_maps(
+    n_maps: int = 40, size: tuple[int, int] = (300, 400), seed: int = 0
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n_maps`` realistic (pred, gt) uint8 pairs: every 8th has a tiny object (a few pixels)."""
     rng = np.random.default_rng(seed)
     h, w = size
@@ -87,7 +84,7 @@ def make_maps(n_maps: int = 40, size: Tuple[int, int] = (300, 400), seed: int = 
     return maps
 
 
-def _pysod(maps) -> Dict[str, float]:
+def _pysod(maps) -> dict[str, float]:
     import py_sod_metrics as psm
 
     with warnings.catch_warnings():
@@ -110,7 +107,7 @@ def _pysod(maps) -> Dict[str, float]:
     }
 
 
-def _ours(preds: List[torch.Tensor], gts: List[torch.Tensor], per_map: bool = False) -> Dict[str, float]:
+def _ours(preds: list[torch.Tensor], gts: list[torch.Tensor], per_map: bool = False) -> dict[str, float]:
     metric = SaliencyMetrics()
     if per_map:
         for p, g in zip(preds, gts):
@@ -120,7 +117,7 @@ def _ours(preds: List[torch.Tensor], gts: List[torch.Tensor], per_map: bool = Fa
     return metric.compute()
 
 
-def _best_of(fn, repeats: int = 3) -> Tuple[float, object]:
+def _best_of(fn, repeats: int = 3) -> tuple[float, object]:
     out = fn()  # warm-up
     best = float("inf")
     for _ in range(repeats):
@@ -164,12 +161,9 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
         t_ref, ref = _best_of(lambda: _pysod(maps))
         t_ours, got = _best_of(lambda: _ours(preds, gts))
         t_single, got_single = _best_of(lambda: _ours(preds, gts, per_map=True))
-        with native.disabled():  # what an install without a C compiler gets
-            t_pure, got_pure = _best_of(lambda: _ours(preds, gts))
     diff = max(abs(got[k] - ref[k]) for k in METRIC_KEYS)
     diff_single = max(abs(got_single[k] - ref[k]) for k in METRIC_KEYS)
-    diff_pure = max(abs(got_pure[k] - ref[k]) for k in METRIC_KEYS)
-    if not diff <= 1e-6 or not diff_single <= 1e-6 or not diff_pure <= 1e-6:
+    if not diff <= 1e-6 or not diff_single <= 1e-6:
         raise AssertionError(f"SaliencyMetrics disagrees with PySODMetrics: {got} vs {ref}")
     return {
         "pysodmetrics_images_per_s": n_maps / t_ref,
@@ -179,9 +173,6 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
         "ours_per_map_images_per_s": n_maps / t_single,
         "speedup_per_map": t_ref / t_single,
         "max_abs_diff_per_map": diff_single,
-        "native_kernels": native.available(),
-        "ours_without_native_images_per_s": n_maps / t_pure,
-        "speedup_without_native": t_ref / t_pure,
         "n_maps": n_maps,
         "size": list(size),
         "threads": 1,
@@ -203,8 +194,6 @@ def main(argv=None) -> dict:
         f"PySODMetrics {res['pysodmetrics_images_per_s']:.1f} img/s, "
         f"ours {res['ours_images_per_s']:.1f} img/s batched ({res['speedup']:.2f}x), "
         f"{res['ours_per_map_images_per_s']:.1f} img/s one map per update ({res['speedup_per_map']:.2f}x), "
-        f"{res['ours_without_native_images_per_s']:.1f} img/s without the C kernels "
-        f"({res['speedup_without_native']:.2f}x; C kernels {'used' if res['native_kernels'] else 'not built'}), "
         f"max |diff| {res['max_abs_diff']:.2e}"
     )
     if args.json:

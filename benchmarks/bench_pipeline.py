@@ -16,9 +16,7 @@ that description (the seed's helper modules are not part of this repository).
 
 Ours is what the trainer does: ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when a
 side is smaller than the crop, crop and flip on uint8, angle drawn), ``default_collate``, then the
-batched ``device_augment`` (rotation + normalisation) - here on the CPU, the worst case for it. On the
-CPU both the crop and the rotation use the C kernels of ``ignite_r3net._native`` when they are built;
-``ours_without_native_samples_per_s`` is the same pipeline with them switched off (torch only).
+batched ``device_augment`` (rotation + normalisation) - here on the CPU, the worst case for it.
 A second figure, ``ours_worker_samples_per_s``, stops before ``device_augment``: that is the work
 left in the DataLoader workers when the trainer runs on a GPU, where rotation and normalisation of a
 batch cost well under a millisecond.
@@ -41,7 +39,6 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision import transforms
 
-from ignite_r3net import native
 from ignite_r3net.data import SaliencyTrainSet, device_augment, list_pairs, sample_seed
 from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
@@ -74,8 +71,9 @@ class SeedRandomCrop:
             return None
         return rng.randint(0, width - t), rng.randint(0, height - t)
 
-    def apply(self, img: Image.Image, mask: Image.Image, params: tuple[int, int] | None
-              ) -> tuple[Image.Image, Image.Image]:
+    def apply(
+        self, img: Image.Image, mask: Image.Image, params: tuple[int, int] | None
+    ) -> tuple[Image.Image, Image.Image]:
         w, h = img.size
         t = self.size
         if w == t and h == t:
@@ -127,11 +125,15 @@ class SeedJointTransform:
         self.rng = rng
 
     def draw(self, width: int, height: int) -> tuple[tuple[int, int] | None, bool, float]:
-        return self.crop.get_params(self.rng, width, height), self.flip.get_params(self.rng), \
-            self.rotate.get_params(self.rng)
+        return (
+            self.crop.get_params(self.rng, width, height),
+            self.flip.get_params(self.rng),
+            self.rotate.get_params(self.rng),
+        )
 
-    def apply(self, img: Image.Image, mask: Image.Image, params: tuple[tuple[int, int] | None, bool, float]
-              ) -> tuple[Image.Image, Image.Image]:
+    def apply(
+        self, img: Image.Image, mask: Image.Image, params: tuple[tuple[int, int] | None, bool, float]
+    ) -> tuple[Image.Image, Image.Image]:
         crop, flip, angle = params
         img, mask = self.crop.apply(img, mask, crop)
         img, mask = self.flip.apply(img, mask, flip)
@@ -149,8 +151,9 @@ class SeedImageFolder:
     def __init__(self, pairs: list[tuple[Path, Path]], joint_transform: SeedJointTransform) -> None:
         self.pairs = list(pairs)
         self.joint_transform = joint_transform
-        self.transform = transforms.Compose([transforms.ToTensor(),
-                                             transforms.Normalize(list(IMAGENET_MEAN), list(IMAGENET_STD))])
+        self.transform = transforms.Compose(
+            [transforms.ToTensor(), transforms.Normalize(list(IMAGENET_MEAN), list(IMAGENET_STD))]
+        )
         self.target_transform = transforms.ToTensor()
 
     def __len__(self) -> int:
@@ -194,8 +197,9 @@ def bench_pipeline(
             default_collate([baseline[(b * batch_size + k) % len(pairs)] for k in range(batch_size)])
 
     def ours_batch(b: int, augment: bool) -> None:
-        keys = [((b * batch_size + k) % len(pairs), sample_seed(seed, 0, b * batch_size + k))
-                for k in range(batch_size)]
+        keys = [
+            ((b * batch_size + k) % len(pairs), sample_seed(seed, 0, b * batch_size + k)) for k in range(batch_size)
+        ]
         batch = default_collate([ours[key] for key in keys])
         if augment:
             device_augment(batch["image"], batch["mask"], batch["angle"])
@@ -208,20 +212,15 @@ def bench_pipeline(
         for b in range(n_batches):
             ours_batch(b, False)
 
-    def run_ours_pure() -> None:  # what an install without the C kernels gets
-        with native.disabled():
-            run_ours()
-
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         # warm-up: file cache, lazy imports, allocator
         default_collate([baseline[k % len(pairs)] for k in range(batch_size)])
         ours_batch(0, True)
-        times: dict[str, list[float]] = {"baseline": [], "ours": [], "worker": [], "pure": []}
+        times: dict[str, list[float]] = {"baseline": [], "ours": [], "worker": []}
         for _ in range(repeats):
-            for name, fn in (("baseline", run_baseline), ("ours", run_ours), ("worker", run_worker),
-                             ("pure", run_ours_pure)):
+            for name, fn in (("baseline", run_baseline), ("ours", run_ours), ("worker", run_worker)):
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
@@ -236,11 +235,16 @@ def bench_pipeline(
         "speedup": rate["ours"] / rate["baseline"],
         "ours_worker_samples_per_s": rate["worker"],
         "worker_speedup": rate["worker"] / rate["baseline"],
-        "native_kernels": native.available(),
-        "ours_without_native_samples_per_s": rate["pure"],
-        "speedup_without_native": rate["pure"] / rate["baseline"],
-        "settings": {"samples_per_pass": n, "batch_size": batch_size, "crop": crop, "rotate": rotate,
-                     "repeats": repeats, "threads": threads, "files": len(pairs), "image_sizes": sizes},
+        "settings": {
+            "samples_per_pass": n,
+            "batch_size": batch_size,
+            "crop": crop,
+            "rotate": rotate,
+            "repeats": repeats,
+            "threads": threads,
+            "files": len(pairs),
+            "image_sizes": sizes,
+        },
     }
 
 

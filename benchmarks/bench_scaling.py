@@ -41,18 +41,58 @@ def read_images_per_s(tb_dir: str | Path, warmup: int) -> list[float]:
 # Until the trainer honours OMP_NUM_THREADS, the in-process (--nproc 1) run is held to it by wrapping
 # the trainer's backend set-up. Spawned workers (--nproc 2) re-import the trainer unwrapped and keep
 # cpu_count // nproc threads, which is 1 on a 2-core machine.
-def _train(data_dir: Path, out: Path, nproc: int, iters: int, batch_size: int, crop: int,
-           backbone: str, port: int, timeout: float) -> float:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def _train(
+    data_dir: Path,
+    out: Path,
+    nproc: int,
+    iters: int,
+    batch_size: int,
+    crop: int,
+    backbone: str,
+    port: int,
+    timeout: float,
+) -> float:
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     entry = [str(REPO / "run.py")]
-    cmd = [sys.executable, *entry, "train", "--data", str(data_dir), "--output-dir", str(out),
-           "--nproc", str(nproc), "--iters", str(iters), "--batch-size", str(batch_size), "--crop", str(crop),
-           "--backbone", backbone, "--workers", "0", "--checkpoint-every", "1000", "--log-every", "1",
-           "--backend", "gloo", "--master-port", str(port)]
+    cmd = [
+        sys.executable,
+        *entry,
+        "train",
+        "--data",
+        str(data_dir),
+        "--output-dir",
+        str(out),
+        "--nproc",
+        str(nproc),
+        "--iters",
+        str(iters),
+        "--batch-size",
+        str(batch_size),
+        "--crop",
+        str(crop),
+        "--backbone",
+        backbone,
+        "--workers",
+        "0",
+        "--checkpoint-every",
+        "1000",
+        "--log-every",
+        "1",
+        "--backend",
+        "gloo",
+        "--master-port",
+        str(port),
+    ]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     return time.perf_counter() - start
@@ -77,8 +117,7 @@ def bench_scaling(
             for nproc in (1, 2):
                 out = Path(tmp) / f"nproc{nproc}-{r}"
                 port = 29600 + (os.getpid() % 500) * 4 + r * 2 + nproc
-                walls[nproc] = _train(Path(data_dir), out, nproc, iters, batch_size, crop, backbone, port,
-                                      timeout)
+                walls[nproc] = _train(Path(data_dir), out, nproc, iters, batch_size, crop, backbone, port, timeout)
                 values = read_images_per_s(out / "tb", warmup)
                 if not values:
                     raise RuntimeError(f"no images/s values after iteration {warmup} in {out / 'tb'}")
@@ -87,8 +126,16 @@ def bench_scaling(
         "one_proc_images_per_s": rates[1],
         "two_proc_images_per_s": rates[2],
         "ratio": rates[2] / rates[1],
-        "settings": {"iters": iters, "warmup": warmup, "batch_size_per_process": batch_size, "crop": crop,
-                     "backbone": backbone, "workers": 0, "repeats": repeats, "cpu_count": os.cpu_count(),
-                     "wall_s": {str(k): v for k, v in walls.items()},
-                     "threads_note": "one thread per process (OMP_NUM_THREADS=1)"},
+        "settings": {
+            "iters": iters,
+            "warmup": warmup,
+            "batch_size_per_process": batch_size,
+            "crop": crop,
+            "backbone": backbone,
+            "workers": 0,
+            "repeats": repeats,
+            "cpu_count": os.cpu_count(),
+            "wall_s": {str(k): v for k, v in walls.items()},
+            "threads_note": "one thread per process (OMP_NUM_THREADS=1)",
+        },
     }

@@ -18,8 +18,9 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -32,15 +33,23 @@ GOALS = {"pipeline": 2.5, "engine": 0.97, "metrics": 5.0, "scaling": 1.7, "gpu":
 
 # per benchmark: settings for the full run, --quick and the hidden --tiny (tests)
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "pipeline": {"full": {"samples": 240, "repeats": 5}, "quick": {"samples": 96, "repeats": 3},
-                 "tiny": {"samples": 8, "repeats": 1, "batch_size": 4, "crop": 96}},
-    "engine": {"full": {"iters": 60, "warmup": 5, "repeats": 5}, "quick": {"iters": 20, "warmup": 4, "repeats": 2},
-               "tiny": {"iters": 4, "warmup": 1, "repeats": 1, "crop": 32, "batch_size": 2}},
+    "pipeline": {
+        "full": {"samples": 240, "repeats": 5},
+        "quick": {"samples": 96, "repeats": 3},
+        "tiny": {"samples": 8, "repeats": 1, "batch_size": 4, "crop": 96},
+    },
+    "engine": {
+        "full": {"iters": 60, "warmup": 5, "repeats": 5},
+        "quick": {"iters": 20, "warmup": 4, "repeats": 2},
+        "tiny": {"iters": 4, "warmup": 1, "repeats": 1, "crop": 32, "batch_size": 2},
+    },
     "metrics": {"full": {"n_maps": 100}, "quick": {"n_maps": 40}, "tiny": {"n_maps": 4, "size": (60, 80)}},
     # enough work per iteration that the gloo all-reduce of ~19M gradients is not the whole story
-    "scaling": {"full": {"iters": 30, "warmup": 5, "repeats": 2, "crop": 128, "batch_size": 8},
-                "quick": {"iters": 14, "warmup": 4, "repeats": 1, "crop": 96, "batch_size": 6},
-                "tiny": {"iters": 6, "warmup": 2, "crop": 32, "batch_size": 2}},
+    "scaling": {
+        "full": {"iters": 30, "warmup": 5, "repeats": 2, "crop": 128, "batch_size": 8},
+        "quick": {"iters": 14, "warmup": 4, "repeats": 1, "crop": 96, "batch_size": 6},
+        "tiny": {"iters": 6, "warmup": 2, "crop": 32, "batch_size": 2},
+    },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
 }
 
@@ -66,8 +75,13 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-                            "python": platform.python_version(), "torch": torch.__version__}
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
     try:
         import ignite
         import torchvision
@@ -118,7 +132,10 @@ def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
 
 
 RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
-    "pipeline": run_pipeline, "engine": run_engine, "metrics": run_metrics, "scaling": run_scaling,
+    "pipeline": run_pipeline,
+    "engine": run_engine,
+    "metrics": run_metrics,
+    "scaling": run_scaling,
     "gpu": run_gpu,
 }
 
@@ -130,30 +147,32 @@ def _goal(name: str, value: float) -> str:
     return f" (goal >= {goal}{'' if value >= goal else ', NOT MET'})"
 
 
-def _kernels(r: dict[str, Any]) -> str:
-    return "" if r.get("native_kernels") else " (C kernels NOT BUILT: both figures are the torch paths)"
-
-
 def format_line(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{name}: FAILED {r['error']}"
     if name == "pipeline":
-        return (f"pipeline: baseline {r['baseline_samples_per_s']:.1f} samples/s, ours {r['ours_samples_per_s']:.1f} "
-                f"samples/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; ours without the CPU "
-                f"rotation (GPU training: worker share) {r['ours_worker_samples_per_s']:.1f} samples/s, "
-                f"{r['worker_speedup']:.2f}x; ours without the C kernels {r['ours_without_native_samples_per_s']:.1f} "
-                f"samples/s, {r['speedup_without_native']:.2f}x{_kernels(r)}")
+        return (
+            f"pipeline: baseline {r['baseline_samples_per_s']:.1f} samples/s, ours {r['ours_samples_per_s']:.1f} "
+            f"samples/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; ours without the CPU "
+            f"rotation (GPU training: worker share) {r['ours_worker_samples_per_s']:.1f} samples/s, "
+            f"{r['worker_speedup']:.2f}x"
+        )
     if name == "engine":
-        return (f"engine: bare {r['bare_it_per_s']:.2f} it/s, ignite {r['ignite_it_per_s']:.2f} it/s, "
-                f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}")
+        return (
+            f"engine: bare {r['bare_it_per_s']:.2f} it/s, ignite {r['ignite_it_per_s']:.2f} it/s, "
+            f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}"
+        )
     if name == "metrics":
-        return (f"metrics: pysodmetrics {r['pysodmetrics_images_per_s']:.1f} images/s, ours "
-                f"{r['ours_images_per_s']:.1f} images/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; "
-                f"one map per update {r['speedup_per_map']:.2f}x; without the C kernels "
-                f"{r['speedup_without_native']:.2f}x{_kernels(r)}")
+        return (
+            f"metrics: pysodmetrics {r['pysodmetrics_images_per_s']:.1f} images/s, ours "
+            f"{r['ours_images_per_s']:.1f} images/s, speedup {r['speedup']:.2f}x{_goal(name, r['speedup'])}; "
+            f"one map per update {r['speedup_per_map']:.2f}x"
+        )
     if name == "scaling":
-        return (f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
-                f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}")
+        return (
+            f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
+            f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}"
+        )
     from bench_gpu import format_gpu
 
     return format_gpu(r)
@@ -165,17 +184,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: seconds, not figures
     parser.add_argument("--data", type=Path, help="training folder in MSRA10K layout (default: cached synthetic set)")
     parser.add_argument("--json", type=Path, help="write every figure, the machine and the command line here")
-    parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
-                        help=f"run only these benchmarks ({', '.join(NAMES)})")
+    parser.add_argument(
+        "--only", nargs="+", choices=NAMES, metavar="NAME", help=f"run only these benchmarks ({', '.join(NAMES)})"
+    )
     args = parser.parse_args(argv)
     level = "tiny" if args.tiny else "quick" if args.quick else "full"
     names = [n for n in NAMES if not args.only or n in args.only]
 
     data = args.data or default_data(args.tiny)
-    report: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "level": level,
-                              "data": str(data), "machine": machine()}
-    print(f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, torch "
-          f"{report['machine']['torch']}; data {data}; {level}", flush=True)
+    report: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "level": level,
+        "data": str(data),
+        "machine": machine(),
+    }
+    print(
+        f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, torch "
+        f"{report['machine']['torch']}; data {data}; {level}",
+        flush=True,
+    )
     failed = False
     for name in names:
         start = time.perf_counter()

@@ -11,8 +11,8 @@ import dataclasses
 import sys
 import types
 import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .config import TrainConfig
 from .errors import error_line
@@ -41,8 +41,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
             help_text += f" (one of: {', '.join(BACKBONES)})"
         kind = _field_type(field)
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
-                                help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
         else:
             if "choices" not in meta:  # argparse shows {a,b,c} for choices
                 meta["metavar"] = field.name.upper()
@@ -70,14 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_program_name(),
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
-                    "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
+        "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    train = sub.add_parser("train", help="train R3Net (the default command)",
-                           description="Train R3Net with the original training recipe (SGD, poly LR, "
-                                       "7 side-output losses) on one or many processes.")
+    train = sub.add_parser(
+        "train",
+        help="train R3Net (the default command)",
+        description="Train R3Net with the original training recipe (SGD, poly LR, "
+        "7 side-output losses) on one or many processes.",
+    )
     add_train_options(train)
     train.set_defaults(handler=run_train)
 
@@ -140,8 +142,7 @@ def _is_user_error(e: Exception) -> bool:
     from .training.checkpoint import CheckpointError
     from .training.preflight import ConfigError
 
-    return isinstance(e, (CommandError, ConfigError, DataError, CheckpointError, WorkerFailed,
-                          FileNotFoundError))
+    return isinstance(e, (CommandError, ConfigError, DataError, CheckpointError, WorkerFailed, FileNotFoundError))
 
 
 if __name__ == "__main__":

@@ -10,16 +10,22 @@ from .data import check_dataset, list_pairs, make_synthetic_dataset
 
 
 def add_data_commands(sub: argparse._SubParsersAction) -> None:
-    make = sub.add_parser("make-data", help="write the generated synthetic saliency data set",
-                          description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.")
+    make = sub.add_parser(
+        "make-data",
+        help="write the generated synthetic saliency data set",
+        description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
+    )
     make.add_argument("--out", required=True, help="output folder")
     make.add_argument("--train", type=int, default=400, help="number of training pairs")
     make.add_argument("--val", type=int, default=60, help="number of validation pairs")
     make.add_argument("--seed", type=int, default=2018, help="generator seed (same seed, same files)")
     make.set_defaults(handler=run_make_data)
 
-    check = sub.add_parser("check-data", help="scan a data set and report every problem by file name",
-                           description="Scan image/mask pairs (headers only) and list every problem.")
+    check = sub.add_parser(
+        "check-data",
+        help="scan a data set and report every problem by file name",
+        description="Scan image/mask pairs (headers only) and list every problem.",
+    )
     check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
     check.set_defaults(handler=run_check_data)
 

@@ -18,9 +18,10 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import ignite.distributed as idist
 import torch
@@ -62,9 +63,17 @@ class LaunchSpec:
     traceback_dir: str | None = None
 
     @classmethod
-    def of(cls, config: TrainConfig) -> "LaunchSpec":
-        return cls(config.nproc, config.backend, config.nnodes, config.node_rank, config.master_addr,
-                   config.master_port, config.dist_timeout, config.output_dir)
+    def of(cls, config: TrainConfig) -> LaunchSpec:
+        return cls(
+            config.nproc,
+            config.backend,
+            config.nnodes,
+            config.node_rank,
+            config.master_addr,
+            config.master_port,
+            config.dist_timeout,
+            config.output_dir,
+        )
 
     @property
     def world_size(self) -> int:
@@ -155,8 +164,9 @@ def _stop_children(grace: float = 5.0) -> None:
             child.kill()
 
 
-def _report_failures(local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None,
-                     spawned: bool = False) -> None:
+def _report_failures(
+    local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None, spawned: bool = False
+) -> None:
     """Worker entry: run ``fn``; on failure keep the traceback in a file and raise one line."""
     if spawned:
         # Ctrl-C reaches the whole process group; the launching process ends the job by

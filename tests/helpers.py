@@ -12,8 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # small, fast settings every multi-process training test shares
-TINY_TRAIN = ["--backbone", "resnet18", "--crop", "64", "--batch-size", "2", "--workers", "0",
-              "--rotate", "10"]
+TINY_TRAIN = ["--backbone", "resnet18", "--crop", "64", "--batch-size", "2", "--workers", "0", "--rotate", "10"]
 
 
 def cpu_env(**extra: str) -> dict[str, str]:
@@ -32,14 +31,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_cli(args: list[str], timeout: float = 240, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], timeout: float = 240, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """``python run.py ARGS`` in a fresh process; fails the test with its output on error."""
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=REPO, env=env or cpu_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        env=env or cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"run.py {' '.join(args)} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"run.py {' '.join(args)} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 

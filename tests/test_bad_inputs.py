@@ -7,8 +7,8 @@ import time
 
 import pytest
 import torch
-
 from helpers import make_tiny_dataset
+
 from ignite_r3net.cli import main
 
 
@@ -32,6 +32,7 @@ def _broken_sets(tmp):
     no_mask = tmp / "no_mask"
     no_mask.mkdir()
     from PIL import Image
+
     Image.new("RGB", (80, 80), "red").save(no_mask / "lonely.jpg")
     Image.new("RGB", (80, 80), "red").save(no_mask / "paired.jpg")
     Image.new("L", (80, 80)).save(no_mask / "paired.png")
@@ -93,11 +94,15 @@ def _cases(data, tmp):
         (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'} is not writable"),
         (["--output-dir", str(with_ckpt), *d], "already holds checkpoints of a run"),
         (["--output-dir", str(with_best), *d], "already holds checkpoints of a run"),
-        (["--output-dir", str(two_ckpts), "--resume", str(two_ckpts / "checkpoint_4.pt"), *d],
-         "also holds newer checkpoints (checkpoint_8.pt)"),
-        (["--resume", str(with_best / "best_model_4_maxF=0.5000.pt"), *d],
-         "is not a training checkpoint for this run: it lacks trainer, optimizer, lr_scheduler, loss_meter"
-         " (best_model_* files hold weights only"),
+        (
+            ["--output-dir", str(two_ckpts), "--resume", str(two_ckpts / "checkpoint_4.pt"), *d],
+            "also holds newer checkpoints (checkpoint_8.pt)",
+        ),
+        (
+            ["--resume", str(with_best / "best_model_4_maxF=0.5000.pt"), *d],
+            "is not a training checkpoint for this run: it lacks trainer, optimizer, lr_scheduler, loss_meter"
+            " (best_model_* files hold weights only",
+        ),
         (["--data", str(tmp / "nowhere")], str(tmp / "nowhere")),
         (["--data", str(empty)], "empty"),
         (["--data", str(no_mask)], "lonely.jpg"),
@@ -129,13 +134,16 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
     assert len(cases) >= 30
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--amp", "fp32"], "invalid choice"),
-    (["--iters", "many"], "invalid int value"),
-    (["--no-such-option"], "unrecognized arguments"),
-    (["evalute", "--checkpoint", "x.pt"], "invalid choice: 'evalute'"),  # a typo is not a train option
-    (["--checkpoint", "x.pt"], "unrecognized arguments: --checkpoint"),  # no prefix of --checkpoint-every
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--amp", "fp32"], "invalid choice"),
+        (["--iters", "many"], "invalid int value"),
+        (["--no-such-option"], "unrecognized arguments"),
+        (["evalute", "--checkpoint", "x.pt"], "invalid choice: 'evalute'"),  # a typo is not a train option
+        (["--checkpoint", "x.pt"], "unrecognized arguments: --checkpoint"),  # no prefix of --checkpoint-every
+    ],
+)
 def test_malformed_options_are_rejected_by_the_parser(args, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -175,8 +183,10 @@ def test_other_commands_refuse_bad_inputs_in_one_line_before_any_work(data, tmp_
     cases = [
         (["make-data", "--out", str(a_file)], f"--out {a_file} exists and is not a folder"),
         (["make-data", "--out", str(tmp_path / "d"), "--train", "0"], "--train must be at least 1"),
-        (["evaluate", "--checkpoint", str(garbage), "--data", str(data)],
-         f"cannot load checkpoint {garbage}: it is not a readable PyTorch file"),
+        (
+            ["evaluate", "--checkpoint", str(garbage), "--data", str(data)],
+            f"cannot load checkpoint {garbage}: it is not a readable PyTorch file",
+        ),
         ([*ev, "--data", str(corrupt)], broken.name),
         ([*ev, "--data", str(data), "--json", str(a_file / "r.json")], f"--json {a_file / 'r.json'}: cannot create"),
     ]

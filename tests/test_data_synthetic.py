@@ -50,7 +50,9 @@ def test_reuse_and_regenerate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_ensure_synthetic_paths(tmp_path: Path) -> None:
     train, val = ensure_synthetic(tmp_path, seed=3, n_train=3, n_val=1)
-    assert (train, val) == synthetic_paths(tmp_path) == (tmp_path / "synthetic" / "train", tmp_path / "synthetic" / "val")
+    assert (
+        (train, val) == synthetic_paths(tmp_path) == (tmp_path / "synthetic" / "train", tmp_path / "synthetic" / "val")
+    )
     assert len(list_pairs(train)) == 3 and len(list_pairs(val)) == 1
 
 

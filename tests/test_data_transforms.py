@@ -141,14 +141,18 @@ def test_crop_flip_angle_distribution() -> None:
 def test_rotation_matches_pil_rotate() -> None:
     size = 96
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
-    smooth = np.stack(
-        [
-            127 + 100 * np.sin(xx / 9.0) * np.cos(yy / 13.0),
-            127 + 100 * np.cos((xx + 2 * yy) / 17.0),
-            xx * 2.5,
-        ],
-        -1,
-    ).clip(0, 255).astype(np.uint8)
+    smooth = (
+        np.stack(
+            [
+                127 + 100 * np.sin(xx / 9.0) * np.cos(yy / 13.0),
+                127 + 100 * np.cos((xx + 2 * yy) / 17.0),
+                xx * 2.5,
+            ],
+            -1,
+        )
+        .clip(0, 255)
+        .astype(np.uint8)
+    )
     mask = (((xx - 40) / 25) ** 2 + ((yy - 55) / 15) ** 2 < 1) | ((xx > 60) & (yy < 30) & (xx < 85))
     mask = (mask * 255).astype(np.uint8)
     images = torch.from_numpy(smooth).permute(2, 0, 1).unsqueeze(0).repeat(4, 1, 1, 1)

@@ -60,9 +60,17 @@ def _metrics_py_sod(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, flo
         for m in (mae, fm, sm, em, wfm):
             m.step(pred=pred, gt=gt)
     f, e = fm.get_results()["fm"], em.get_results()["em"]
-    return {"mae": mae.get_results()["mae"], "maxF": f["curve"].max(), "meanF": f["curve"].mean(),
-            "adpF": f["adp"], "Sm": sm.get_results()["sm"], "maxE": e["curve"].max(),
-            "meanE": e["curve"].mean(), "adpE": e["adp"], "wF": wfm.get_results()["wfm"]}
+    return {
+        "mae": mae.get_results()["mae"],
+        "maxF": f["curve"].max(),
+        "meanF": f["curve"].mean(),
+        "adpF": f["adp"],
+        "Sm": sm.get_results()["sm"],
+        "maxE": e["curve"].max(),
+        "meanE": e["curve"].mean(),
+        "adpE": e["adp"],
+        "wF": wfm.get_results()["wfm"],
+    }
 
 
 def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -119,19 +127,58 @@ def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixt
         cli.main(["evaluate", "--maps", str(maps), "--checkpoint", "x.pt", "--gt", str(gts)])
 
 
-def test_checkpoint_one_and_two_processes_identical(tmp_path: Path, dataset: Path,
-                                                    checkpoints: tuple[Path, Path]) -> None:
+def test_checkpoint_one_and_two_processes_identical(
+    tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path]
+) -> None:
     training, plain = checkpoints
     one, two, saved = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "maps"
-    assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset), "--workers", "0",
-                     "--backbone", "resnet18", "--json", str(one), "--save-maps", str(saved)]) == 0
+    assert (
+        cli.main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(training),
+                "--data",
+                str(dataset),
+                "--workers",
+                "0",
+                "--backbone",
+                "resnet18",
+                "--json",
+                str(one),
+                "--save-maps",
+                str(saved),
+            ]
+        )
+        == 0
+    )
 
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     # the plain state_dict: no --backbone, no config.json, so the backbone is inferred
     proc = subprocess.run(
-        [sys.executable, "run.py", "evaluate", "--checkpoint", str(plain), "--data", str(dataset),
-         "--nproc", "2", "--backend", "gloo", "--workers", "0", "--json", str(two)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "run.py",
+            "evaluate",
+            "--checkpoint",
+            str(plain),
+            "--data",
+            str(dataset),
+            "--nproc",
+            "2",
+            "--backend",
+            "gloo",
+            "--workers",
+            "0",
+            "--json",
+            str(two),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert a == b  # exactly: the sums are made in data set order whatever the sharding
@@ -153,8 +200,9 @@ def test_backbone_inferred_for_every_backbone() -> None:
         assert infer_backbone({f"module.{k}": v for k, v in state.items()}) == name
 
 
-def test_backbone_from_config_and_errors(tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path],
-                                         capsys: pytest.CaptureFixture) -> None:
+def test_backbone_from_config_and_errors(
+    tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"backbone": "resnet34"}))
     assert resolve_backbone(None, tmp_path / "ckpt.pt", {}) == "resnet34"
     assert resolve_backbone("resnet50", tmp_path / "ckpt.pt", {}) == "resnet50"
@@ -162,8 +210,7 @@ def test_backbone_from_config_and_errors(tmp_path: Path, dataset: Path, checkpoi
         resolve_backbone(None, tmp_path / "sub" / "ckpt.pt", {"w": torch.zeros(1)})
 
     training, _ = checkpoints
-    assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset),
-                     "--backbone", "resnet34"]) == 2
+    assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset), "--backbone", "resnet34"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: checkpoint") and "resnet34" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "nope.pt"), "--data", str(dataset)]) == 2

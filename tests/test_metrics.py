@@ -125,18 +125,12 @@ def assert_close(got, want, context=""):
 CASES = make_cases()
 
 
-@pytest.fixture(params=["native", "numpy", "torch"])
+@pytest.fixture(params=["numpy", "torch"])
 def wf_path(request, monkeypatch):
-    """The three ways the weighted F-measure is computed: CPU maps in numpy with the C distance
-    transform (the default), the same without the C kernels, and the batched torch path that
-    accelerators take (forced here on CPU tensors)."""
-    from ignite_r3net import native
+    """The two ways the weighted F-measure is computed: CPU maps in numpy (the default) and the
+    batched torch path that accelerators take (forced here on CPU tensors)."""
     from ignite_r3net.evaluation import metrics as M
 
-    if request.param == "native" and not native.available():
-        pytest.fail("ignite_r3net._native is not built: setup.py compiles it when a C compiler is present")
-    if request.param == "numpy":
-        monkeypatch.setenv("IGNITE_R3NET_NATIVE", "0")
     if request.param == "torch":
         monkeypatch.setattr(M, "_CPU_WF", False)
     return request.param
@@ -194,10 +188,8 @@ def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
 
 
 def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
-    from ignite_r3net import native
     from ignite_r3net.evaluation import metrics as M
 
-    assert native.available(), "ignite_r3net._native is not built"
     rng = np.random.default_rng(2)
     batches = []
     for h, w in [(1, 1), (1, 7), (9, 1), (23, 31), (40, 17)]:
@@ -218,7 +210,6 @@ def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
         np.testing.assert_array_equal(torch_path.numpy(), want)
         for i in range(len(batch)):  # one map at a time, as the CPU path calls it
             np.testing.assert_array_equal(M._edt_sq(fg[i : i + 1]).numpy(), want[i : i + 1])
-            np.testing.assert_array_equal(native.edt_sq(batch[i]), want[i])  # the C kernel
 
 
 def test_pending_maps_are_folded_in_before_compute_state_dict_and_flush_limit(monkeypatch):
@@ -279,7 +270,9 @@ def test_r3net_protocol_by_hand():
 
     mae1 = (0 + 100 / 255 + 0 + 0) / 4  # no min-max normalisation, soft gt
     mae2 = (0 + 50 / 255 + 0 + 0) / 4
-    assert got["mae"] == pytest.approx((mae1 + mae2) / 2, abs=1e-9)  # per-image values are rounded to 2**-32 (metrics._exact)
+    assert got["mae"] == pytest.approx(
+        (mae1 + mae2) / 2, abs=1e-9
+    )  # per-image values are rounded to 2**-32 (metrics._exact)
 
     eps = 1e-4
 
@@ -296,8 +289,12 @@ def test_r3net_protocol_by_hand():
     best = max(1.3 * p * r / (0.3 * p + r) for p, r in map(curve, range(256)))
     assert got["maxF"] == pytest.approx(best, abs=1e-9)  # per-image values are rounded to 2**-32 (metrics._exact)
     precision, recall = metric.pr_curve()
-    assert precision[150].item() == pytest.approx(curve(150)[0], abs=1e-9)  # per-image values are rounded to 2**-32 (metrics._exact)
-    assert recall[150].item() == pytest.approx(curve(150)[1], abs=1e-9)  # per-image values are rounded to 2**-32 (metrics._exact)
+    assert precision[150].item() == pytest.approx(
+        curve(150)[0], abs=1e-9
+    )  # per-image values are rounded to 2**-32 (metrics._exact)
+    assert recall[150].item() == pytest.approx(
+        curve(150)[1], abs=1e-9
+    )  # per-image values are rounded to 2**-32 (metrics._exact)
     # the other keys keep their standard definitions
     standard = ours([(pred, gt), (pred2, gt2)]).compute()
     for key in ("meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"):

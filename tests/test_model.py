@@ -28,17 +28,13 @@ def test_parameter_count_matches_original() -> None:
 
 def test_head_module_names(small_model: R3Net) -> None:
     names = {name for name, _ in small_model.named_children()}
-    assert names == {"backbone", "reduce_low", "reduce_high"} | {
-        f"predict{i}" for i in range(7)
-    }
+    assert names == {"backbone", "reduce_low", "reduce_high"} | {f"predict{i}" for i in range(7)}
     stages = {name for name, _ in small_model.backbone.named_children()}
     assert stages == {f"layer{i}" for i in range(5)}
 
 
 @pytest.mark.parametrize("size", [(64, 64), (97, 131)])
-def test_train_mode_returns_seven_logits_at_input_size(
-    small_model: R3Net, size
-) -> None:
+def test_train_mode_returns_seven_logits_at_input_size(small_model: R3Net, size) -> None:
     small_model.train()
     out = small_model(torch.rand(2, 3, *size))
     assert isinstance(out, tuple) and len(out) == 7
@@ -76,11 +72,7 @@ def test_runs_under_bf16_autocast(small_model: R3Net) -> None:
 @pytest.mark.parametrize("name", sorted(BACKBONES))
 def test_every_backbone_builds_and_runs(name: str) -> None:
     model = R3Net(name).eval()
-    expected = (
-        (64, 64, 128, 256, 512)
-        if name in ("resnet18", "resnet34")
-        else (64, 256, 512, 1024, 2048)
-    )
+    expected = (64, 64, 128, 256, 512) if name in ("resnet18", "resnet34") else (64, 256, 512, 1024, 2048)
     assert model.backbone.channels == expected
     with torch.no_grad():
         assert model(torch.rand(1, 3, 64, 64)).shape == (1, 1, 64, 64)
@@ -92,9 +84,7 @@ def test_pretrained_backbone_from_torchvision_file(tmp_path) -> None:
     torch.save(reference.state_dict(), path)
     model = R3Net("resnet18", pretrained=str(path))
     assert torch.equal(model.backbone.layer0.conv1.weight, reference.conv1.weight)
-    assert torch.equal(
-        model.backbone.layer4[1].bn2.running_var, reference.layer4[1].bn2.running_var
-    )
+    assert torch.equal(model.backbone.layer4[1].bn2.running_var, reference.layer4[1].bn2.running_var)
 
 
 def test_pretrained_file_for_wrong_architecture_lists_keys(tmp_path) -> None:

@@ -31,8 +31,20 @@ def _image(path: Path, h: int, w: int, seed: int = 0) -> None:
 
 
 def _predict(checkpoint: Path, out: Path, *inputs: Path, extra: tuple[str, ...] = ()) -> int:
-    return cli.main(["predict", "--checkpoint", str(checkpoint), "--output", str(out), "--workers", "0",
-                     "--input", *map(str, inputs), *extra])
+    return cli.main(
+        [
+            "predict",
+            "--checkpoint",
+            str(checkpoint),
+            "--output",
+            str(out),
+            "--workers",
+            "0",
+            "--input",
+            *map(str, inputs),
+            *extra,
+        ]
+    )
 
 
 def test_predict_files_and_folders_at_input_size(tmp_path: Path, checkpoint: Path) -> None:
@@ -80,8 +92,9 @@ def test_same_stem_twice_is_an_error(tmp_path: Path, checkpoint: Path, capsys: p
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_crf_missing_gives_one_line(tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture) -> None:
+def test_crf_missing_gives_one_line(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "pydensecrf", None)  # import now raises ImportError
     monkeypatch.setitem(sys.modules, "pydensecrf.densecrf", None)
     _image(tmp_path / "a.png", 20, 20)

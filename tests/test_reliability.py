@@ -13,17 +13,21 @@ import time
 
 import pytest
 import torch
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars, run_cli
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-from helpers import (REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars,
-                     run_cli)
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DataError
 from ignite_r3net.errors import error_line
 from ignite_r3net.launch import LaunchSpec, WorkerFailed, launch
-from ignite_r3net.training.checkpoint import (CheckpointError, SafeDiskSaver, find_resume_checkpoint,
-                                              load_checkpoint, remove_stale_temporaries)
+from ignite_r3net.training.checkpoint import (
+    CheckpointError,
+    SafeDiskSaver,
+    find_resume_checkpoint,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
 from ignite_r3net.training.handlers import attach_checkpointing
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,6 +41,7 @@ def data(tmp_path_factory):
 
 # ---------------------------------------------------------------- checkpoints on disk
 
+
 def _engine_at(iteration: int) -> Engine:
     engine = Engine(lambda e, b: None)
     engine.state.iteration = iteration
@@ -46,8 +51,7 @@ def _engine_at(iteration: int) -> Engine:
 def test_old_checkpoint_is_removed_only_after_the_new_one_is_complete(tmp_path, monkeypatch):
     weights = {"w": torch.arange(10.0)}
     holder = {"model": _StateHolder(weights)}
-    ckpt = Checkpoint(holder, SafeDiskSaver(tmp_path), n_saved=1,
-                      global_step_transform=lambda e, _: e.state.iteration)
+    ckpt = Checkpoint(holder, SafeDiskSaver(tmp_path), n_saved=1, global_step_transform=lambda e, _: e.state.iteration)
     ckpt(_engine_at(1))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model_1.pt"]
 
@@ -71,8 +75,11 @@ def test_a_resume_with_a_smaller_keep_trims_the_oldest_checkpoints(tmp_path):
     for it in (4, 8, 12, 16):
         torch.save({"w": torch.zeros(1)}, tmp_path / f"checkpoint_{it}.pt")
     trainer = _engine_at(16)
-    attach_checkpointing(trainer, {"model": _StateHolder({"w": torch.ones(1)}), "trainer": trainer},
-                         TrainConfig(output_dir=str(tmp_path), keep=2, checkpoint_every=4))
+    attach_checkpointing(
+        trainer,
+        {"model": _StateHolder({"w": torch.ones(1)}), "trainer": trainer},
+        TrainConfig(output_dir=str(tmp_path), keep=2, checkpoint_every=4),
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_12.pt", "checkpoint_16.pt"]
     trainer.state.iteration = 20
     trainer.fire_event(Events.ITERATION_COMPLETED)  # the next save rotates within --keep 2
@@ -133,15 +140,28 @@ def test_a_checkpoint_carrying_a_pickled_callable_is_refused_not_run(tmp_path, c
     from PIL import Image
 
     Image.new("RGB", (40, 30)).save(tmp_path / "input.jpg")
-    assert main(["predict", "--checkpoint", str(evil), "--input", str(tmp_path / "input.jpg"), "--output",
-                 str(tmp_path / "maps"), "--backbone", "resnet18"]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "--checkpoint",
+                str(evil),
+                "--input",
+                str(tmp_path / "input.jpg"),
+                "--output",
+                str(tmp_path / "maps"),
+                "--backbone",
+                "resnet18",
+            ]
+        )
+        == 2
+    )
     assert "refused" in capsys.readouterr().err
     assert not marker.exists()
 
 
 def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path):
-    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2",
-            *TINY_TRAIN]
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2", *TINY_TRAIN]
     run_cli(args)
     newest = tmp_path / "checkpoint_4.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
@@ -152,6 +172,7 @@ def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path):
 
 
 # ---------------------------------------------------------------- failures across ranks
+
 
 def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     from helpers import raise_on_rank_one
@@ -194,11 +215,28 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
 
 def _start_long_run(data, out, workers: int) -> subprocess.Popen:
     """A 2-process training run far longer than any test waits, in its own process group."""
-    args = [sys.executable, str(REPO / "run.py"), "--nproc", "2", "--data", str(data), "--output-dir", str(out),
-            "--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN,
-            "--workers", str(workers)]
-    return subprocess.Popen(args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "--nproc",
+        "2",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--iters",
+        "500",
+        "--checkpoint-every",
+        "1000",
+        "--master-port",
+        str(free_port()),
+        *TINY_TRAIN,
+        "--workers",
+        str(workers),
+    ]
+    return subprocess.Popen(
+        args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _wait_for_iterations(proc: subprocess.Popen, out, count: int) -> None:
@@ -236,11 +274,14 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     assert not _descendants_alive(proc.pid), "a worker was left running"
 
 
-@pytest.mark.parametrize("target, sig, code, said", [
-    ("launcher", signal.SIGINT, 130, "interrupted"),
-    ("process group", signal.SIGINT, 130, "interrupted"),
-    ("launcher", signal.SIGTERM, 143, "terminated"),
-])
+@pytest.mark.parametrize(
+    "target, sig, code, said",
+    [
+        ("launcher", signal.SIGINT, 130, "interrupted"),
+        ("process group", signal.SIGINT, 130, "interrupted"),
+        ("launcher", signal.SIGTERM, 143, "terminated"),
+    ],
+)
 def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target, sig, code, said):
     """Ctrl-C reaches the process group; ``kill -INT`` / ``kill`` (an IDE's stop button, a scheduler)
     the launcher only. Every rank and DataLoader worker stops within seconds, and the job says so
@@ -267,9 +308,28 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
 
 
 def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path):
-    proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", "40",
-                    "--checkpoint-every", "1", "--keep", "3", "--lr", "1e4",
-                    "--master-port", str(free_port()), *TINY_TRAIN], check=False)
+    proc = run_cli(
+        [
+            "--nproc",
+            "2",
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path),
+            "--iters",
+            "40",
+            "--checkpoint-every",
+            "1",
+            "--keep",
+            "3",
+            "--lr",
+            "1e4",
+            "--master-port",
+            str(free_port()),
+            *TINY_TRAIN,
+        ],
+        check=False,
+    )
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "loss became non-finite at iteration" in last, proc.stderr[-2000:]
@@ -293,10 +353,27 @@ def test_a_full_disk_is_a_clear_error_naming_the_file(data, tmp_path):
     def small_disk():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), "--data", str(data), "--output-dir",
-                           str(tmp_path), "--iters", "2", "--checkpoint-every", "1", *TINY_TRAIN],
-                          cwd=REPO, env=cpu_env(), capture_output=True, text=True, timeout=120,
-                          preexec_fn=small_disk)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path),
+            "--iters",
+            "2",
+            "--checkpoint-every",
+            "1",
+            *TINY_TRAIN,
+        ],
+        cwd=REPO,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_disk,
+    )
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert f"cannot write checkpoint {tmp_path / 'checkpoint_1.pt'}" in last, proc.stderr[-2000:]

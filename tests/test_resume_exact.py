@@ -11,14 +11,31 @@ import time
 
 import pytest
 import torch
-
 from helpers import REPO, cpu_env, free_port, log_iterations, make_tiny_dataset, run_cli
 
 pytestmark = pytest.mark.timeout(400)
 
 ITERS, EVERY = 30, 7
-COMMON = ["--nproc", "2", "--backbone", "resnet18", "--crop", "64", "--batch-size", "2", "--workers", "2",
-          "--rotate", "10", "--iters", str(ITERS), "--checkpoint-every", str(EVERY), "--keep", "2"]
+COMMON = [
+    "--nproc",
+    "2",
+    "--backbone",
+    "resnet18",
+    "--crop",
+    "64",
+    "--batch-size",
+    "2",
+    "--workers",
+    "2",
+    "--rotate",
+    "10",
+    "--iters",
+    str(ITERS),
+    "--checkpoint-every",
+    str(EVERY),
+    "--keep",
+    "2",
+]
 
 
 def _train_args(data, out):
@@ -27,8 +44,14 @@ def _train_args(data, out):
 
 def _start_and_kill_after(args: list[str], log_path, iteration: int, timeout: float = 200) -> None:
     """Start training in its own session and SIGKILL every process of it once ``iteration`` is logged."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=REPO, env=cpu_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -62,7 +85,7 @@ def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(tmp_path):
     ref_lines, resumed_lines = log_iterations(ref / "train.log"), {}
     for line in after.splitlines():
         if line.startswith("[iter "):
-            resumed_lines[int(line[6:line.index("]")])] = line
+            resumed_lines[int(line[6 : line.index("]")])] = line
     assert sorted(resumed_lines) == list(range(resume_at + 1, ITERS + 1))
     assert all(resumed_lines[i] == ref_lines[i] for i in resumed_lines)
 

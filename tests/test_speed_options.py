@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import TINY_TRAIN, log_iterations, make_tiny_dataset, run_cli
+
 from ignite_r3net.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -20,8 +20,20 @@ def data(tmp_path_factory):
 
 
 def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
-    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2",
-            "--amp", "fp16", "--channels-last", *TINY_TRAIN]
+    args = [
+        "--data",
+        str(data),
+        "--output-dir",
+        str(tmp_path),
+        "--iters",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--amp",
+        "fp16",
+        "--channels-last",
+        *TINY_TRAIN,
+    ]
     run_cli(args)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["amp"] == "fp16" and config["channels_last"] is True
@@ -38,8 +50,21 @@ def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
 
 
 def test_bf16_with_dataloader_workers(data, tmp_path):
-    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "2", "--checkpoint-every", "2",
-            "--amp", "bf16", *TINY_TRAIN, "--workers", "2"]
+    args = [
+        "--data",
+        str(data),
+        "--output-dir",
+        str(tmp_path),
+        "--iters",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--amp",
+        "bf16",
+        *TINY_TRAIN,
+        "--workers",
+        "2",
+    ]
     run_cli(args)
     assert "scaler" not in load_checkpoint(tmp_path / "checkpoint_2.pt")
     assert json.loads((tmp_path / "config.json").read_text())["workers"] == 2

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 import torch
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import (REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset,
-                     read_scalars, run_cli)
 from ignite_r3net.training.optim import poly_lr
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,8 +29,27 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_proc_run(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("run2")
-    proc = run_cli(["--nproc", "2", "--data", str(data), "--val-data", str(data.parent / "val"),
-                    "--output-dir", str(out), "--iters", str(ITERS), "--checkpoint-every", "5", "--keep", "5", "--master-port", str(free_port()), *TINY_TRAIN])
+    proc = run_cli(
+        [
+            "--nproc",
+            "2",
+            "--data",
+            str(data),
+            "--val-data",
+            str(data.parent / "val"),
+            "--output-dir",
+            str(out),
+            "--iters",
+            str(ITERS),
+            "--checkpoint-every",
+            "5",
+            "--keep",
+            "5",
+            "--master-port",
+            str(free_port()),
+            *TINY_TRAIN,
+        ]
+    )
     return out, proc
 
 
@@ -93,9 +111,27 @@ def test_resume_continues_at_the_right_iteration_with_the_same_lr(two_proc_run, 
     ref_out, _ = two_proc_run
     # a copy of the run as it stood at iteration 5
     (tmp_path / "checkpoint_5.pt").write_bytes((ref_out / "checkpoint_5.pt").read_bytes())
-    run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
-                    "--checkpoint-every", "5", "--keep", "5", "--resume", "auto",
-                    "--master-port", str(free_port()), *TINY_TRAIN])
+    run_cli(
+        [
+            "--nproc",
+            "2",
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path),
+            "--iters",
+            str(ITERS),
+            "--checkpoint-every",
+            "5",
+            "--keep",
+            "5",
+            "--resume",
+            "auto",
+            "--master-port",
+            str(free_port()),
+            *TINY_TRAIN,
+        ]
+    )
     lines = log_iterations(tmp_path / "train.log")
     assert sorted(lines) == list(range(6, ITERS + 1))
     assert "at iteration 5" in (tmp_path / "train.log").read_text()
@@ -103,7 +139,10 @@ def test_resume_continues_at_the_right_iteration_with_the_same_lr(two_proc_run, 
     for it in lines:  # same lr, and the same losses: the same samples with the same augmentation
         assert lines[it] == ref[it]
     assert sorted(p.name for p in tmp_path.glob("checkpoint_*.pt")) == [
-        "checkpoint_10.pt", "checkpoint_12.pt", "checkpoint_5.pt"]
+        "checkpoint_10.pt",
+        "checkpoint_12.pt",
+        "checkpoint_5.pt",
+    ]
 
 
 def _validation_line(log_path, iteration: int) -> dict[str, str]:
@@ -118,26 +157,57 @@ def test_validation_scores_the_model_the_checkpoint_holds(two_proc_run, data, tm
     out, _ = two_proc_run
     logged = _validation_line(out / "train.log", ITERS)
     result = tmp_path / "eval.json"
-    run_cli(["evaluate", "--checkpoint", str(out / f"checkpoint_{ITERS}.pt"), "--data", str(data.parent / "val"),
-             "--workers", "0", "--json", str(result)])
+    run_cli(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(out / f"checkpoint_{ITERS}.pt"),
+            "--data",
+            str(data.parent / "val"),
+            "--workers",
+            "0",
+            "--json",
+            str(result),
+        ]
+    )
     [values] = json.loads(result.read_text()).values()
     for key in ("mae", "maxF", "Sm", "maxE", "wF"):
         assert f"{values[key]:.4f}" == logged[key], key
 
 
-@pytest.mark.parametrize("change, expected", [
-    (["--iters", str(ITERS + 8)], f"--iters {ITERS + 8} (checkpoint: {ITERS})"),
-    (["--nproc", "1"], "world size (--nproc x --nnodes) 1 (checkpoint: 2)"),
-    (["--lr", "0.01"], "--lr 0.01 (checkpoint: 0.001)"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (["--iters", str(ITERS + 8)], f"--iters {ITERS + 8} (checkpoint: {ITERS})"),
+        (["--nproc", "1"], "world size (--nproc x --nnodes) 1 (checkpoint: 2)"),
+        (["--lr", "0.01"], "--lr 0.01 (checkpoint: 0.001)"),
+    ],
+)
 def test_resume_with_a_changed_recipe_is_refused_before_any_work(two_proc_run, data, tmp_path, change, expected):
     """ignite would keep the checkpoint's schedule and epoch length (a finished run resumed with more
     iterations would restart at learning rate 0): the options must match the run's."""
     ref_out, _ = two_proc_run
     (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
-    args = ["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
-            "--checkpoint-every", "5", "--keep", "5", "--resume", "auto", "--master-port", str(free_port()),
-            *TINY_TRAIN, *change]
+    args = [
+        "--nproc",
+        "2",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(tmp_path),
+        "--iters",
+        str(ITERS),
+        "--checkpoint-every",
+        "5",
+        "--keep",
+        "5",
+        "--resume",
+        "auto",
+        "--master-port",
+        str(free_port()),
+        *TINY_TRAIN,
+        *change,
+    ]
     proc = run_cli(args, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip()
@@ -148,8 +218,25 @@ def test_resume_with_a_changed_recipe_is_refused_before_any_work(two_proc_run, d
 def test_resuming_a_finished_run_does_nothing(two_proc_run, data, tmp_path):
     ref_out, _ = two_proc_run
     (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
-    proc = run_cli(["--nproc", "2", "--data", str(data), "--output-dir", str(tmp_path), "--iters", str(ITERS),
-                    "--checkpoint-every", "5", "--keep", "5", "--resume", "auto", *TINY_TRAIN])
+    proc = run_cli(
+        [
+            "--nproc",
+            "2",
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path),
+            "--iters",
+            str(ITERS),
+            "--checkpoint-every",
+            "5",
+            "--keep",
+            "5",
+            "--resume",
+            "auto",
+            *TINY_TRAIN,
+        ]
+    )
     assert f"is at iteration {ITERS} of {ITERS}; nothing to do" in proc.stdout
     assert "Spawn function" not in proc.stderr, "no worker was started"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"]
@@ -162,10 +249,27 @@ def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
     for suffix in (".jpg", ".png"):
         src = sorted(data.glob("*" + suffix))[0]
         (one_image / src.name).write_bytes(src.read_bytes())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(free_port()), str(REPO / "run.py"),
-           "--data", str(data), "--val-data", str(one_image), "--output-dir", str(out), "--iters", "4",
-           "--checkpoint-every", "4", *TINY_TRAIN]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(REPO / "run.py"),
+        "--data",
+        str(data),
+        "--val-data",
+        str(one_image),
+        "--output-dir",
+        str(out),
+        "--iters",
+        "4",
+        "--checkpoint-every",
+        "4",
+        *TINY_TRAIN,
+    ]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=240)
@@ -182,11 +286,36 @@ def test_two_nodes_on_loopback(data, tmp_path):
     port = str(free_port())
     outs = [tmp_path / "node0", tmp_path / "node1"]
     procs = [
-        subprocess.Popen([sys.executable, str(REPO / "run.py"), "--nnodes", "2", "--node-rank", str(rank),
-                          "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", port,
-                          "--data", str(data), "--output-dir", str(out), "--iters", "4",
-                          "--checkpoint-every", "2", *TINY_TRAIN],
-                         cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "run.py"),
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--nproc",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                "--data",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--iters",
+                "4",
+                "--checkpoint-every",
+                "2",
+                *TINY_TRAIN,
+            ],
+            cwd=REPO,
+            env=cpu_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank, out in enumerate(outs)
     ]
     try:

@@ -49,8 +49,13 @@ def test_side_output_grid_has_image_gt_and_seven_outputs_per_row():
     torch.manual_seed(0)
     model = R3Net(backbone="resnet18")
     model.train()
-    dataset = [{"image": torch.randint(0, 255, (3, 50, 70), dtype=torch.uint8),
-                "mask": torch.randint(0, 255, (1, 50, 70), dtype=torch.uint8)} for _ in range(3)]
+    dataset = [
+        {
+            "image": torch.randint(0, 255, (3, 50, 70), dtype=torch.uint8),
+            "mask": torch.randint(0, 255, (1, 50, 70), dtype=torch.uint8),
+        }
+        for _ in range(3)
+    ]
     grid = side_output_grid(model, dataset, count=4)
     pad = 2
     assert grid.shape == (3, pad + 3 * (GRID_TILE + pad), pad + 9 * (GRID_TILE + pad))

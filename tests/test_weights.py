@@ -48,9 +48,7 @@ def _original_block(in_ch: int, width: int, out_ch: int, stride: int) -> nn.Sequ
         nn.BatchNorm2d(out_ch),
     )
     if in_ch != out_ch or stride != 1:
-        shortcut = nn.Sequential(
-            nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch)
-        )
+        shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch))
     else:
         shortcut = nn.Identity()
     return nn.Sequential(_ConcatTable(residual, shortcut), _CAddTable(), nn.ReLU())
@@ -108,11 +106,7 @@ class _OriginalASPP(nn.Module):
 
     def forward(self, x):
         pooled = _up(self.conv5(F.adaptive_avg_pool2d(x, 1)), x.shape[2:])
-        return self.fuse(
-            torch.cat(
-                [self.conv1(x), self.conv2(x), self.conv3(x), self.conv4(x), pooled], 1
-            )
-        )
+        return self.fuse(torch.cat([self.conv1(x), self.conv2(x), self.conv3(x), self.conv4(x), pooled], 1))
 
 
 class OriginalR3Net(nn.Module):
@@ -123,20 +117,14 @@ class OriginalR3Net(nn.Module):
         net = list(original_resnext101_32x4d().children())
         self.layer0 = nn.Sequential(*net[:4])
         self.layer1, self.layer2, self.layer3, self.layer4 = net[4:8]
-        self.reduce_low = nn.Sequential(
-            *_cbp(832, 256, 3), *_cbp(256, 256, 3), *_cbp(256, 256, 1)
-        )
-        self.reduce_high = nn.Sequential(
-            *_cbp(3072, 256, 3), *_cbp(256, 256, 3), _OriginalASPP()
-        )
+        self.reduce_low = nn.Sequential(*_cbp(832, 256, 3), *_cbp(256, 256, 3), *_cbp(256, 256, 1))
+        self.reduce_high = nn.Sequential(*_cbp(3072, 256, 3), *_cbp(256, 256, 3), _OriginalASPP())
         self.predict0 = nn.Conv2d(256, 1, 1)
         for i in range(1, 7):
             setattr(
                 self,
                 f"predict{i}",
-                nn.Sequential(
-                    *_cbp(257, 128, 3), *_cbp(128, 128, 3), nn.Conv2d(128, 1, 1)
-                ),
+                nn.Sequential(*_cbp(257, 128, 3), *_cbp(128, 128, 3), nn.Conv2d(128, 1, 1)),
             )
 
     def forward(self, x):
@@ -196,9 +184,7 @@ def test_original_r3net_checkpoint_gives_identical_outputs(original_model) -> No
         assert expected.std() > 1e-3  # outputs are informative, not saturated
         assert torch.allclose(got, expected, atol=1e-5)
         original_model.train(), model.train()
-        for e, g in zip(
-            original_model(x.repeat(2, 1, 1, 1)), model(x.repeat(2, 1, 1, 1))
-        ):
+        for e, g in zip(original_model(x.repeat(2, 1, 1, 1)), model(x.repeat(2, 1, 1, 1))):
             assert torch.allclose(g, e, rtol=1e-4, atol=1e-4)
     original_model.eval()
 
@@ -262,6 +248,4 @@ def test_missing_and_unexpected_keys_are_listed() -> None:
 
 def test_unknown_original_key_is_rejected() -> None:
     with pytest.raises(ValueError, match="99.0.weight"):
-        convert_original_backbone_state_dict(
-            {"0.weight": torch.zeros(1), "99.0.weight": torch.zeros(1)}
-        )
+        convert_original_backbone_state_dict({"0.weight": torch.zeros(1), "99.0.weight": torch.zeros(1)})

@@ -36,8 +36,19 @@ _FLAT_IMAGE_EXTS = tuple(e for e in IMAGE_EXTS if e not in _FLAT_MASK_EXTS)
 # Folder-name tokens (split on non-alphanumerics, lower case) that mark each side of a DUTS layout.
 _IMAGE_DIR_TOKENS = {"image", "images", "img", "imgs", "im", "jpeg", "jpegimages", "rgb", "input", "inputs"}
 _MASK_DIR_TOKENS = {
-    "mask", "masks", "gt", "gts", "groundtruth", "label", "labels", "annotation", "annotations",
-    "sal", "saliency", "target", "targets",
+    "mask",
+    "masks",
+    "gt",
+    "gts",
+    "groundtruth",
+    "label",
+    "labels",
+    "annotation",
+    "annotations",
+    "sal",
+    "saliency",
+    "target",
+    "targets",
 }
 
 
@@ -208,7 +219,7 @@ def _is_cmyk_jpeg(raw: bytes) -> bool:
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # stand-alone markers
             i += 2
             continue
-        i += 2 + int.from_bytes(raw[i + 2:i + 4], "big")
+        i += 2 + int.from_bytes(raw[i + 2 : i + 4], "big")
     return False
 
 

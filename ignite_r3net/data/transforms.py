@@ -5,8 +5,6 @@ The seed applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is sm
 Here the cheap, shape-changing part (resize if small, crop, flip) stays per sample on uint8
 tensors, and rotation plus float conversion and normalisation run batched on the device. All
 randomness is drawn from a per-sample ``torch.Generator`` so a resumed run repeats it exactly.
-On the CPU both parts use the C kernels of :mod:`ignite_r3net.native` when they are built (the
-same samples; the torch code here is the reference, and what runs on a GPU).
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
-
-from .. import native
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -70,10 +66,6 @@ class JointCropFlip:
         flip = flip and self.flip
         mask = mask[..., y : y + c, x : x + c]
         mask = mask.flip(-1) if flip else mask.contiguous()
-        if native.available() and image.permute(1, 2, 0).is_contiguous():
-            # decoders store pixels channels last: crop, flip and the change to planar in one C pass
-            # (torch's strided copy below is several times slower for that layout)
-            return native.crop_planar(image, y, x, c, c, flip), mask
         image = image[..., y : y + c, x : x + c]
         image = image.flip(-1) if flip else image.contiguous()
         return image, mask
@@ -112,9 +104,7 @@ def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tenso
     return grid
 
 
-def rotate_batch(
-    images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate float images (bilinear) and masks (nearest) counter-clockwise, filling with zeros."""
     n, _, h, w = images.shape
     angles = angles.to(device=images.device).reshape(n)
@@ -124,9 +114,7 @@ def rotate_batch(
     return images, masks
 
 
-def _stats(
-    mean: Sequence[float], std: Sequence[float], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _stats(mean: Sequence[float], std: Sequence[float], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     return m, s
@@ -170,10 +158,6 @@ def _augment(
     shift: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     rotate = rotate_enabled and angles is not None
-    cpu_uint8 = images.device.type == "cpu" and images.dtype == masks.dtype == torch.uint8
-    if rotate and cpu_uint8 and native.available():
-        # one C pass: uint8 in, rotated and normalised float out (the same sampling as below)
-        return native.rotate_normalize(images, masks, angles, scale, shift)
     # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising afterwards in
     # one in-place pass equals normalising the rotated [0, 1] image, with black corners as in PIL.
     x = _to_255_float(images)

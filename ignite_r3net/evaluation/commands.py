@@ -18,9 +18,10 @@ import os
 import socket
 import sys
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import torch
 
@@ -48,47 +49,75 @@ _LIST_LIMIT = 20  # file names shown in one warning before "(+N more)"
 def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``evaluate`` and ``predict`` on the CLI's subparsers."""
     ev = sub.add_parser(
-        "evaluate", help="score a checkpoint on data sets, or existing saliency maps against masks",
+        "evaluate",
+        help="score a checkpoint on data sets, or existing saliency maps against masks",
         description="Score a checkpoint on one or more data sets (full resolution, batch 1), or score "
-                    "saliency maps already on disk (--maps/--gt). Prints one row per data set.")
+        "saliency maps already on disk (--maps/--gt). Prints one row per data set.",
+    )
     src = ev.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="training checkpoint, best_model_*.pt, or an original R3Net "
-                                          "release state_dict")
+    src.add_argument(
+        "--checkpoint", help="training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
+    )
     src.add_argument("--maps", help="folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt")
-    ev.add_argument("--data", nargs="+", metavar="DIR", help="data set folders (MSRA10K or DUTS layout); "
-                                                             "with --checkpoint")
+    ev.add_argument(
+        "--data", nargs="+", metavar="DIR", help="data set folders (MSRA10K or DUTS layout); with --checkpoint"
+    )
     ev.add_argument("--gt", metavar="DIR", help="folder of ground-truth masks matched to --maps by file stem")
-    ev.add_argument("--protocol", choices=("standard", "r3net"), default="standard",
-                    help="'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF")
+    ev.add_argument(
+        "--protocol",
+        choices=("standard", "r3net"),
+        default="standard",
+        help="'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+    )
     ev.add_argument("--json", metavar="FILE", help="also write the numbers as JSON keyed by data set name")
     _add_model_options(ev)
     ev.add_argument("--save-maps", metavar="OUT", help="write each map as OUT/<dataset>/<stem>.png")
-    ev.add_argument("--nproc", type=int, default=1, help="processes to spawn (one per GPU with NCCL, CPU "
-                                                         "processes with gloo)")
-    ev.add_argument("--backend", choices=("nccl", "gloo"), default=None,
-                    help="distributed backend; default: nccl when CUDA is available, else gloo")
+    ev.add_argument(
+        "--nproc", type=int, default=1, help="processes to spawn (one per GPU with NCCL, CPU processes with gloo)"
+    )
+    ev.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="distributed backend; default: nccl when CUDA is available, else gloo",
+    )
     ev.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
     ev.set_defaults(handler=run_evaluate)
 
     pr = sub.add_parser(
-        "predict", help="write saliency maps for images",
+        "predict",
+        help="write saliency maps for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
-                    "every input image (files, or every image directly inside a folder).")
-    pr.add_argument("--checkpoint", required=True, help="training checkpoint, best_model_*.pt, or an "
-                                                        "original R3Net release state_dict")
-    pr.add_argument("--input", nargs="+", required=True, metavar="PATH",
-                    help="image files and/or folders (images directly inside, sorted)")
+        "every input image (files, or every image directly inside a folder).",
+    )
+    pr.add_argument(
+        "--checkpoint",
+        required=True,
+        help="training checkpoint, best_model_*.pt, or an original R3Net release state_dict",
+    )
+    pr.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="image files and/or folders (images directly inside, sorted)",
+    )
     pr.add_argument("--output", required=True, metavar="DIR", help="folder for the maps")
     _add_model_options(pr)
     pr.set_defaults(handler=run_predict)
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", default=None,
-                        help="backbone of the checkpoint; default: config.json beside it, else inferred "
-                             "from its weights")
-    parser.add_argument("--crf", action="store_true",
-                        help="refine maps with a dense CRF (original R3Net parameters); needs the crf extra")
+    parser.add_argument(
+        "--backbone",
+        default=None,
+        help="backbone of the checkpoint; default: config.json beside it, else inferred from its weights",
+    )
+    parser.add_argument(
+        "--crf",
+        action="store_true",
+        help="refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
+    )
     parser.add_argument("--amp", choices=("off", "bf16"), default="off", help="mixed precision inference")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process")
 
@@ -141,7 +170,7 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     layers = []
     for stage in range(1, 5):
         prefix = f"backbone.layer{stage}."
-        blocks = {k[len(prefix):].split(".", 1)[0] for k in sd if k.startswith(prefix)}
+        blocks = {k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}
         layers.append(len(blocks))
     bottleneck = "backbone.layer1.0.conv3.weight" in sd
     conv2 = sd.get("backbone.layer1.0.conv2.weight")
@@ -157,8 +186,7 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     return None
 
 
-def resolve_backbone(requested: str | None, checkpoint: str | Path,
-                     state: Mapping[str, torch.Tensor]) -> str:
+def resolve_backbone(requested: str | None, checkpoint: str | Path, state: Mapping[str, torch.Tensor]) -> str:
     """``--backbone``, else ``config.json`` beside the checkpoint, else inferred from the weights."""
     if requested:
         return requested
@@ -193,8 +221,9 @@ def _check_model(backbone: str, state: Mapping[str, torch.Tensor], checkpoint: s
             load_model_state(model, state)
     except (ValueError, RuntimeError) as e:
         first = error_line(e)
-        raise _command_error(f"checkpoint {checkpoint} does not fit backbone {backbone} "
-                             f"(wrong --backbone?): {first}") from None
+        raise _command_error(
+            f"checkpoint {checkpoint} does not fit backbone {backbone} (wrong --backbone?): {first}"
+        ) from None
 
 
 def _load_state(checkpoint: str | Path) -> dict[str, torch.Tensor]:
@@ -221,8 +250,10 @@ def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
     header = ["dataset", "images", *COLUMNS]
     body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in COLUMNS] for name, r in rows.items()]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-             for line in [header, *body]]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        for line in [header, *body]
+    ]
     return "\n".join(lines)
 
 
@@ -309,10 +340,16 @@ def _prepare_job(args: argparse.Namespace) -> EvalJob:
         for name in names:
             (out / name).mkdir(parents=True, exist_ok=True)  # here, so ranks never race on it
     return EvalJob(
-        checkpoint=str(args.checkpoint), backbone=backbone,
+        checkpoint=str(args.checkpoint),
+        backbone=backbone,
         datasets=[(n, str(f)) for n, f in zip(names, args.data)],
-        protocol=args.protocol, save_maps=args.save_maps, json_path=args.json, crf=args.crf,
-        amp=args.amp, workers=args.workers, state=state,
+        protocol=args.protocol,
+        save_maps=args.save_maps,
+        json_path=args.json,
+        crf=args.crf,
+        amp=args.amp,
+        workers=args.workers,
+        state=state,
     )
 
 
@@ -349,8 +386,9 @@ def _evaluate_worker(local_rank: int, job: EvalJob) -> None:
             print(f"maps written to {job.save_maps}", flush=True)
 
 
-def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, folder: str,
-                      job: EvalJob) -> dict[str, float]:
+def _evaluate_dataset(
+    model: torch.nn.Module, device: torch.device, name: str, folder: str, job: EvalJob
+) -> dict[str, float]:
     import ignite.distributed as idist
     from ignite.engine import Engine, Events
 
@@ -406,17 +444,21 @@ def _evaluate_maps(args: argparse.Namespace) -> int:
     _check_writable_file(args.json, "--json")
     match = match_maps(args.maps, args.gt)
     if match.maps_without_mask:
-        _warn(f"{len(match.maps_without_mask)} map(s) without a mask in {args.gt}, skipped: "
-              f"{_listing(p.name for p in match.maps_without_mask)}")
+        _warn(
+            f"{len(match.maps_without_mask)} map(s) without a mask in {args.gt}, skipped: "
+            f"{_listing(p.name for p in match.maps_without_mask)}"
+        )
     if match.masks_without_map:
-        _warn(f"{len(match.masks_without_map)} mask(s) without a map in {args.maps}, skipped: "
-              f"{_listing(p.name for p in match.masks_without_map)}")
+        _warn(
+            f"{len(match.masks_without_map)} mask(s) without a map in {args.maps}, skipped: "
+            f"{_listing(p.name for p in match.masks_without_map)}"
+        )
     if not match.pairs:
         raise _command_error(f"no map in {args.maps} matches a mask in {args.gt} by file name")
 
     metric = SaliencyMetrics(protocol=args.protocol)
     resized: list[str] = []
-    for stem, map_path, mask_path in match.pairs:
+    for _stem, map_path, mask_path in match.pairs:
         gt = load_mask(mask_path)[0]
         saliency = load_saliency_map(map_path)
         if saliency.shape != gt.shape:
@@ -444,8 +486,9 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            images = sorted(f for f in p.iterdir()
-                            if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS)
+            images = sorted(
+                f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS
+            )
             if not images:
                 raise _command_error(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
             # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
@@ -469,8 +512,10 @@ def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Pa
         if dst in planned:
             if planned[dst].resolve() == src.resolve():
                 continue  # the same file given twice (as a file and through its folder)
-            raise _command_error(f"--input {planned[dst]} and {src} would both be written to {dst}; "
-                                 "rename one or predict them into separate --output folders")
+            raise _command_error(
+                f"--input {planned[dst]} and {src} would both be written to {dst}; "
+                "rename one or predict them into separate --output folders"
+            )
         planned[dst] = src
         pairs.append((src, dst))
     return pairs
@@ -517,10 +562,14 @@ def run_predict(args: argparse.Namespace) -> int:
     del state
     out.mkdir(parents=True, exist_ok=True)
 
-    loader = torch.utils.data.DataLoader(_ImageFiles([src for src, _ in pairs]), batch_size=1,
-                                         num_workers=args.workers, collate_fn=_first,
-                                         worker_init_fn=init_loader_worker)
-    for (src, dst), image in zip(pairs, loader):
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles([src for src, _ in pairs]),
+        batch_size=1,
+        num_workers=args.workers,
+        collate_fn=_first,
+        worker_init_fn=init_loader_worker,
+    )
+    for (_src, dst), image in zip(pairs, loader):
         saliency = predict_maps(model, image[None].to(device), args.amp)[0]
         if args.crf:
             from .crf import crf_refine

@@ -34,8 +34,22 @@ MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # the lossless formats first, since masks and maps are normally PNG.
 _PREFERENCE = {ext: i for i, ext in enumerate((".png", ".bmp", ".tif", ".tiff", ".webp", ".jpg", ".jpeg"))}
 # Folder names that say "this is the masks half of a data set", so its parent names the data set.
-_GENERIC_DIRS = {"gt", "gts", "mask", "masks", "groundtruth", "ground_truth", "label", "labels",
-                 "images", "imgs", "image", "maps", "sal", "saliency"}
+_GENERIC_DIRS = {
+    "gt",
+    "gts",
+    "mask",
+    "masks",
+    "groundtruth",
+    "ground_truth",
+    "label",
+    "labels",
+    "images",
+    "imgs",
+    "image",
+    "maps",
+    "sal",
+    "saliency",
+}
 
 
 @dataclass

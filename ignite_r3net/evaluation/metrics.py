@@ -8,7 +8,7 @@ with. We reimplement them in torch rather than import them so that
 * a batch of equal-size maps is scored in a few vectorised tensor ops on any device; the
   histogram statistics of many maps (any sizes) are computed together in one batched pass;
 * on the CPU the weighted F-measure runs map by map in numpy, with the exact distance transform
-  in C (``ignite_r3net._native``, numpy when it is not built) and its local work cut to the
+  in numpy and its local work cut to the
   foreground's bounding box; on an accelerator it runs batched in torch;
 * every per-image quantity is rounded to a multiple of 2**-32 and summed into float64 tensors:
   the sums are exact, so ``sync_all_reduce`` makes the result under N processes bit for bit the
@@ -27,7 +27,7 @@ Conventions copied from PySODMetrics on purpose (they decide the last digits):
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Sequence, Tuple, Union
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -35,8 +35,6 @@ import torch.nn.functional as F
 from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
-
-from .. import native
 
 __all__ = ["SaliencyMetrics", "METRIC_KEYS"]
 
@@ -49,7 +47,7 @@ _S_ALPHA = 0.5  # S-measure balance between object and region terms
 _WF_BETA2 = 1.0  # weighted F-measure beta^2 (Margolin et al.)
 _R3NET_EPS = 1e-4  # additive eps of R3Net's misc.cal_precision_recall_mae
 
-Maps = Union[torch.Tensor, Sequence[torch.Tensor]]
+Maps = torch.Tensor | Sequence[torch.Tensor]
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,7 +87,7 @@ def _check_gt(g: torch.Tensor) -> torch.Tensor:
     return g
 
 
-def _group_by_size(preds: List[torch.Tensor], gts: List[torch.Tensor]):
+def _group_by_size(preds: list[torch.Tensor], gts: list[torch.Tensor]):
     """Yield (pred_batch, gt_batch) stacks of equal-size consecutive maps, so mixed sizes still
     vectorise as far as they can."""
     start = 0
@@ -106,7 +104,7 @@ def _group_by_size(preds: List[torch.Tensor], gts: List[torch.Tensor]):
 # --------------------------------------------------------------------------------------------
 
 
-def _hist_counts(levels: torch.Tensor, gt: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _hist_counts(levels: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per image, how many gt-foreground (tp) and gt-background (fp) pixels have
     ``levels >= t`` for t = 0..255 (levels: integers 0..255): shape (N, 256) each, int64."""
     n = levels.shape[0]
@@ -129,7 +127,9 @@ def _fmeasure(tp: torch.Tensor, fp: torch.Tensor, n_fg: torch.Tensor):
     return precision, recall, num / den
 
 
-def _emeasure_from_counts(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+def _emeasure_from_counts(
+    fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor
+) -> torch.Tensor:
     """Enhanced-alignment measure of binarised predictions from their confusion counts.
 
     fg_fg / fg_bg: predicted-foreground pixels on gt foreground / background, shape (N, T);
@@ -194,7 +194,7 @@ def _numpy_rounding_of_constant_quadrants(ssim, x, count, sigma_x, sigma_y, cy, 
 # ---------------------------- weighted F-measure ----------------------------
 
 
-def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> List[float]:
+def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> list[float]:
     """1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)``: the 2-D kernel is the outer
     product of these taps (equal to it up to float64 rounding; fspecial's zeroing of taps below
     eps * max never triggers for 7 taps with sigma 5)."""
@@ -204,7 +204,7 @@ def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> List[float]:
     return [t / total for t in taps]
 
 
-_BAND_OFFSETS: Dict[Tuple[int, str], torch.Tensor] = {}
+_BAND_OFFSETS: dict[tuple[int, str], torch.Tensor] = {}
 
 
 def _band_offsets(max_sq: int = 18, device=None) -> torch.Tensor:
@@ -302,14 +302,17 @@ def _weighted_fmeasure(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tenso
     return (1 + _WF_BETA2) * recall * precision / (recall + _WF_BETA2 * precision + EPS)
 
 
-def _weighted_fmeasure_maps(pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tensor, hist: torch.Tensor) -> torch.Tensor:
+def _weighted_fmeasure_maps(
+    pred_u8: torch.Tensor, gt: torch.Tensor, lut: torch.Tensor, hist: torch.Tensor
+) -> torch.Tensor:
     """Per-map weighted F-measure (N,) float64: map by map in numpy on the CPU, batched in torch
     on an accelerator."""
     if pred_u8.device.type != "cpu" or not _CPU_WF:
         return _weighted_fmeasure(pred_u8, gt, lut, hist)
     p, g, table, counts = pred_u8.numpy(), gt.numpy(), lut.numpy(), hist.numpy()
-    return torch.tensor([_weighted_fmeasure_cpu(p[i], g[i], table[i], counts[i]) for i in range(len(p))],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [_weighted_fmeasure_cpu(p[i], g[i], table[i], counts[i]) for i in range(len(p))], dtype=torch.float64
+    )
 
 
 #: False sends CPU maps through the torch path as well (tests compare the two)
@@ -334,10 +337,7 @@ def _decay_table(max_sq: int) -> np.ndarray:
 def _squared_distance_cpu(fg: np.ndarray) -> np.ndarray:
     """Exact squared distances to the nearest ``True`` of a 2-D bool map (with one), int32: the C
     kernel when built, else the numpy transform."""
-    if native.available():
-        return native.edt_sq(fg.view(np.uint8))
-    native.check_int32_distances(*fg.shape)
-    return _edt_sq_cpu(fg[None])[0].astype(np.int32)
+    return _edt_sq_cpu(fg[None])[0].astype(np.int64)
 
 
 def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray, hist: np.ndarray) -> float:
@@ -353,10 +353,7 @@ def _weighted_fmeasure_cpu(pred_u8: np.ndarray, gt: np.ndarray, lut: np.ndarray,
     # sum over the background of pred * decay(dist): over all pixels minus the foreground's
     # (where the distance is 0 and the decay 1)
     decay = _decay_table(int(d2.max()))
-    if native.available():
-        bg_decay = native.decay_sum(pred_u8, d2, lut, decay) - fg_pred
-    else:
-        bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
+    bg_decay = float(np.dot(lut[pred_u8.ravel()], decay[d2.ravel()])) - fg_pred
 
     # the foreground's bounding box, 4 pixels wider: every band pixel (squared distance <= 18)
     # and every 7x7 window around a foreground pixel lies inside it
@@ -512,7 +509,9 @@ def _edt_rows_cpu(fg: np.ndarray) -> np.ndarray:
     for m in range(n):
         cols[m, : counts[m]] = np.flatnonzero(has_col[m])
     # column pass over the feature columns: (N, K, H), nearest feature row above / below
-    sel = torch.from_numpy(fg[order[:, None], :, cols].copy() if n > 1 else fg[0][:, cols[0]].T.copy().reshape(1, k_max, h))
+    sel = torch.from_numpy(
+        fg[order[:, None], :, cols].copy() if n > 1 else fg[0][:, cols[0]].T.copy().reshape(1, k_max, h)
+    )
     big = 1 << 20
     r = torch.arange(h, dtype=torch.int32)
     up = torch.where(sel, r, torch.tensor(-big, dtype=torch.int32)).cummax(2).values
@@ -603,8 +602,6 @@ def _edt_sq(fg: torch.Tensor) -> torch.Tensor:
     Separable: per-column distances, then the lower envelope along rows. The envelope loop
     runs over the columns holding features, so the axes are swapped when that makes it shorter."""
     if fg.device.type == "cpu":
-        if native.available():  # one map at a time in C
-            return torch.from_numpy(np.stack([_squared_distance_cpu(m) for m in fg.numpy()]).astype(np.float64))
         return torch.from_numpy(_edt_sq_cpu(fg.numpy()))
     n_cols = int(fg.any(1).sum(1).max())
     n_rows = int(fg.any(2).sum(1).max())
@@ -632,7 +629,7 @@ def _lut(pred_u8: torch.Tensor) -> torch.Tensor:
     return torch.where(varying, (v - mn) / torch.where(varying, mx - mn, torch.ones_like(mx)), v)
 
 
-def _centroid(gt: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _centroid(gt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per image: foreground pixel count and PySODMetrics' 1-based rounded centroid (cy, cx)."""
     n, h, w = gt.shape
     dev = gt.device
@@ -827,7 +824,7 @@ class SaliencyMetrics(Metric):
     def __init__(
         self,
         output_transform: Callable = lambda x: x,
-        device: Union[str, torch.device] = "cpu",
+        device: str | torch.device = "cpu",
         protocol: str = "standard",
     ) -> None:
         if protocol not in ("standard", "r3net"):
@@ -851,11 +848,11 @@ class SaliencyMetrics(Metric):
         self._sum_wf = zeros()
         self._num_images = zeros()
         # per-map histogram summaries not yet folded into the sums (see _flush)
-        self._pending: List[Tuple[torch.Tensor, ...]] = []
+        self._pending: list[tuple[torch.Tensor, ...]] = []
         self._pending_maps = 0
 
     @staticmethod
-    def _as_list(maps: Maps) -> List[torch.Tensor]:
+    def _as_list(maps: Maps) -> list[torch.Tensor]:
         if isinstance(maps, torch.Tensor):
             if maps.dim() == 2:
                 return [maps]
@@ -873,7 +870,7 @@ class SaliencyMetrics(Metric):
         return out
 
     @reinit__is_reduced
-    def update(self, output: Tuple[Maps, Maps]) -> None:
+    def update(self, output: tuple[Maps, Maps]) -> None:
         preds = [_to_uint8_pred(p.detach()).to(self._device) for p in self._as_list(output[0])]
         gts = [_check_gt(g.detach()).to(self._device) for g in self._as_list(output[1])]
         if len(preds) != len(gts):
@@ -956,13 +953,13 @@ class SaliencyMetrics(Metric):
         self._pending, self._pending_maps = [], 0
         super().load_state_dict(state_dict)
 
-    def compute(self) -> Dict[str, float]:
+    def compute(self) -> dict[str, float]:
         """The nine scores, averaged over every image seen by every process."""
         self._flush()
         return self._reduced_scores()
 
     @sync_all_reduce(*_ACCUMULATORS)
-    def _reduced_scores(self) -> Dict[str, float]:
+    def _reduced_scores(self) -> dict[str, float]:
         count = float(self._num_images)
         if count == 0:
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
@@ -985,7 +982,7 @@ class SaliencyMetrics(Metric):
             "wF": float(self._sum_wf) / count,
         }
 
-    def pr_curve(self) -> Tuple[torch.Tensor, torch.Tensor]:
+    def pr_curve(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean precision and recall over images, each of 256 values indexed by threshold t:
         a pixel is positive when ``floor(pred * 255) >= t`` (standard, pred normalised) or
         ``pred_u8 > t`` (r3net)."""
@@ -993,7 +990,7 @@ class SaliencyMetrics(Metric):
         return self._reduced_pr_curve()
 
     @sync_all_reduce("_sum_precision", "_sum_recall", "_num_images")
-    def _reduced_pr_curve(self) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _reduced_pr_curve(self) -> tuple[torch.Tensor, torch.Tensor]:
         count = float(self._num_images)
         if count == 0:
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")

@@ -33,9 +33,7 @@ BACKBONES: dict[str, BackboneSpec] = {
     # The paper's backbone. torchvision has no 32x4d ResNeXt-101 weights; the
     # original release ships a torch7-converted file (see weights.py).
     "resnext101_32x4d": BackboneSpec(Bottleneck, (3, 4, 23, 3), 32, 4, None),
-    "resnext101_32x8d": BackboneSpec(
-        Bottleneck, (3, 4, 23, 3), 32, 8, "resnext101_32x8d"
-    ),
+    "resnext101_32x8d": BackboneSpec(Bottleneck, (3, 4, 23, 3), 32, 8, "resnext101_32x8d"),
     "resnext50_32x4d": BackboneSpec(Bottleneck, (3, 4, 6, 3), 32, 4, "resnext50_32x4d"),
     "resnet101": BackboneSpec(Bottleneck, (3, 4, 23, 3), torchvision_name="resnet101"),
     "resnet50": BackboneSpec(Bottleneck, (3, 4, 6, 3), torchvision_name="resnet50"),
@@ -66,9 +64,7 @@ class Backbone(nn.Module):
         self.layer3 = resnet.layer3
         self.layer4 = resnet.layer4
         expansion = 4 if isinstance(resnet.layer1[0], Bottleneck) else 1
-        self.channels: tuple[int, ...] = (64,) + tuple(
-            c * expansion for c in (64, 128, 256, 512)
-        )
+        self.channels: tuple[int, ...] = (64,) + tuple(c * expansion for c in (64, 128, 256, 512))
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Return the five stage outputs, finest first."""
@@ -84,14 +80,10 @@ def backbone_spec(name: str) -> BackboneSpec:
     try:
         return BACKBONES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown backbone {name!r}; valid names: {', '.join(sorted(BACKBONES))}"
-        ) from None
+        raise ValueError(f"unknown backbone {name!r}; valid names: {', '.join(sorted(BACKBONES))}") from None
 
 
-def build_backbone(
-    name: str = "resnext101_32x4d", pretrained: str | None = None
-) -> Backbone:
+def build_backbone(name: str = "resnext101_32x4d", pretrained: str | None = None) -> Backbone:
     """Build a randomly initialised backbone, then load ``pretrained`` if given.
 
     ``pretrained`` is a path to a backbone state_dict (torchvision or original

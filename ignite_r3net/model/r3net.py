@@ -25,9 +25,7 @@ def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor
     return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
 
 
-def _conv_bn_prelu(
-    in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1
-) -> list[nn.Module]:
+def _conv_bn_prelu(in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1) -> list[nn.Module]:
     padding = dilation * (kernel_size // 2)
     return [
         nn.Conv2d(in_ch, out_ch, kernel_size, padding=padding, dilation=dilation),
@@ -85,9 +83,7 @@ class R3Net(nn.Module):
         torch.Size([1, 1, 64, 64])
     """
 
-    def __init__(
-        self, backbone: str = "resnext101_32x4d", pretrained: str | None = None
-    ) -> None:
+    def __init__(self, backbone: str = "resnext101_32x4d", pretrained: str | None = None) -> None:
         super().__init__()
         self.backbone = build_backbone(backbone, pretrained)
         c0, c1, c2, c3, c4 = self.backbone.channels
@@ -116,9 +112,7 @@ class R3Net(nn.Module):
         """Low- and high-level integrated features, both at layer0's resolution."""
         l0, l1, l2, l3, l4 = self.backbone(x)
         size0 = l0.shape[2:]
-        low = self.reduce_low(
-            torch.cat([l0, _resize(l1, size0), _resize(l2, size0)], dim=1)
-        )
+        low = self.reduce_low(torch.cat([l0, _resize(l1, size0), _resize(l2, size0)], dim=1))
         high = self.reduce_high(torch.cat([l3, _resize(l4, l3.shape[2:])], dim=1))
         return low, _resize(high, size0)
 

@@ -50,12 +50,8 @@ _ORIGINAL_BLOCK_PARTS = {
 # Top-level children of the torch7-converted Sequential that carry weights.
 _ORIGINAL_TOP = {"0": "conv1", "1": "bn1", "10.1": "fc"}
 _ORIGINAL_STAGE_OFFSET = 3  # child 4 is layer1, ..., child 7 is layer4
-_ORIGINAL_BLOCK_KEY = re.compile(
-    r"^(\d+)\.(\d+)\.(.+)\.(weight|bias|running_mean|running_var|num_batches_tracked)$"
-)
-_HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(
-    f"predict{i}." for i in range(7)
-)
+_ORIGINAL_BLOCK_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)\.(weight|bias|running_mean|running_var|num_batches_tracked)$")
+_HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(f"predict{i}." for i in range(7))
 _DDP_PREFIX = "module."
 
 
@@ -77,9 +73,7 @@ def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tenso
         else:
             out[new_key] = value
     if unknown:
-        raise ValueError(
-            f"keys not in the original ResNeXt layout: {_preview(unknown)}"
-        )
+        raise ValueError(f"keys not in the original ResNeXt layout: {_preview(unknown)}")
     return out
 
 
@@ -194,17 +188,10 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor
 
 def _looks_like_path(source: str) -> bool:
     # torchvision weights names are bare identifiers ("IMAGENET1K_V2", "DEFAULT").
-    return (
-        os.sep in source
-        or "/" in source
-        or source.endswith((".pth", ".pt", ".bin"))
-        or os.path.exists(source)
-    )
+    return os.sep in source or "/" in source or source.endswith((".pth", ".pt", ".bin")) or os.path.exists(source)
 
 
-def torchvision_state_dict(
-    backbone_name: str, weights_name: str
-) -> dict[str, torch.Tensor]:
+def torchvision_state_dict(backbone_name: str, weights_name: str) -> dict[str, torch.Tensor]:
     """Fetch torchvision ImageNet weights ``weights_name`` (e.g. "IMAGENET1K_V1", "DEFAULT").
 
     Downloads through torchvision's cache. ValueError if the backbone has no
@@ -241,23 +228,17 @@ def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
     fc_keys = sorted(k for k in sd if k.startswith("fc."))
     if fc_keys:
         logger.info("ignoring ImageNet classifier keys: %s", ", ".join(fc_keys))
-    return torchvision_to_backbone_state_dict(
-        {k: v for k, v in sd.items() if not k.startswith("fc.")}
-    )
+    return torchvision_to_backbone_state_dict({k: v for k, v in sd.items() if not k.startswith("fc.")})
 
 
-def load_backbone_weights(
-    backbone: Backbone, source: str | os.PathLike[str], backbone_name: str
-) -> None:
+def load_backbone_weights(backbone: Backbone, source: str | os.PathLike[str], backbone_name: str) -> None:
     """Load ``source`` (a file path or a torchvision weights name) into ``backbone`` strictly."""
     source_str = os.fspath(source)
     if _looks_like_path(source_str):
         sd = load_state_dict_file(source_str)
     else:
         sd = torchvision_state_dict(backbone_name, source_str)
-    _strict_load(
-        backbone, backbone_state_dict_from_any(sd), f"backbone weights {source_str!r}"
-    )
+    _strict_load(backbone, backbone_state_dict_from_any(sd), f"backbone weights {source_str!r}")
     logger.info("loaded %s backbone weights from %s", backbone_name, source_str)
 
 

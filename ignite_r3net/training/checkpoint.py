@@ -11,8 +11,9 @@ import os
 import re
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import ignite.distributed as idist
 import torch
@@ -32,8 +33,19 @@ class CheckpointError(RuntimeError):
 
 # Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
 # dict restores them), what each iteration samples and how it is computed.
-RESUME_FIXED = ("iters", "lr", "lr_power", "momentum", "weight_decay", "batch_size", "crop", "rotate",
-                "backbone", "seed", "amp")
+RESUME_FIXED = (
+    "iters",
+    "lr",
+    "lr_power",
+    "momentum",
+    "weight_decay",
+    "batch_size",
+    "crop",
+    "rotate",
+    "backbone",
+    "seed",
+    "amp",
+)
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
 
@@ -50,7 +62,7 @@ class RunRecipe:
         self.values = dict(values)
 
     @classmethod
-    def of(cls, config: Any, world_size: int, pairs: int) -> "RunRecipe":
+    def of(cls, config: Any, world_size: int, pairs: int) -> RunRecipe:
         values = {name: getattr(config, name) for name in RESUME_FIXED}
         return cls({**values, "world_size": world_size, "pairs": pairs})
 
@@ -62,8 +74,9 @@ class RunRecipe:
 
     def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
         """``(name, saved value, this run's value)`` for each entry that differs from ``saved``."""
-        return [(name, saved[name], value) for name, value in self.values.items()
-                if name in saved and saved[name] != value]
+        return [
+            (name, saved[name], value) for name, value in self.values.items() if name in saved and saved[name] != value
+        ]
 
 
 class SafeDiskSaver(DiskSaver):
@@ -78,8 +91,7 @@ class SafeDiskSaver(DiskSaver):
     """
 
     def __init__(self, dirname: str | Path, save_on_rank: int = 0) -> None:
-        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=False,
-                         save_on_rank=save_on_rank)
+        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=False, save_on_rank=save_on_rank)
         self._pending_removal: list[str] = []
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
@@ -112,8 +124,9 @@ class SafeDiskSaver(DiskSaver):
             if isinstance(e, OSError):
                 raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from e
             if isinstance(e, RuntimeError):  # torch's zip writer reports a failed write this way
-                raise CheckpointError(f"cannot write checkpoint {path}: the write failed (disk full or "
-                                      f"file size limit?): {error_line(e)}") from e
+                raise CheckpointError(
+                    f"cannot write checkpoint {path}: the write failed (disk full or file size limit?): {error_line(e)}"
+                ) from e
             raise
 
 
@@ -168,8 +181,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return obj
 
 
-def find_resume_checkpoint(dirname: str | Path, report: Callable[[str], None] = logger.warning
-                           ) -> tuple[Path, dict[str, Any]] | None:
+def find_resume_checkpoint(
+    dirname: str | Path, report: Callable[[str], None] = logger.warning
+) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint in ``dirname`` that loads completely, with its content.
 
     Corrupt or truncated newer files are reported through ``report`` and skipped.

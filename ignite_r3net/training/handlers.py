@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import ignite.distributed as idist
 import torch
@@ -46,8 +47,7 @@ def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
 
     @trainer.on(Events.EPOCH_STARTED)
     def set_sampler_epoch(engine: Engine) -> None:
-        sampler.set_epoch(engine.state.epoch - 1,
-                          skip_batches=engine.state.iteration % engine.state.epoch_length)
+        sampler.set_epoch(engine.state.epoch - 1, skip_batches=engine.state.iteration % engine.state.epoch_length)
 
 
 def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
@@ -78,14 +78,16 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
         if last_sync["time"] is None:
             last_sync.update(time=time.perf_counter(), iteration=engine.state.iteration - 1)
 
-    @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(
-        config.log_every, config.iters, config.checkpoint_every)))
+    @trainer.on(
+        Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every))
+    )
     def sync_meter(engine: Engine) -> None:
         reading = meter.sync()
         if reading.first_nonfinite_iteration is not None:
             raise NonFiniteLossError(
                 f"loss became non-finite at iteration {reading.first_nonfinite_iteration} in "
-                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (last good checkpoint kept)")
+                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (last good checkpoint kept)"
+            )
         now = time.perf_counter()
         iterations = engine.state.iteration - last_sync["iteration"]
         images = iterations * batch_size * idist.get_world_size()
@@ -130,15 +132,13 @@ class TrainLog:
             self._file = None
 
 
-def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Optimizer,
-                     config: TrainConfig) -> None:
+def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Optimizer, config: TrainConfig) -> None:
     """One line per ``log_every`` iterations (the synced meter values; no timing, so logs of a
     resumed run equal those of an uninterrupted one)."""
 
     @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters)))
     def write_log_line(engine: Engine) -> None:
-        log.write(format_log_line(engine.state.iteration, engine.state.metrics,
-                                  optimizer.param_groups[1]["lr"]))
+        log.write(format_log_line(engine.state.iteration, engine.state.metrics, optimizer.param_groups[1]["lr"]))
 
     trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
 
@@ -175,7 +175,7 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
     )
     existing = list_checkpoints(config.output_dir)
     _remove_beyond_keep(existing, config.keep)
-    existing = existing[-config.keep:]
+    existing = existing[-config.keep :]
     if existing:
         checkpointer.load_state_dict({"_saved": [(it, p.name) for it, p in existing]})
     trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
@@ -203,8 +203,7 @@ def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config
 
     tb = TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
     when = Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
-    tb.attach(trainer, OutputHandler(tag="train", metric_names=list(LOSS_NAMES) + ["images_per_s"]),
-              event_name=when)
+    tb.attach(trainer, OutputHandler(tag="train", metric_names=list(LOSS_NAMES) + ["images_per_s"]), event_name=when)
     # logs lr/group_0 (biases) and lr/group_1 (weights)
     tb.attach(trainer, OptimizerParamsHandler(optimizer, param_name="lr"), event_name=when)
     trainer.add_event_handler(Events.COMPLETED, lambda _: tb.close())

@@ -68,13 +68,16 @@ class LossMeter:
         first = min(bad)
         if math.isinf(first):
             return MeterReading(averages, int(count), None, [])
-        return MeterReading(averages, int(count), int(first),
-                            [name for name, it in zip(LOSS_NAMES, bad) if it == first])
+        return MeterReading(
+            averages, int(count), int(first), [name for name, it in zip(LOSS_NAMES, bad) if it == first]
+        )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Sums over all ranks (a collective); restoring them on one rank restores the global average."""
-        return {"sums": idist.all_reduce(self._sums.clone()).cpu(),
-                "count": idist.all_reduce(self._count.clone()).cpu()}
+        return {
+            "sums": idist.all_reduce(self._sums.clone()).cpu(),
+            "count": idist.all_reduce(self._count.clone()).cpu(),
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.reset()

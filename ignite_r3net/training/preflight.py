@@ -9,9 +9,10 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -20,8 +21,15 @@ from ..data import DataError, ResumableDistributedSampler, assert_dataset_ok, en
 from ..errors import error_line
 from ..launch import LaunchSpec
 from ..model import BACKBONES, R3Net, build_backbone
-from .checkpoint import (TRAINING_STATE_KEYS, CheckpointError, RunRecipe, find_resume_checkpoint,
-                         list_checkpoints, load_checkpoint, remove_stale_temporaries)
+from .checkpoint import (
+    TRAINING_STATE_KEYS,
+    CheckpointError,
+    RunRecipe,
+    find_resume_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
 
 
 class ConfigError(ValueError):
@@ -38,8 +46,10 @@ def check_options(config: TrainConfig) -> None:
         if getattr(config, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}")
     if config.batch_size < 2:
-        raise ConfigError("--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
-                          "branch needs two images per process")
+        raise ConfigError(
+            "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
+            "branch needs two images per process"
+        )
     if not config.lr > 0:
         raise ConfigError(f"--lr must be positive, got {config.lr}")
     if not config.lr_power > 0:
@@ -98,8 +108,10 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
     needed = per_checkpoint * (config.keep + 2)  # kept + best + the one being written
     free = shutil.disk_usage(config.output_dir).free
     if free < needed:
-        raise ConfigError(f"--output-dir {config.output_dir} has {free / 2**20:.0f} MiB free; "
-                          f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB")
+        raise ConfigError(
+            f"--output-dir {config.output_dir} has {free / 2**20:.0f} MiB free; "
+            f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB"
+        )
 
 
 def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
@@ -120,8 +132,10 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     pairs = len(list_pairs(config.data))
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
-        raise ConfigError(f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
-                          f"{config.batch_size} on {world} process(es)")
+        raise ConfigError(
+            f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
+            f"{config.batch_size} on {world} process(es)"
+        )
     return config, pairs
 
 
@@ -130,8 +144,10 @@ def check_fresh_output_dir(config: TrainConfig) -> None:
     if config.resume:
         return
     if list_checkpoints(config.output_dir) or any(Path(config.output_dir).glob("best_model_*.pt")):
-        raise ConfigError(f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
-                          "with --resume auto, or choose another --output-dir")
+        raise ConfigError(
+            f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
+            "with --resume auto, or choose another --output-dir"
+        )
 
 
 def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
@@ -166,9 +182,11 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
         return
     newer = sorted(p.name for p, it in here.items() if it > here[resume])
     if newer:
-        raise ConfigError(f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
-                          f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
-                          "resume into another --output-dir")
+        raise ConfigError(
+            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
+            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
+            "resume into another --output-dir"
+        )
 
 
 def _check_training_state(config: TrainConfig, checkpoint: dict[str, Any]) -> None:
@@ -176,10 +194,14 @@ def _check_training_state(config: TrainConfig, checkpoint: dict[str, Any]) -> No
     needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
-        hint = " (best_model_* files hold weights only: evaluate them, or resume from a checkpoint_N.pt)" \
-            if "trainer" in missing else ""
-        raise ConfigError(f"--resume {config.resume} is not a training checkpoint for this run: it lacks "
-                          f"{', '.join(missing)}{hint}")
+        hint = (
+            " (best_model_* files hold weights only: evaluate them, or resume from a checkpoint_N.pt)"
+            if "trainer" in missing
+            else ""
+        )
+        raise ConfigError(
+            f"--resume {config.resume} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
+        )
 
 
 def check_resume_compatible(config: TrainConfig, checkpoint: dict[str, Any], pairs: int) -> None:
@@ -189,21 +211,27 @@ def check_resume_compatible(config: TrainConfig, checkpoint: dict[str, Any], pai
     its hyper-parameters, so changed options would be silently ignored (or, for a finished run
     resumed with more iterations, restart it with the learning rate at zero)."""
     world = LaunchSpec.of(config).world_size
-    changed = {name: (old, new) for name, old, new in
-               RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))}
+    changed = {
+        name: (old, new)
+        for name, old, new in RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
+    }
     # what ignite itself keeps, so also checked for checkpoints without a recipe
     state = checkpoint["trainer"]
     sampler = ResumableDistributedSampler(pairs, num_replicas=world, batch_size=config.batch_size)
-    for name, old, new in (("iters", state.get("max_iters"), config.iters),
-                           (EPOCH_LENGTH, state.get("epoch_length"), sampler.num_batches)):
+    for name, old, new in (
+        ("iters", state.get("max_iters"), config.iters),
+        (EPOCH_LENGTH, state.get("epoch_length"), sampler.num_batches),
+    ):
         if old is not None and old != new:
             changed.setdefault(name, (old, new))
     if changed:
         listing = "; ".join(f"{_option_name(name)} {new} (checkpoint: {old})" for name, (old, new) in changed.items())
         extend = " The poly schedule ends at --iters: a longer run must start afresh." if "iters" in changed else ""
-        raise ConfigError(f"--resume {config.resume}: this run differs from the one the checkpoint continues: "
-                          f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
-                          f"start a new run in another --output-dir.{extend}")
+        raise ConfigError(
+            f"--resume {config.resume}: this run differs from the one the checkpoint continues: "
+            f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
+            f"start a new run in another --output-dir.{extend}"
+        )
 
 
 def _option_name(name: str) -> str:

@@ -14,8 +14,10 @@ def train(config: TrainConfig) -> None:
     """Validate ``config``, resolve its data, write ``config.json`` and train on every worker."""
     config, start = preflight(config)
     if start >= config.iters:
-        print(f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do",
-              flush=True)
+        print(
+            f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do",
+            flush=True,
+        )
         return
     if is_launch_leader(config):
         config.save(os.path.join(config.output_dir, "config.json"))

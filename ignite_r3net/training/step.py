@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from ignite.engine import Engine
@@ -13,8 +14,9 @@ from ..data import DeviceAugment
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def prepare_batch(batch: dict[str, Any], device: torch.device, augment: DeviceAugment,
-                  channels_last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_batch(
+    batch: dict[str, Any], device: torch.device, augment: DeviceAugment, channels_last: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Move a uint8 batch to ``device`` and finish its augmentation there (rotation, normalisation).
 
     The angles stay on the CPU until the rotation needs them, so deciding whether to rotate does

@@ -52,9 +52,16 @@ def training(local_rank: int, config: TrainConfig) -> None:
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
     loader, sampler = build_train_loader(
-        config.data, crop=config.crop, rotate=config.rotate, batch_size=config.batch_size,
-        num_replicas=world_size, rank=rank, seed=config.seed, workers=config.workers,
-        pin_memory=device.type == "cuda", persistent_workers=config.workers > 0,
+        config.data,
+        crop=config.crop,
+        rotate=config.rotate,
+        batch_size=config.batch_size,
+        num_replicas=world_size,
+        rank=rank,
+        seed=config.seed,
+        workers=config.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=config.workers > 0,
     )
     model = _build_model(config, device)
     # from here on each rank has its own, reproducible random stream (augmentation does not use
@@ -71,8 +78,9 @@ def training(local_rank: int, config: TrainConfig) -> None:
     log.open(_header(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
     if config.val_data:
-        val_loader = build_eval_loader(config.val_data, num_replicas=world_size, rank=rank,
-                                       workers=min(config.workers, 2))
+        val_loader = build_eval_loader(
+            config.val_data, num_replicas=world_size, rank=rank, workers=min(config.workers, 2)
+        )
         attach_validation(trainer, model, val_loader, config, log, tb, device)
     attach_progress_bar(trainer)
 
@@ -82,20 +90,33 @@ def training(local_rank: int, config: TrainConfig) -> None:
         trainer.run(loader)
 
 
-def create_trainer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lr_scheduler: LRScheduler,
-                   sampler: Any, log: TrainLog, config: TrainConfig, device: torch.device,
-                   scaler: torch.amp.GradScaler | None = None) -> TrainerParts:
+def create_trainer(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: LRScheduler,
+    sampler: Any,
+    log: TrainLog,
+    config: TrainConfig,
+    device: torch.device,
+    scaler: torch.amp.GradScaler | None = None,
+) -> TrainerParts:
     """The training Engine with its per-iteration handlers (sampler epoch, poly LR, loss meters,
     log line, TensorBoard), the ``to_save`` dict that checkpoints and resume use, and the
     TensorBoard logger (rank 0; None elsewhere)."""
-    trainer = Engine(create_train_step(_maybe_compile(model, config), optimizer, device, config.amp,
-                                       scaler, config.channels_last))
+    trainer = Engine(
+        create_train_step(_maybe_compile(model, config), optimizer, device, config.amp, scaler, config.channels_last)
+    )
     # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
     trainer.logger.setLevel(logging.CRITICAL)
     meter = LossMeter(device)
-    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer,
-                               "lr_scheduler": lr_scheduler, "loss_meter": meter,
-                               "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len)}
+    to_save: dict[str, Any] = {
+        "trainer": trainer,
+        "model": model,
+        "optimizer": optimizer,
+        "lr_scheduler": lr_scheduler,
+        "loss_meter": meter,
+        "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len),
+    }
     if scaler is not None:
         to_save["scaler"] = scaler
     attach_sampler_epoch(trainer, sampler)
@@ -147,12 +168,15 @@ def _check_same_start(iteration: int) -> None:
     starts = idist.all_gather(iteration)
     starts = starts.tolist() if isinstance(starts, torch.Tensor) else list(starts)
     if len(set(starts)) > 1:
-        raise RuntimeError(f"ranks would start from different iterations {starts}: --resume needs "
-                           "--output-dir on a filesystem shared by all nodes")
+        raise RuntimeError(
+            f"ranks would start from different iterations {starts}: --resume needs "
+            "--output-dir on a filesystem shared by all nodes"
+        )
 
 
-def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int,
-            device: torch.device) -> str:
+def _header(
+    config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
+) -> str:
     """The top of a run's (or a resumed run's) part of train.log: the recipe, the world, and notes
     on choices that are legal but probably not what was meant."""
     lines = [
@@ -161,8 +185,10 @@ def _header(config: TrainConfig, world_size: int, resumed_from: Path | None, ite
         f"global batch {config.batch_size * world_size}",
     ]
     if not config.pretrained:
-        lines.append("note: backbone from random weights; R3Net's recipe starts from ImageNet weights "
-                     "(--pretrained DEFAULT, or a state_dict file)")
+        lines.append(
+            "note: backbone from random weights; R3Net's recipe starts from ImageNet weights "
+            "(--pretrained DEFAULT, or a state_dict file)"
+        )
     if config.amp == "fp16" and device.type == "cpu":
         lines.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
     if resumed_from is not None:

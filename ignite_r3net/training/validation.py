@@ -30,8 +30,15 @@ def format_metrics(values: dict[str, float], keys: tuple[str, ...] = REPORTED) -
     return " ".join(f"{k} {values[k]:.4f}" for k in keys if k in values)
 
 
-def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config: TrainConfig,
-                      log: TrainLog, tb: Any, device: torch.device) -> Engine:
+def attach_validation(
+    trainer: Engine,
+    model: nn.Module,
+    val_loader: Any,
+    config: TrainConfig,
+    log: TrainLog,
+    tb: Any,
+    device: torch.device,
+) -> Engine:
     """Validate before training (the untrained reference), every ``val_every`` (default: at the
     checkpoint iterations) and at the end. Every rank scores its shard; rank 0 logs."""
     # the plain module: DDP's forward would add collectives, and shards may differ in length
@@ -57,14 +64,14 @@ def attach_validation(trainer: Engine, model: nn.Module, val_loader: Any, config
             return
         best(evaluator)
         if iteration == config.iters:
-            reference = f" (before training: MAE {untrained['mae']:.4f}, max F {untrained['maxF']:.4f})" \
-                if untrained else ""
+            reference = (
+                f" (before training: MAE {untrained['mae']:.4f}, max F {untrained['maxF']:.4f})" if untrained else ""
+            )
             log.write(f"final validation: MAE {values['mae']:.4f}, max F {values['maxF']:.4f}{reference}")
 
     if trainer.state.iteration == 0:
         trainer.add_event_handler(Events.STARTED, validate)
-    trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)),
-                              validate)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)), validate)
     return evaluator
 
 
@@ -85,21 +92,36 @@ def use_rank0_buffers(model: nn.Module) -> None:
             b.copy_(part.view_as(b))
 
 
-def log_validation_to_tensorboard(tb: Any, values: dict[str, float], precision: torch.Tensor,
-                                  recall: torch.Tensor, model: nn.Module, dataset: Any, iteration: int) -> None:
+def log_validation_to_tensorboard(
+    tb: Any,
+    values: dict[str, float],
+    precision: torch.Tensor,
+    recall: torch.Tensor,
+    model: nn.Module,
+    dataset: Any,
+    iteration: int,
+) -> None:
     """Scalars, the mean precision-recall curve and a grid of side outputs (rank 0)."""
     for key in REPORTED:
         tb.writer.add_scalar(f"val/{key}", values[key], iteration)
     zeros = torch.zeros_like(precision)
     # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
-    tb.writer.add_pr_curve_raw("val/pr_curve", zeros, zeros, zeros, zeros, precision.cpu(), recall.cpu(),
-                               iteration, num_thresholds=precision.numel())
+    tb.writer.add_pr_curve_raw(
+        "val/pr_curve",
+        zeros,
+        zeros,
+        zeros,
+        zeros,
+        precision.cpu(),
+        recall.cpu(),
+        iteration,
+        num_thresholds=precision.numel(),
+    )
     tb.writer.add_image("val/side_outputs", side_output_grid(model, dataset), iteration)
 
 
 @torch.no_grad()
-def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE
-                     ) -> torch.Tensor:
+def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
     """One row per validation image: the image, its ground truth and the 7 side outputs
     (predict0 .. predict6, after the sigmoid), each resized to ``tile`` x ``tile``."""
     device = next(model.parameters()).device
@@ -112,8 +134,10 @@ def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, t
         logits = model.side_outputs(normalize_image(image.unsqueeze(0)))
         row = [image.float() / 255, sample["mask"].to(device).float().expand(3, -1, -1) / 255]
         row += [torch.sigmoid(o[0].float()).expand(3, -1, -1) for o in logits]
-        tiles += [nn.functional.interpolate(t.unsqueeze(0), size=(tile, tile), mode="bilinear",
-                                            align_corners=False)[0] for t in row]
+        tiles += [
+            nn.functional.interpolate(t.unsqueeze(0), size=(tile, tile), mode="bilinear", align_corners=False)[0]
+            for t in row
+        ]
     model.train(was_training)
     return make_grid(torch.stack(tiles).clamp(0, 1).cpu(), nrow=2 + 7, padding=2)
 
