@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics.interim import METRIC_KEYS, SaliencyMetrics
 
 __all__ = ["bench_metrics", "make_maps"]
 

@@ -1,7 +1,8 @@
-"""Command line: ``train`` (the default), ``evaluate``, ``predict``, ``make-data``, ``check-data``.
+"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``make-data``, ``check-data``.
 
-The ``train`` options are generated from ``TrainConfig``, so every recipe field has a flag whose
-``--help`` shows its default.
+Argument parsing only: each command's options, then one entry function per command. The ``train``
+options are generated from ``TrainConfig``, so every recipe field has a flag whose ``--help`` shows
+its default. A ``UserError`` from any command becomes one ``error: ...`` line.
 """
 
 from __future__ import annotations
@@ -15,41 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .config import TrainConfig
-from .errors import error_line
+from .data.tools import check_data, make_data
+from .distributed import Terminated
+from .errors import OptionError, UserError, error_line
+from .evaluation import evaluate_checkpoint, evaluate_maps, predict
+from .model import BACKBONES
+from .training import train
 
-
-class CommandError(Exception):
-    """A user error: printed as one line, exit code 2."""
-
-
-def _field_type(field: dataclasses.Field) -> type:
-    hint = typing.get_type_hints(TrainConfig)[field.name]
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return hint
-
-
-def add_train_options(parser: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per ``TrainConfig`` field, with its help text and default."""
-    for field in dataclasses.fields(TrainConfig):
-        flag = "--" + field.name.replace("_", "-")
-        meta = dict(field.metadata)
-        help_text = meta.pop("help")
-        if field.name == "backbone":
-            from .model import BACKBONES
-
-            help_text += f" (one of: {', '.join(BACKBONES)})"
-        kind = _field_type(field)
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
-        else:
-            if "choices" not in meta:  # argparse shows {a,b,c} for choices
-                meta["metavar"] = field.name.upper()
-            parser.add_argument(flag, type=kind, default=field.default, help=help_text, **meta)
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+Handler = Callable[[argparse.Namespace], int]
+CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -64,8 +39,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: ``train`` (default), ``evaluate``, ``predict``, ``make-data``,
-    ``check-data``."""
+    """The whole command line."""
     parser = argparse.ArgumentParser(
         prog=_program_name(),
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
@@ -74,36 +48,232 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    train = sub.add_parser(
-        "train",
-        help="train R3Net (the default command)",
-        description="Train R3Net with the original training recipe (SGD, poly LR, "
-        "7 side-output losses) on one or many processes.",
-    )
-    add_train_options(train)
-    train.set_defaults(handler=run_train)
-
-    from .commands import add_data_commands
-    from .evaluation.commands import add_evaluation_commands
-
-    add_evaluation_commands(sub)
-    add_data_commands(sub)
+    for add in (add_train, add_evaluate, add_predict, add_make_data, add_check_data):
+        add(sub)
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
         command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
     return parser
 
 
-def _program_name() -> str:
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return name if name == "ignite-r3net" else "python run.py"
+# ------------------------------------------------------------------------------------------ train
+
+
+def add_train(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser(
+        "train",
+        help="train R3Net (the default command)",
+        description="Train R3Net with the original training recipe (SGD, poly LR, 7 side-output losses) "
+        "on one or many processes.",
+    )
+    add_train_options(train)
+    train.set_defaults(handler=run_train)
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per option field of ``TrainConfig``, with its help text and default."""
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(TrainConfig):
+        meta = dict(field.metadata)
+        if "help" not in meta:  # recorded at start-up, not an option
+            continue
+        help_text = meta.pop("help")
+        if field.name == "backbone":
+            help_text += f" (one of: {', '.join(BACKBONES)})"
+        flag = "--" + field.name.replace("_", "-")
+        kind = _option_type(hints[field.name])
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
+            continue
+        if "choices" not in meta:  # argparse shows {a,b,c} for choices
+            meta["metavar"] = field.name.upper()
+        parser.add_argument(flag, type=kind, default=field.default, help=help_text, **meta)
+
+
+def _option_type(hint: object) -> type:
+    """``int`` for ``int``, ``str`` for ``str | None``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.cast(type, hint)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if "help" in f.metadata}
+    )
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .training.run import train
-
     train(config_from_args(args))
     return 0
+
+
+# ------------------------------------------------------------------------------- evaluate, predict
+
+
+def add_evaluate(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser(
+        "evaluate",
+        help="score a checkpoint on data sets, or existing saliency maps against masks",
+        description="Score a checkpoint on one or more data sets (full resolution, batch 1), or score "
+        "saliency maps already on disk (--maps/--gt). Prints one row per data set.",
+    )
+    src = ev.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--checkpoint", help="training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
+    )
+    src.add_argument("--maps", help="folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt")
+    ev.add_argument(
+        "--data", nargs="+", metavar="DIR", help="data set folders (MSRA10K or DUTS layout); with --checkpoint"
+    )
+    ev.add_argument("--gt", metavar="DIR", help="folder of ground-truth masks matched to --maps by file stem")
+    ev.add_argument(
+        "--protocol",
+        choices=("standard", "r3net"),
+        default="standard",
+        help="'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+    )
+    ev.add_argument("--json", metavar="FILE", help="also write the numbers as JSON keyed by data set name")
+    _add_model_options(ev)
+    ev.add_argument("--save-maps", metavar="OUT", help="write each map as OUT/<dataset>/<stem>.png")
+    ev.add_argument(
+        "--nproc", type=int, default=1, help="processes to spawn (one per GPU with NCCL, CPU processes with gloo)"
+    )
+    ev.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="distributed backend; default: nccl when CUDA is available, else gloo",
+    )
+    ev.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
+    ev.set_defaults(handler=run_evaluate)
+
+
+def add_predict(sub: argparse._SubParsersAction) -> None:
+    pr = sub.add_parser(
+        "predict",
+        help="write saliency maps for images",
+        description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
+        "every input image (files, or every image directly inside a folder).",
+    )
+    pr.add_argument(
+        "--checkpoint",
+        required=True,
+        help="training checkpoint, best_model_*.pt, or an original R3Net release state_dict",
+    )
+    pr.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="image files and/or folders (images directly inside, sorted)",
+    )
+    pr.add_argument("--output", required=True, metavar="DIR", help="folder for the maps")
+    _add_model_options(pr)
+    pr.set_defaults(handler=run_predict)
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backbone",
+        default=None,
+        help="backbone of the checkpoint; default: config.json beside it, else inferred from its weights",
+    )
+    parser.add_argument(
+        "--crf",
+        action="store_true",
+        help="refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
+    )
+    parser.add_argument("--amp", choices=("off", "bf16"), default="off", help="mixed precision inference")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process")
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    if args.maps is not None:
+        if args.gt is None:
+            raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
+        if args.data:
+            raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
+        for option in ("save_maps", "crf"):
+            if getattr(args, option):
+                raise OptionError(f"--{option.replace('_', '-')} needs --checkpoint (it acts on predictions)")
+        evaluate_maps(args.maps, args.gt, protocol=args.protocol, json_path=args.json)
+        return 0
+    if args.gt is not None:
+        raise OptionError("--gt goes with --maps; with --checkpoint give the data sets as --data")
+    if not args.data:
+        raise OptionError("--checkpoint needs --data DIR [DIR ...]")
+    evaluate_checkpoint(
+        args.checkpoint,
+        args.data,
+        backbone=args.backbone,
+        protocol=args.protocol,
+        json_path=args.json,
+        save_maps=args.save_maps,
+        crf=args.crf,
+        amp=args.amp,
+        workers=args.workers,
+        nproc=args.nproc,
+        backend=args.backend,
+        master_port=args.master_port,
+    )
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    predict(
+        args.checkpoint,
+        args.input,
+        args.output,
+        backbone=args.backbone,
+        crf=args.crf,
+        amp=args.amp,
+        workers=args.workers,
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------------- data tools
+
+
+def add_make_data(sub: argparse._SubParsersAction) -> None:
+    make = sub.add_parser(
+        "make-data",
+        help="write the generated synthetic saliency data set",
+        description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
+    )
+    make.add_argument("--out", required=True, help="output folder")
+    make.add_argument("--train", type=int, default=400, help="number of training pairs")
+    make.add_argument("--val", type=int, default=60, help="number of validation pairs")
+    make.add_argument("--seed", type=int, default=2018, help="generator seed (same seed, same files)")
+    make.set_defaults(handler=run_make_data)
+
+
+def add_check_data(sub: argparse._SubParsersAction) -> None:
+    check = sub.add_parser(
+        "check-data",
+        help="scan a data set and report every problem by file name",
+        description="Scan image/mask pairs (headers only) and list every problem.",
+    )
+    check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
+    check.set_defaults(handler=run_check_data)
+
+
+def run_make_data(args: argparse.Namespace) -> int:
+    make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
+    return 0
+
+
+def run_check_data(args: argparse.Namespace) -> int:
+    return check_data(args.folders)
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def _program_name() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name == "ignite-r3net" else "python run.py"
 
 
 def _with_default_command(argv: Sequence[str]) -> list[str]:
@@ -118,31 +288,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
     parser = build_parser()
     args = parser.parse_args(_with_default_command(sys.argv[1:] if argv is None else argv))
-    handler: Callable[[argparse.Namespace], int] = args.handler
+    handler: Handler = args.handler
     try:
         return handler(args)
     except KeyboardInterrupt as e:
-        from .launch import Terminated
-
         terminated = isinstance(e, Terminated)
         print("terminated" if terminated else "interrupted", file=sys.stderr)
         return 143 if terminated else 130
-    except Exception as e:  # noqa: BLE001 - user errors become one line; bugs keep their traceback
-        if _is_user_error(e):
-            from .launch import WorkerFailed
-
-            print(f"error: {error_line(e)}", file=sys.stderr)
-            return 1 if isinstance(e, WorkerFailed) else 2
-        raise
+    except UserError as e:
+        print(f"error: {error_line(e) if not _lists_problems(e) else e}", file=sys.stderr)
+        return e.exit_code
 
 
-def _is_user_error(e: Exception) -> bool:
-    from .data import DataError
-    from .launch import WorkerFailed
-    from .training.checkpoint import CheckpointError
-    from .training.preflight import ConfigError
-
-    return isinstance(e, (CommandError, ConfigError, DataError, CheckpointError, WorkerFailed, FileNotFoundError))
+def _lists_problems(e: UserError) -> bool:
+    """A data error that lists one problem per line is printed whole."""
+    return "\n  - " in str(e)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from .errors import OptionError
+
+AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""``--amp`` choices and the autocast dtype each one means."""
+
+# options that count something: at least 1
+_POSITIVE = ("iters", "batch_size", "crop", "checkpoint_every", "keep", "log_every", "nproc", "nnodes")
+
 
 def _opt(default: Any, help: str, **argparse_kwargs: Any) -> Any:
     """A dataclass field that carries its ``--help`` text (and argparse extras) as metadata."""
@@ -45,10 +55,20 @@ class TrainConfig:
     crop: int = _opt(300, "random crop size (images with a smaller side are first resized to crop x crop)")
     rotate: float = _opt(10.0, "random rotation range in degrees: uniform in [-rotate, rotate); 0 disables")
     backbone: str = _opt("resnext101_32x4d", "backbone network")
-    pretrained: str | None = _opt(
+    pretrained: str = _opt(
+        "imagenet",
+        "backbone weights to start from: 'imagenet' (the backbone's ImageNet-1k weights, listed in "
+        "the README; downloaded once per node into the torch or Hugging Face cache), 'none' "
+        "(random), a file (.pth/.pt/.bin/.safetensors: torchvision, timm or the original "
+        "resnext_101_32x4d.pth layout), a torchvision weights name (IMAGENET1K_V1, IMAGENET1K_V2, "
+        "DEFAULT) or hf-hub:ORG/NAME (e.g. hf-hub:timm/resnext101_32x4d.gluon_in1k); default: imagenet",
+    )
+    init_from: str | None = _opt(
         None,
-        "backbone weights: a state_dict file (torchvision or the original "
-        "resnext_101_32x4d.pth layout) or torchvision weights by name, e.g. DEFAULT",
+        "start a new run (iteration 1, fresh optimiser and schedule) from the weights of a trained "
+        "model: any checkpoint_N.pt or best_model_*.pt of ours, or an original R3Net release file; "
+        "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
+        "nothing but the weights is taken; --backbone must match them",
     )
     seed: int = _opt(2018, "random seed (model init, sampling, augmentation)")
     # run control
@@ -65,15 +85,25 @@ class TrainConfig:
     channels_last: bool = _opt(False, "use channels_last memory format for the model and inputs")
     compile: bool = _opt(False, "torch.compile the model")
     # distribution
-    nproc: int = _opt(1, "processes to spawn on this node (one per GPU with NCCL, CPU processes with gloo)")
+    nproc: int = _opt(
+        1,
+        "processes to spawn on this node (one per GPU with NCCL, CPU processes with gloo); under srun, "
+        "per task (with one task per node); under torchrun, leave it out",
+    )
     backend: str | None = _opt(
         None, "distributed backend; default: nccl when CUDA is available, else gloo", choices=("nccl", "gloo")
     )
-    nnodes: int = _opt(1, "number of nodes of a multi-node run")
-    node_rank: int = _opt(0, "rank of this node in a multi-node run")
-    master_addr: str = _opt("127.0.0.1", "address of node 0 for a multi-node run")
-    master_port: int = _opt(29500, "port on node 0 for a multi-node run")
+    nnodes: int = _opt(1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)")
+    node_rank: int = _opt(0, "rank of this node in a multi-node run started by hand (under srun: from SLURM)")
+    master_addr: str | None = _opt(
+        None, "address of node 0; default: the first node of SLURM_JOB_NODELIST under srun, else 127.0.0.1"
+    )
+    master_port: int | None = _opt(
+        None, "rendezvous port on node 0; default: 15000 + the last 4 digits of SLURM_JOB_ID under srun, else 29500"
+    )
     dist_timeout: int = _opt(600, "seconds a collective may wait for a peer before the job fails")
+    # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
+    weights: dict[str, str] | None = field(default=None)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -81,8 +111,40 @@ class TrainConfig:
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
 
+    def validate(self) -> None:
+        """Raise ``OptionError`` naming the first option whose value is wrong whatever the data,
+        the machine or the files (those are checked at start-up, in ``training.preflight``)."""
+        for name in _POSITIVE:
+            if getattr(self, name) < 1:
+                raise OptionError(f"{_flag(name)} must be a positive integer, got {getattr(self, name)}")
+        if self.batch_size < 2:
+            raise OptionError(
+                "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
+                "branch needs two images per process"
+            )
+        checks = (
+            ("lr", self.lr > 0, "must be positive"),
+            ("lr_power", self.lr_power > 0, "must be positive"),
+            ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),
+            ("weight_decay", self.weight_decay >= 0, "must not be negative"),
+            ("dist_timeout", self.dist_timeout >= 1, "must be at least 1 second"),
+            ("master_port", self.master_port is None or 1 <= self.master_port <= 65535, "must be a TCP port (1-65535)"),
+            ("rotate", 0 <= self.rotate <= 180, "must be between 0 and 180 degrees"),
+            ("workers", self.workers >= 0, "must not be negative"),
+            ("val_every", self.val_every >= 0, "must not be negative"),
+            ("node_rank", 0 <= self.node_rank < self.nnodes, f"must be in [0, {self.nnodes - 1}]"),
+        )
+        for name, ok, rule in checks:
+            if not ok:
+                raise OptionError(f"{_flag(name)} {rule}, got {getattr(self, name)}")
+
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
         values = json.loads(Path(path).read_text(encoding="utf-8"))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of a ``TrainConfig`` field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + name.replace("_", "-")

@@ -1,6 +1,46 @@
-"""One line for an error: how every failure reaches the user (``error: ...`` on stderr)."""
+"""How failures reach the user: one ``error: ...`` line on stderr, and ``warning: ...`` lines.
+
+Every error a user can cause (an option, a path, a data set, a checkpoint) is a ``UserError``; the
+CLI prints its first line and exits with its ``exit_code``. Anything else is a bug and keeps its
+traceback.
+"""
 
 from __future__ import annotations
+
+import sys
+
+
+class UserError(Exception):
+    """An error the user can act on: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+class OptionError(UserError):
+    """A bad option value, a missing or unusable path, or a combination of options that cannot work."""
+
+
+class DataError(UserError):
+    """A data set problem; the message lists every problem found, each naming its file."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            message = f"{len(self.problems)} data problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(message)
+
+
+class CheckpointError(UserError):
+    """A checkpoint or weights file could not be written or read; the message names the file."""
+
+
+class WorkerFailed(UserError):
+    """A worker of a running job failed: one line naming the rank and the cause (exit code 1)."""
+
+    exit_code = 1
+
 
 # PyTorch re-raises an exception from a DataLoader worker with this first line and the worker's
 # traceback below; the cause a user can act on ("cannot read image X") is the traceback's last line.
@@ -21,10 +61,25 @@ def error_line(e: BaseException, default: str | None = None) -> str:
 
 
 def load_error_reason(e: BaseException) -> str:
-    """Why ``torch.load(..., weights_only=True)`` refused a file, in words a user can act on."""
+    """Why ``torch.load(..., weights_only=True)`` (or safetensors) refused a file, in words a user
+    can act on."""
     text = str(e)
     if "global" in text.lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
         return "it contains pickled objects other than tensors (refused: it could run code)"
-    if "Weights only load failed" in text or "central directory" in text or type(e).__name__ == "UnpicklingError":
+    if (
+        "Weights only load failed" in text
+        or "central directory" in text
+        or type(e).__name__ in ("UnpicklingError", "SafetensorError")
+    ):
         return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
     return error_line(e)
+
+
+def warn(message: str) -> None:
+    """A ``warning: ...`` line on stderr: something the user should know that does not stop the work."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def note(message: str) -> None:
+    """A ``note: ...`` line on stderr: a decision taken for the user (e.g. a stale lock taken over)."""
+    print(f"note: {message}", file=sys.stderr, flush=True)

@@ -12,14 +12,32 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # small, fast settings every multi-process training test shares
-TINY_TRAIN = ["--backbone", "resnet18", "--crop", "64", "--batch-size", "2", "--workers", "0", "--rotate", "10"]
+TINY_TRAIN = [
+    "--pretrained",
+    "none",
+    "--backbone",
+    "resnet18",
+    "--crop",
+    "64",
+    "--batch-size",
+    "2",
+    "--workers",
+    "0",
+    "--rotate",
+    "10",
+]
+
+
+SLURM_VARS = tuple(
+    f"SLURM_{name}" for name in ("JOB_ID", "PROCID", "LOCALID", "NTASKS", "JOB_NODELIST", "JOB_NUM_NODES", "STEP_ID")
+)
 
 
 def cpu_env(**extra: str) -> dict[str, str]:
     """Environment for a CPU-only child process (gloo), one thread per process."""
     env = dict(os.environ)
     env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+    for k in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", *SLURM_VARS):
         env.pop(k, None)
     env.update(extra)
     return env

@@ -116,7 +116,12 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
     for args, expected in cases:
         out = tmp_path / f"out{time.monotonic_ns()}"
         own_output_dir = "--output-dir" not in args
-        for flag, value in (("--output-dir", str(out)), ("--backbone", "resnet18"), ("--crop", "64")):
+        for flag, value in (
+            ("--output-dir", str(out)),
+            ("--backbone", "resnet18"),
+            ("--crop", "64"),
+            ("--pretrained", "none"),
+        ):
             if flag not in args:
                 args = [*args, flag, value]
         started = time.monotonic()

@@ -14,9 +14,10 @@ import torch
 from PIL import Image
 
 from ignite_r3net import cli
-from ignite_r3net.evaluation.commands import COLUMNS, infer_backbone, resolve_backbone
+from ignite_r3net.errors import OptionError
 from ignite_r3net.evaluation.maps import dataset_names
-from ignite_r3net.model import BACKBONES, R3Net
+from ignite_r3net.metrics import METRIC_KEYS
+from ignite_r3net.model import BACKBONES, R3Net, infer_backbone, read_trained_weights
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = [(64, 80), (70, 50), (48, 64), (66, 66), (40, 72)]  # (H, W); odd count on purpose
@@ -102,7 +103,7 @@ def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: py
     got = json.loads(out.read_text())["ECSSD"]  # a generic GT folder is named after its parent
     assert got["images"] == 4
     expected = _metrics_py_sod(reference)
-    for key in COLUMNS:
+    for key in METRIC_KEYS:
         assert got[key] == pytest.approx(float(expected[key]), rel=1e-9, abs=1e-12), key
     assert "ECSSD" in captured.out and "maxF" in captured.out
 
@@ -182,7 +183,7 @@ def test_checkpoint_one_and_two_processes_identical(
     assert proc.returncode == 0, proc.stderr[-2000:]
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert a == b  # exactly: the sums are made in data set order whatever the sharding
-    assert a["setA"]["images"] == 5 and set(COLUMNS) <= set(a["setA"])
+    assert a["setA"]["images"] == 5 and set(METRIC_KEYS) <= set(a["setA"])
     assert "setA" in proc.stdout
 
     written = sorted(p.name for p in (saved / "setA").iterdir())
@@ -203,13 +204,19 @@ def test_backbone_inferred_for_every_backbone() -> None:
 def test_backbone_from_config_and_errors(
     tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capsys: pytest.CaptureFixture
 ) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"backbone": "resnet34"}))
-    assert resolve_backbone(None, tmp_path / "ckpt.pt", {}) == "resnet34"
-    assert resolve_backbone("resnet50", tmp_path / "ckpt.pt", {}) == "resnet50"
-    with pytest.raises(cli.CommandError, match="--backbone"):
-        resolve_backbone(None, tmp_path / "sub" / "ckpt.pt", {"w": torch.zeros(1)})
+    training, plain = checkpoints
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"backbone": "resnet34"}))
+    (run / "ckpt.pt").write_bytes(plain.read_bytes())  # a resnet18 model beside a config naming resnet34
+    with pytest.raises(OptionError, match="does not fit backbone resnet34"):
+        read_trained_weights(run / "ckpt.pt")
+    assert read_trained_weights(run / "ckpt.pt", "resnet18").backbone == "resnet18"  # --backbone wins
+    odd = tmp_path / "odd.pt"
+    torch.save({"w": torch.zeros(1)}, odd)
+    with pytest.raises(OptionError, match="--backbone"):
+        read_trained_weights(odd)
 
-    training, _ = checkpoints
     assert cli.main(["evaluate", "--checkpoint", str(training), "--data", str(dataset), "--backbone", "resnet34"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: checkpoint") and "resnet34" in err and len(err.strip().splitlines()) == 1

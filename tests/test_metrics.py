@@ -8,7 +8,7 @@ import pytest
 import torch
 from ignite.exceptions import NotComputableError
 
-from ignite_r3net.evaluation.metrics import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics.interim import METRIC_KEYS, SaliencyMetrics
 
 py_sod_metrics = pytest.importorskip("py_sod_metrics")
 ndimage = pytest.importorskip("scipy.ndimage")
@@ -129,7 +129,7 @@ CASES = make_cases()
 def wf_path(request, monkeypatch):
     """The two ways the weighted F-measure is computed: CPU maps in numpy (the default) and the
     batched torch path that accelerators take (forced here on CPU tensors)."""
-    from ignite_r3net.evaluation import metrics as M
+    from ignite_r3net.metrics import interim as M
 
     if request.param == "torch":
         monkeypatch.setattr(M, "_CPU_WF", False)
@@ -155,7 +155,7 @@ def test_agrees_with_pysodmetrics_per_image(index):
 def test_weighted_fmeasure_paths_agree_per_image():
     """Per map, the numpy/C path and the torch path give the same weighted F-measure (1e-6:
     float64 versus float32 error maps); objects touching the border included."""
-    from ignite_r3net.evaluation import metrics as M
+    from ignite_r3net.metrics import interim as M
 
     cases = list(CASES)
     rng = np.random.default_rng(5)
@@ -188,7 +188,7 @@ def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
 
 
 def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
-    from ignite_r3net.evaluation import metrics as M
+    from ignite_r3net.metrics import interim as M
 
     rng = np.random.default_rng(2)
     batches = []
@@ -215,7 +215,7 @@ def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
 def test_pending_maps_are_folded_in_before_compute_state_dict_and_flush_limit(monkeypatch):
     """Histogram statistics are computed in batches: results must not depend on when that happens,
     and a saved state must include maps not yet folded in."""
-    from ignite_r3net.evaluation import metrics as M
+    from ignite_r3net.metrics import interim as M
 
     same = [c for c in CASES if c[0].shape == (37, 53)]
     want = ours(same).compute()

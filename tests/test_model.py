@@ -6,7 +6,8 @@ import pytest
 import torch
 from torchvision.models import resnet18
 
-from ignite_r3net.model import BACKBONES, R3Net, build_backbone
+from ignite_r3net.errors import OptionError
+from ignite_r3net.model import BACKBONES, R3Net, build_backbone, load_backbone_weights, resolve_weights
 
 # The authors' release (ResNeXt-101 32x4d backbone) has exactly this many trainable parameters.
 ORIGINAL_PARAMETER_COUNT = 56_156_126
@@ -82,7 +83,8 @@ def test_pretrained_backbone_from_torchvision_file(tmp_path) -> None:
     reference = resnet18()
     path = tmp_path / "resnet18.pth"
     torch.save(reference.state_dict(), path)
-    model = R3Net("resnet18", pretrained=str(path))
+    model = R3Net("resnet18")
+    load_backbone_weights(model.backbone, path)
     assert torch.equal(model.backbone.layer0.conv1.weight, reference.conv1.weight)
     assert torch.equal(model.backbone.layer4[1].bn2.running_var, reference.layer4[1].bn2.running_var)
 
@@ -91,13 +93,13 @@ def test_pretrained_file_for_wrong_architecture_lists_keys(tmp_path) -> None:
     path = tmp_path / "resnet18.pth"
     torch.save(resnet18().state_dict(), path)
     with pytest.raises(ValueError, match=r"missing keys \[.*layer1\.2\."):
-        build_backbone("resnet34", pretrained=str(path))
+        load_backbone_weights(build_backbone("resnet34"), path)
 
 
 def test_missing_pretrained_path_names_it(tmp_path) -> None:
     path = tmp_path / "nope" / "weights.pth"
-    with pytest.raises(FileNotFoundError, match="nope"):
-        build_backbone("resnet18", pretrained=str(path))
+    with pytest.raises(OptionError, match="nope"):
+        resolve_weights(str(path), "resnet18")
 
 
 def test_unknown_backbone_lists_valid_names() -> None:
@@ -107,7 +109,7 @@ def test_unknown_backbone_lists_valid_names() -> None:
 
 
 def test_torchvision_weight_names_are_checked_before_download() -> None:
-    with pytest.raises(ValueError, match="IMAGENET1K_V1"):
-        build_backbone("resnet18", pretrained="IMAGENET9K")
-    with pytest.raises(ValueError, match="no weights"):
-        build_backbone("resnext101_32x4d", pretrained="DEFAULT")
+    with pytest.raises(OptionError, match="IMAGENET1K_V1"):
+        resolve_weights("IMAGENET9K", "resnet18")
+    with pytest.raises(OptionError, match="no weights"):
+        resolve_weights("DEFAULT", "resnext101_32x4d")

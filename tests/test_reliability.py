@@ -17,17 +17,16 @@ from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_t
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DataError
-from ignite_r3net.errors import error_line
-from ignite_r3net.launch import LaunchSpec, WorkerFailed, launch
-from ignite_r3net.training.checkpoint import (
-    CheckpointError,
+from ignite_r3net.checkpoint_io import (
     SafeDiskSaver,
     find_resume_checkpoint,
     load_checkpoint,
     remove_stale_temporaries,
 )
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import DataError
+from ignite_r3net.distributed import LaunchSpec, launch
+from ignite_r3net.errors import CheckpointError, WorkerFailed, error_line
 from ignite_r3net.training.handlers import attach_checkpointing
 
 pytestmark = pytest.mark.timeout(300)
@@ -102,7 +101,7 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_intact(tmp_path):
     torch.save(good, tmp_path / "checkpoint_1.pt")
     script = textwrap.dedent(f"""
         import torch
-        from ignite_r3net.training.checkpoint import SafeDiskSaver
+        from ignite_r3net.checkpoint_io import SafeDiskSaver
         saver = SafeDiskSaver({str(tmp_path)!r})
         saver({{"w": torch.zeros(150_000_000)}}, "checkpoint_2.pt")  # 600 MB: slow enough to kill
     """)

@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import TINY_TRAIN, log_iterations, make_tiny_dataset, run_cli
 
-from ignite_r3net.training.checkpoint import load_checkpoint
+from ignite_r3net.checkpoint_io import load_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
 

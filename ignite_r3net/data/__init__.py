@@ -1,7 +1,8 @@
 """Data: pair listing and checks, decoding, synthetic data, augmentation, resumable sampling."""
 
+from ..errors import DataError
 from .checks import assert_dataset_ok, check_dataset
-from .folder import IMAGE_EXTS, MASK_EXTS, DataError, list_pairs, load_image, load_mask
+from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, load_image, load_mask
 from .loader import SaliencyEvalSet, SaliencyTrainSet, build_eval_loader, build_train_loader, init_loader_worker
 from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths

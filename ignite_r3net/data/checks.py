@@ -7,7 +7,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from .folder import DataError, _scan
+from ..errors import DataError
+from .folder import _scan
 
 __all__ = ["check_dataset", "assert_dataset_ok"]
 

@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from ..errors import DataError
+
 __all__ = [
     "IMAGE_EXTS",
     "MASK_EXTS",
-    "DataError",
     "list_pairs",
     "load_image",
     "load_mask",
@@ -50,18 +51,6 @@ _MASK_DIR_TOKENS = {
     "target",
     "targets",
 }
-
-
-class DataError(ValueError):
-    """A data set problem; the message lists every problem found, each naming its file."""
-
-    def __init__(self, problems: str | list[str]) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        if len(self.problems) == 1:
-            message = self.problems[0]
-        else:
-            message = f"{len(self.problems)} data problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(message)
 
 
 def _tokens(name: str) -> set[str]:

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .folder import DataError, list_pairs, load_image, load_mask
+from ..errors import DataError
+from .folder import list_pairs, load_image, load_mask
 from .sampler import EvalShardSampler, ResumableDistributedSampler
 from .transforms import JointCropFlip, draw_angle
 

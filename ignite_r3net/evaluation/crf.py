@@ -17,6 +17,8 @@ from types import ModuleType
 import numpy as np
 import torch
 
+from ..errors import OptionError
+
 __all__ = ["CRF_MISSING", "require_crf", "crf_refine"]
 
 CRF_MISSING = "--crf needs the optional extra: pip install 'ignite_r3net[crf]'"
@@ -29,16 +31,14 @@ _STEPS = 1
 
 
 def require_crf() -> ModuleType:
-    """The ``pydensecrf.densecrf`` module, or a one-line ``CommandError`` saying how to get it.
+    """The ``pydensecrf.densecrf`` module, or a one-line ``OptionError`` saying how to get it.
 
     Commands call this before any work, so a missing extra fails at once, not after inference.
     """
     try:
         import pydensecrf.densecrf as dcrf
     except ImportError:
-        from ..cli import CommandError  # imported here: cli imports the commands that import us
-
-        raise CommandError(CRF_MISSING) from None
+        raise OptionError(CRF_MISSING) from None
     return dcrf
 
 

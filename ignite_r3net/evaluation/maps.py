@@ -7,6 +7,7 @@ Writing never leaves the output folder, whatever the stem of the input was.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..data import IMAGE_EXTS
+from ..errors import DataError, OptionError
 
 __all__ = [
     "MAP_EXTS",
@@ -27,7 +29,10 @@ __all__ = [
     "output_path",
     "save_map",
     "dataset_names",
+    "listing",
 ]
+
+_LIST_LIMIT = 20  # file names shown in one message before "(+N more)"
 
 MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # Preference when one stem has several files (an MSRA10K-style folder holds name.jpg + name.png):
@@ -63,11 +68,9 @@ class MapMatch:
 
 def _by_stem(folder: Path, what: str) -> dict[str, Path]:
     if not folder.exists():
-        raise FileNotFoundError(f"{what} folder {folder} does not exist")
+        raise OptionError(f"{what} folder {folder} does not exist")
     if not folder.is_dir():
-        from ..cli import CommandError  # imported here: cli imports the commands that import us
-
-        raise CommandError(f"{what} {folder} is not a folder")
+        raise OptionError(f"{what} {folder} is not a folder")
     found: dict[str, Path] = {}
     for p in sorted(folder.iterdir()):
         # hidden files (.DS_Store, ._name) are never maps
@@ -97,8 +100,6 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
 def load_saliency_map(path: str | Path) -> torch.Tensor:
     """Read a saliency map as uint8 ``(H, W)``: gray values as stored, colour converted to gray,
     16-bit scaled to 8 bits. Raises ``DataError`` naming the file when it cannot be read."""
-    from ..data import DataError
-
     path = Path(path)
     try:
         with Image.open(path) as img:
@@ -165,3 +166,10 @@ def dataset_names(folders: list[str | Path]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
     return out
+
+
+def listing(names: Iterable[Path | str]) -> str:
+    """Names for a one-line message: the first 20, then ``(+N more)``."""
+    names = [str(n) for n in names]
+    shown = ", ".join(names[:_LIST_LIMIT])
+    return shown + (f" (+{len(names) - _LIST_LIMIT} more)" if len(names) > _LIST_LIMIT else "")

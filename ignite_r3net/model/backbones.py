@@ -1,9 +1,8 @@
 """ResNet / ResNeXt backbones exposed as the five stages R3Net taps.
 
-All backbones are built from torchvision's ``ResNet`` class, so a torchvision
-ImageNet state_dict maps onto them with a one-line key rename
-(``conv1.*`` -> ``layer0.conv1.*``). Nothing is downloaded unless a torchvision
-weights name is given explicitly.
+All backbones are built from torchvision's ``ResNet`` class, so a torchvision (or timm) ImageNet
+state_dict maps onto them with a one-line key rename (``conv1.*`` -> ``layer0.conv1.*``). Building
+one downloads nothing: ``pretrained.py`` fetches and loads weights.
 """
 
 from __future__ import annotations
@@ -24,15 +23,20 @@ class BackboneSpec:
     layers: tuple[int, int, int, int]
     groups: int = 1
     width_per_group: int = 64
-    # Name in torchvision's model registry, for ImageNet weights; None when
-    # torchvision publishes no weights for this architecture.
+    # Name in torchvision's model registry, for its weights; None when torchvision publishes no
+    # weights for this architecture.
     torchvision_name: str | None = None
+    # ``--pretrained imagenet``: the documented ImageNet-1k weights (README lists them with licences)
+    imagenet: str = "IMAGENET1K_V1"
 
 
 BACKBONES: dict[str, BackboneSpec] = {
-    # The paper's backbone. torchvision has no 32x4d ResNeXt-101 weights; the
-    # original release ships a torch7-converted file (see weights.py).
-    "resnext101_32x4d": BackboneSpec(Bottleneck, (3, 4, 23, 3), 32, 4, None),
+    # The paper's backbone. torchvision has no 32x4d ResNeXt-101 weights; timm's Gluon port is
+    # trained on ImageNet-1k only (its fb_ssl / fb_swsl tags add YFCC100M / IG-1B images and are
+    # licensed for non-commercial use only).
+    "resnext101_32x4d": BackboneSpec(
+        Bottleneck, (3, 4, 23, 3), 32, 4, None, imagenet="hf-hub:timm/resnext101_32x4d.gluon_in1k"
+    ),
     "resnext101_32x8d": BackboneSpec(Bottleneck, (3, 4, 23, 3), 32, 8, "resnext101_32x8d"),
     "resnext50_32x4d": BackboneSpec(Bottleneck, (3, 4, 6, 3), 32, 4, "resnext50_32x4d"),
     "resnet101": BackboneSpec(Bottleneck, (3, 4, 23, 3), torchvision_name="resnet101"),
@@ -83,24 +87,8 @@ def backbone_spec(name: str) -> BackboneSpec:
         raise ValueError(f"unknown backbone {name!r}; valid names: {', '.join(sorted(BACKBONES))}") from None
 
 
-def build_backbone(name: str = "resnext101_32x4d", pretrained: str | None = None) -> Backbone:
-    """Build a randomly initialised backbone, then load ``pretrained`` if given.
-
-    ``pretrained`` is a path to a backbone state_dict (torchvision or original
-    torch7-converted layout) or a torchvision weights name such as
-    ``"IMAGENET1K_V1"`` or ``"DEFAULT"``.
-    """
+def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
+    """A randomly initialised backbone (``pretrained.load_backbone_weights`` loads weights into it)."""
     spec = backbone_spec(name)
-    resnet = ResNet(
-        spec.block,
-        list(spec.layers),
-        groups=spec.groups,
-        width_per_group=spec.width_per_group,
-    )
-    backbone = Backbone(resnet)
-    if pretrained is not None:
-        # Imported here because weights.py imports this module.
-        from ignite_r3net.model.weights import load_backbone_weights
-
-        load_backbone_weights(backbone, pretrained, backbone_name=name)
-    return backbone
+    resnet = ResNet(spec.block, list(spec.layers), groups=spec.groups, width_per_group=spec.width_per_group)
+    return Backbone(resnet)

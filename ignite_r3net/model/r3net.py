@@ -83,9 +83,9 @@ class R3Net(nn.Module):
         torch.Size([1, 1, 64, 64])
     """
 
-    def __init__(self, backbone: str = "resnext101_32x4d", pretrained: str | None = None) -> None:
+    def __init__(self, backbone: str = "resnext101_32x4d") -> None:
         super().__init__()
-        self.backbone = build_backbone(backbone, pretrained)
+        self.backbone = build_backbone(backbone)
         c0, c1, c2, c3, c4 = self.backbone.channels
 
         # Low-level integrated features (layer0..layer2), kept at layer0's resolution.

@@ -1,11 +1,11 @@
-"""Weight loading and key mapping between checkpoint layouts.
+"""Key mapping between the layouts of weights files, and strict loading (a leaf: no sources, no files).
 
 Three layouts are understood:
 
 * **ours** - ``backbone.layer0.conv1.weight``, ``backbone.layer1.0.conv1.weight``,
   ``reduce_low.0.weight``, ``predict3.6.bias`` ... (optionally ``module.``-prefixed
   by DistributedDataParallel);
-* **torchvision** backbone - ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
+* **torchvision** (and timm) ResNet - ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
 * **original** (zijundeng/R3Net) - the torch7-converted ResNeXt is one nested
   ``nn.Sequential``, so its keys are positional: ``0.weight`` (stem conv),
   ``4.0.0.0.0.weight`` (layer1, block 0, first 1x1 conv). The original R3Net
@@ -15,20 +15,11 @@ Three layouts are understood:
 from __future__ import annotations
 
 import logging
-import os
 import re
-import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-
-from ignite_r3net.errors import load_error_reason
-from ignite_r3net.model.backbones import backbone_spec
-
-if TYPE_CHECKING:
-    from ignite_r3net.model.backbones import Backbone
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +142,7 @@ def _preview(keys: list[str], limit: int = 20) -> str:
     return f"{shown} (+{more} more)" if more > 0 else shown
 
 
-def _strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
+def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
     """Load ``sd`` exactly, raising ValueError that lists missing/unexpected keys.
 
     ``num_batches_tracked`` buffers are tolerated when absent: checkpoints from
@@ -174,48 +165,6 @@ def _strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -
     module.load_state_dict(sd, strict=True)
 
 
-def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """Read a state_dict on CPU with ``weights_only=True``; FileNotFoundError names the path."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"weights file not found: {os.fspath(path)!r}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. about the pickle protocol of a file it then refuses
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several types for truncated and unsafe files
-        raise ValueError(load_error_reason(e)) from e
-
-
-def _looks_like_path(source: str) -> bool:
-    # torchvision weights names are bare identifiers ("IMAGENET1K_V2", "DEFAULT").
-    return os.sep in source or "/" in source or source.endswith((".pth", ".pt", ".bin")) or os.path.exists(source)
-
-
-def torchvision_state_dict(backbone_name: str, weights_name: str) -> dict[str, torch.Tensor]:
-    """Fetch torchvision ImageNet weights ``weights_name`` (e.g. "IMAGENET1K_V1", "DEFAULT").
-
-    Downloads through torchvision's cache. ValueError if the backbone has no
-    torchvision weights or the name is not one of its weights.
-    """
-    from torchvision.models import get_model_weights
-
-    tv_name = backbone_spec(backbone_name).torchvision_name
-    if tv_name is None:
-        raise ValueError(
-            f"torchvision publishes no weights for backbone {backbone_name!r}; "
-            "pass the path of a state_dict file instead"
-        )
-    enum = get_model_weights(tv_name)
-    valid = ["DEFAULT"] + [w.name for w in enum]
-    if weights_name not in valid:
-        raise ValueError(
-            f"unknown torchvision weights {weights_name!r} for {backbone_name!r}; "
-            f"valid names: {', '.join(valid)} (or a path to a state_dict file)"
-        )
-    weights = enum.DEFAULT if weights_name == "DEFAULT" else enum[weights_name]
-    return weights.get_state_dict(progress=True)
-
-
 def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
     """Detect the layout of a backbone state_dict and return it in :class:`Backbone` keys.
 
@@ -231,17 +180,6 @@ def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
     return torchvision_to_backbone_state_dict({k: v for k, v in sd.items() if not k.startswith("fc.")})
 
 
-def load_backbone_weights(backbone: Backbone, source: str | os.PathLike[str], backbone_name: str) -> None:
-    """Load ``source`` (a file path or a torchvision weights name) into ``backbone`` strictly."""
-    source_str = os.fspath(source)
-    if _looks_like_path(source_str):
-        sd = load_state_dict_file(source_str)
-    else:
-        sd = torchvision_state_dict(backbone_name, source_str)
-    _strict_load(backbone, backbone_state_dict_from_any(sd), f"backbone weights {source_str!r}")
-    logger.info("loaded %s backbone weights from %s", backbone_name, source_str)
-
-
 def load_model_state(model: nn.Module, state_dict: StateDict) -> None:
     """Load a whole R3Net state_dict strictly, whatever its layout.
 
@@ -249,7 +187,7 @@ def load_model_state(model: nn.Module, state_dict: StateDict) -> None:
     prefix) or the original R3Net release layout. Raises ValueError listing
     missing and unexpected keys.
     """
-    _strict_load(model, to_our_layout(state_dict), "model state_dict")
+    strict_load(model, to_our_layout(state_dict), "model state_dict")
 
 
 def to_our_layout(state_dict: StateDict) -> dict[str, torch.Tensor]:

@@ -18,12 +18,10 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, LRScheduler
 
+from ..checkpoint_io import SafeDiskSaver, list_checkpoints
 from ..config import TrainConfig
-from .checkpoint import SafeDiskSaver, list_checkpoints
+from ..distributed import rank_zero_only
 from .meters import LOSS_NAMES, LossMeter
-
-rank_zero_only = idist.one_rank_only(rank=0)
-"""Decorator: run the wrapped function on rank 0 only (the one place rank-0-only work is decided)."""
 
 
 class NonFiniteLossError(RuntimeError):
@@ -195,10 +193,10 @@ def _remove_beyond_keep(existing: list[tuple[int, Path]], keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
+@rank_zero_only
 def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig) -> Any:
-    """Losses, LR of each parameter group and images/s to ``OUTPUT_DIR/tb`` (rank 0 only)."""
-    if idist.get_rank() != 0:
-        return None
+    """Losses, LR of each parameter group and images/s to ``OUTPUT_DIR/tb``; returns the logger
+    (rank 0; None elsewhere)."""
     from ignite.handlers.tensorboard_logger import OptimizerParamsHandler, OutputHandler, TensorboardLogger
 
     tb = TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
@@ -210,9 +208,10 @@ def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config
     return tb
 
 
+@rank_zero_only
 def attach_progress_bar(trainer: Engine) -> None:
     """A tqdm bar with ETA on rank 0 when stderr is a terminal."""
-    if idist.get_rank() != 0 or not sys.stderr.isatty():
+    if not sys.stderr.isatty():
         return
     from ignite.handlers import ProgressBar
     from tqdm import tqdm

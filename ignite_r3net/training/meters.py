@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import ignite.distributed as idist
 import torch
 
+from ..distributed import rank_zero_only
+
 LOSS_NAMES = ("total",) + tuple(f"loss{i}" for i in range(7))
 _NEVER = float("inf")
 
@@ -81,7 +83,10 @@ class LossMeter:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.reset()
+        self._restore_global_sums(state)
+
+    @rank_zero_only
+    def _restore_global_sums(self, state: dict[str, torch.Tensor]) -> None:
         # the saved sums are global: rank 0 carries them, the others start from zero
-        if idist.get_rank() == 0:
-            self._sums.copy_(state["sums"].to(self.device, torch.float64))
-            self._count.copy_(state["count"].to(self.device, torch.float64))
+        self._sums.copy_(state["sums"].to(self.device, torch.float64))
+        self._count.copy_(state["count"].to(self.device, torch.float64))

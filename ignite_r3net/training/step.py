@@ -9,9 +9,8 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
+from ..config import AMP_DTYPES
 from ..data import DeviceAugment
-
-AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def prepare_batch(

@@ -15,10 +15,10 @@ from ignite.engine import Engine
 from ignite.handlers import Checkpoint, LRScheduler
 from ignite.utils import manual_seed
 
+from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader
-from ..model import R3Net
-from .checkpoint import RunRecipe, load_checkpoint
+from ..model import R3Net, load_backbone_weights, load_model_state
 from .handlers import (
     TrainLog,
     attach_checkpointing,
@@ -32,6 +32,7 @@ from .handlers import (
 )
 from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
+from .resume import RunRecipe
 from .step import create_train_step
 from .validation import attach_validation
 
@@ -138,7 +139,15 @@ def _configure_backend(device: torch.device) -> None:
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
-    model = R3Net(backbone=config.backbone, pretrained=config.pretrained).to(device)
+    """R3Net with the run's starting weights (preflight fetched and checked them; a resumed run's
+    come from its checkpoint instead), wrapped for distribution."""
+    model = R3Net(config.backbone)
+    if not config.resume and config.weights:
+        if config.init_from:
+            load_model_state(model, model_state_dict(load_checkpoint(config.weights["file"]), config.init_from))
+        else:
+            load_backbone_weights(model.backbone, config.weights["file"])
+    model = model.to(device)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
     return idist.auto_model(model, sync_bn=False)
@@ -184,13 +193,20 @@ def _header(
         f"world size {world_size}, {config.batch_size} images per process, "
         f"global batch {config.batch_size * world_size}",
     ]
-    if not config.pretrained:
+    if config.weights:
+        lines.append(f"initial weights: {_describe(config.weights)}")
+    elif not config.resume:
         lines.append(
-            "note: backbone from random weights; R3Net's recipe starts from ImageNet weights "
-            "(--pretrained DEFAULT, or a state_dict file)"
+            "note: backbone from random weights (--pretrained none); R3Net's recipe starts from ImageNet "
+            "weights (--pretrained imagenet, the default)"
         )
     if config.amp == "fp16" and device.type == "cpu":
         lines.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
     if resumed_from is not None:
         lines.append(f"resumed from {resumed_from} at iteration {iteration}")
     return "\n".join(lines) + "\n"
+
+
+def _describe(weights: dict[str, str]) -> str:
+    what = "whole model" if weights["source"] == "init-from" else "backbone"
+    return f"{what} from {weights['source']}: {weights['file']} (sha256 {weights['sha256']})"

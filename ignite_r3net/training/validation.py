@@ -14,11 +14,11 @@ from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
 
+from ..checkpoint_io import SafeDiskSaver
 from ..config import TrainConfig
 from ..data import normalize_image
-from ..evaluation.evaluator import attach_scoring, create_evaluator, score_shard
-from ..evaluation.metrics import SaliencyMetrics
-from .checkpoint import SafeDiskSaver
+from ..inference import attach_scoring, create_evaluator, score_shard
+from ..metrics import SaliencyMetrics
 from .handlers import TrainLog, every_or_last
 
 BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")

@@ -804,7 +804,7 @@ class SaliencyMetrics(Metric):
     .. code-block:: python
 
         import torch
-        from ignite_r3net.evaluation.metrics import SaliencyMetrics
+        from ignite_r3net.metrics.interim import SaliencyMetrics
 
         gt = torch.zeros(2, 32, 32, dtype=torch.uint8)
         gt[:, 8:24, 8:24] = 255

@@ -1,7 +1,8 @@
-"""Checkpoint policy: atomic writes, old files removed only after a new one is complete, safe loading.
+"""Checkpoint files: atomic writes, old files removed only after a new one is complete, safe reading.
 
 ignite's ``Checkpoint`` decides *when* and *what* to save; ``SafeDiskSaver`` decides *how* it lands
-on disk, and ``find_resume_checkpoint`` / ``load_checkpoint`` read it back without trusting it.
+on disk. ``load_checkpoint`` is the one reader of checkpoints and weights files (no pickled code
+runs), and ``find_resume_checkpoint`` picks the newest complete one of a run.
 """
 
 from __future__ import annotations
@@ -15,68 +16,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import ignite.distributed as idist
 import torch
 from ignite.handlers import DiskSaver
 
-from ..errors import error_line, load_error_reason
+from .distributed import rank_zero_only
+from .errors import CheckpointError, error_line, load_error_reason
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)\.pt$")
 TEMP_PREFIX = ".tmp-"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or read; the message names the file."""
-
-
-# Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
-# dict restores them), what each iteration samples and how it is computed.
-RESUME_FIXED = (
-    "iters",
-    "lr",
-    "lr_power",
-    "momentum",
-    "weight_decay",
-    "batch_size",
-    "crop",
-    "rotate",
-    "backbone",
-    "seed",
-    "amp",
-)
-# What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
-TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
-
-
-class RunRecipe:
-    """The part of a run that a resume must not change, saved in each checkpoint as ``recipe``:
-    the ``RESUME_FIXED`` options, the world size and the number of training pairs.
-
-    Nothing is restored from it; ``preflight`` compares it with the new options before any worker
-    starts (ignite would otherwise quietly keep the checkpoint's schedule and epoch length).
-    """
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.values = dict(values)
-
-    @classmethod
-    def of(cls, config: Any, world_size: int, pairs: int) -> RunRecipe:
-        values = {name: getattr(config, name) for name in RESUME_FIXED}
-        return cls({**values, "world_size": world_size, "pairs": pairs})
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.values)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # checked in preflight, not restored
-        pass
-
-    def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``."""
-        return [
-            (name, saved[name], value) for name, value in self.values.items() if name in saved and saved[name] != value
-        ]
 
 
 class SafeDiskSaver(DiskSaver):
@@ -90,13 +39,12 @@ class SafeDiskSaver(DiskSaver):
       earlier checkpoints are untouched.
     """
 
-    def __init__(self, dirname: str | Path, save_on_rank: int = 0) -> None:
-        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=False, save_on_rank=save_on_rank)
+    def __init__(self, dirname: str | Path) -> None:
+        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=False, save_on_rank=0)
         self._pending_removal: list[str] = []
 
+    @rank_zero_only
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        if idist.get_rank() != self.save_on_rank:
-            return
         path = Path(self.dirname) / filename
         self._write_atomically(checkpoint, path)
         stale, self._pending_removal = self._pending_removal, []
@@ -104,9 +52,9 @@ class SafeDiskSaver(DiskSaver):
             if name != filename:
                 (Path(self.dirname) / name).unlink(missing_ok=True)
 
+    @rank_zero_only  # other ranks never write, so never remove
     def remove(self, filename: str) -> None:
-        if idist.get_rank() == self.save_on_rank:  # other ranks never write, so never remove
-            self._pending_removal.append(filename)
+        self._pending_removal.append(filename)
 
     @staticmethod
     def _write_atomically(checkpoint: Mapping, path: Path) -> None:
@@ -161,24 +109,42 @@ def list_checkpoints(dirname: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint on the CPU without executing pickled code.
+def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
+    """Read a checkpoint or weights file on the CPU without executing pickled code: the one reader
+    of every ``.pt``/``.pth`` (``torch.load(weights_only=True)``) and ``.safetensors`` file.
 
-    Raises ``CheckpointError`` naming the file when it is missing, truncated, corrupt, or carries
-    anything but tensors and plain containers (e.g. a pickled callable).
+    Raises ``CheckpointError`` naming ``what`` and the file when it is missing, truncated, corrupt,
+    or carries anything but tensors and plain containers (e.g. a pickled callable).
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"{what} {path} does not exist")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. about the pickle protocol of a file it then refuses
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several types for truncated and unsafe files
-        raise CheckpointError(f"cannot load checkpoint {path}: {load_error_reason(e)}") from e
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            obj: Any = load_file(path, device="cpu")
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. about the pickle protocol of a file it then refuses
+                obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch and safetensors raise several types for truncated and unsafe files
+        raise CheckpointError(f"cannot load {what} {path}: {load_error_reason(e)}") from e
     if not isinstance(obj, dict):
-        raise CheckpointError(f"checkpoint {path} does not hold a dict of states")
+        raise CheckpointError(f"{what} {path} does not hold a dict of states")
     return obj
+
+
+def model_state_dict(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, torch.Tensor]:
+    """The model weights inside any file we accept: a training checkpoint (its ``"model"`` entry),
+    a ``best_model_*`` file or an original R3Net release (the state_dict itself)."""
+    if isinstance(checkpoint.get("model"), Mapping):
+        checkpoint = checkpoint["model"]
+    state = {k: v for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
+    if not state or len(state) != len(checkpoint):
+        keys = ", ".join(list(checkpoint)[:5])
+        raise CheckpointError(f"checkpoint {path} holds no model state_dict (keys: {keys})")
+    return state
 
 
 def find_resume_checkpoint(

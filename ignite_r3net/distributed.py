@@ -14,11 +14,13 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,13 +29,14 @@ import ignite.distributed as idist
 import torch
 
 from .config import TrainConfig
-from .errors import error_line
+from .errors import WorkerFailed, error_line
+from .slurm import SlurmTask, slurm_task
 
 T = TypeVar("T")
 
-
-class WorkerFailed(RuntimeError):
-    """Raised in the launching process when any worker failed: one line naming the rank and cause."""
+rank_zero_only = idist.one_rank_only(rank=0)
+"""Decorator: run the wrapped function on rank 0 only, the one place rank-0-only work is decided
+(files, TensorBoard, the console). Every rank still calls it, so it never hides a collective."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -49,16 +52,24 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def free_port() -> int:
+    """A TCP port free on this host now, for a rendezvous on one node."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Where and how many workers run: the distribution options of ``TrainConfig`` and ``evaluate``."""
+    """Where and how many workers run: the distribution options of ``TrainConfig`` and ``evaluate``,
+    read together with what torchrun or srun already decided for this process."""
 
     nproc: int = 1
     backend: str | None = None
     nnodes: int = 1
     node_rank: int = 0
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_addr: str | None = None  # default: SLURM's first node, else 127.0.0.1
+    master_port: int | None = None  # default: derived from SLURM's job id, else 29500
     dist_timeout: int = 600
     traceback_dir: str | None = None
 
@@ -76,35 +87,89 @@ class LaunchSpec:
         )
 
     @property
+    def slurm(self) -> SlurmTask | None:
+        return None if under_torchrun() else slurm_task()
+
+    @property
     def world_size(self) -> int:
-        """Processes in the job: torchrun's WORLD_SIZE when it launched us, else nproc x nnodes."""
+        """Processes in the job: torchrun's WORLD_SIZE, SLURM's tasks x nproc, else nproc x nnodes."""
         if under_torchrun():
             return int(os.environ["WORLD_SIZE"])
-        return self.nproc * self.nnodes
+        task = self.slurm
+        return (task.ntasks if task else self.nnodes) * self.nproc
 
     def spawns(self) -> bool:
         """Whether this process starts worker processes (rather than being, or joining, one)."""
-        return not under_torchrun() and self.world_size > 1
+        if under_torchrun():
+            return False
+        if self.slurm is not None:
+            return self.nproc > 1  # one task per node: it spawns that node's workers
+        return self.nproc * self.nnodes > 1
+
+    def joins(self) -> bool:
+        """Whether this process is one rank of a group another launcher started (torchrun, srun)."""
+        task = self.slurm
+        return under_torchrun() or (task is not None and self.nproc == 1 and task.ntasks > 1)
+
+    def is_leader(self) -> bool:
+        """Whether this launching process is the one that writes the job's shared files
+        (config.json, the run lock, clean-up): node 0's, or the first rank's under torchrun or srun."""
+        task = self.slurm
+        if task is not None:
+            return task.procid == 0
+        return self.node_rank == 0 and os.environ.get("RANK", "0") == "0"
 
 
 def parallel_for(spec: LaunchSpec) -> idist.Parallel:
     """The ``idist.Parallel`` context matching how this process was started and what was asked."""
     backend = spec.backend or default_backend()
     timeout = datetime.timedelta(seconds=spec.dist_timeout)
-    if under_torchrun():
-        # joining an existing group: Parallel must not spawn
-        return idist.Parallel(backend=backend, timeout=timeout)
+    task = spec.slurm
+    if spec.joins():
+        if task is not None:
+            _set_rank_variables_from_slurm(task, spec)
+        return idist.Parallel(backend=backend, timeout=timeout)  # joins: must not spawn
     if spec.spawns():
         return idist.Parallel(
             backend=backend,
             nproc_per_node=spec.nproc,
-            nnodes=spec.nnodes,
-            node_rank=spec.node_rank,
-            master_addr=spec.master_addr,
-            master_port=spec.master_port,
+            nnodes=task.ntasks if task else spec.nnodes,
+            node_rank=task.procid if task else spec.node_rank,
+            master_addr=spec.master_addr or (task.master_addr() if task else "127.0.0.1"),
+            master_port=spec.master_port or (task.default_port if task else 29500),
             timeout=timeout,
         )
     return idist.Parallel(backend=None)
+
+
+def _set_rank_variables_from_slurm(task: SlurmTask, spec: LaunchSpec) -> None:
+    """torch's rendezvous variables from SLURM's (``--master-addr``/``--master-port`` win), set
+    before joining: ignite then checks they agree with SLURM's and uses this address and port."""
+    os.environ.update(
+        RANK=str(task.procid),
+        LOCAL_RANK=str(task.localid),
+        WORLD_SIZE=str(task.ntasks),
+        MASTER_ADDR=spec.master_addr or task.master_addr(),
+        MASTER_PORT=str(spec.master_port or task.default_port),
+    )
+
+
+@contextmanager
+def _slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
+    """Spawned workers must not see SLURM's variables: ignite's worker set-up reads any
+    ``SLURM_JOB_ID`` as "ranks come from SLURM" and refuses the rank the spawner gives it
+    (``setup_env_vars``: "Arguments rank and world_size should not be specified with SLURM").
+    The children copy the environment when they start, so it is restored right after."""
+    if task is None:
+        yield
+        return
+    saved = {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}
+    for key in saved:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
@@ -114,7 +179,7 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     previous = _raise_on_sigterm()
     try:
-        with parallel_for(spec) as parallel:
+        with parallel_for(spec) as parallel, _slurm_hidden_from_children(spec.slurm if spec.spawns() else None):
             parallel.run(_report_failures, fn, arg, spec.traceback_dir, spec.spawns())
     except KeyboardInterrupt:
         _stop_children()

@@ -1,6 +1,6 @@
-"""Full-resolution inference as an ignite Engine: the building block of validation, ``evaluate`` and
-``predict``. Each step yields 8-bit saliency maps at the input's own size, exactly what a saved PNG
-would hold, so metrics on the fly equal metrics on saved maps."""
+"""Full-resolution inference as an ignite Engine, shared by validation during training, ``evaluate``
+and ``predict``. Each step yields 8-bit saliency maps at the input's own size, exactly what a saved
+PNG would hold, so metrics on the fly equal metrics on saved maps."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ignite.engine import Engine, Events
 from ignite.metrics import Metric
 from torch import nn
 
-from ..data import normalize_image
-from ..training.step import AMP_DTYPES
+from .config import AMP_DTYPES
+from .data import normalize_image
 
 
 @torch.no_grad()

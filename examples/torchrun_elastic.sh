@@ -1,0 +1,28 @@
+#!/bin/bash
+# Fault-tolerant training with torchrun: when a worker dies (a crashed process, a lost GPU),
+# torchrun stops the others and starts them all again, up to --max-restarts times; every restart
+# runs the same command, and --resume auto makes it continue from the newest complete checkpoint,
+# so the run ends at the same iteration with the same weights as one that never failed.
+#
+# One node:
+#   bash examples/torchrun_elastic.sh
+# Two nodes (run on each, HOST0 = the first node's address):
+#   NNODES=2 RDZV_HOST=HOST0 bash examples/torchrun_elastic.sh
+#
+# The world size must stay the same across restarts (an exact resume refuses another one), so the
+# number of nodes is fixed (NNODES), not a range.
+
+set -euo pipefail
+NNODES="${NNODES:-1}"
+NPROC="${NPROC:-8}"
+RDZV_HOST="${RDZV_HOST:-localhost}"
+
+torchrun \
+    --nnodes "${NNODES}" --nproc-per-node "${NPROC}" \
+    --max-restarts 3 \
+    --rdzv-backend c10d --rdzv-endpoint "${RDZV_HOST}:29400" --rdzv-id r3net-duts \
+    run.py \
+    --data /data/DUTS-TR --val-data /data/ECSSD \
+    --output-dir runs/r3net-duts \
+    --workers 6 \
+    --resume auto

@@ -1,0 +1,41 @@
+"""The data tools of the command line: ``make-data`` and ``check-data``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import OptionError
+from .checks import check_dataset
+from .folder import list_pairs
+from .synthetic import make_synthetic_dataset
+
+
+def make_data(out: str, n_train: int = 400, n_val: int = 60, seed: int = 2018) -> None:
+    """Write the synthetic data set (MSRA10K layout) to ``out/train`` and ``out/val``."""
+    if n_train < 1 or n_val < 0:
+        raise OptionError(f"--train must be at least 1 and --val at least 0, got {n_train} and {n_val}")
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"--out {folder} exists and is not a folder")
+    try:
+        train_dir, val_dir = make_synthetic_dataset(folder, n_train=n_train, n_val=n_val, seed=seed)
+    except OSError as e:
+        raise OptionError(f"--out {folder}: cannot write the data set: {e.strerror or e}") from None
+    print(f"wrote {n_train} training pairs to {train_dir} and {n_val} validation pairs to {val_dir}")
+
+
+def check_data(folders: list[str]) -> int:
+    """Print every problem of each data set folder by file name; 1 when any was found, else 0."""
+    failed = False
+    for folder in folders:
+        problems = check_dataset(folder)
+        if problems:
+            failed = True
+            print(f"{folder}: {len(problems)} problem(s)")
+            for line in problems:
+                print(f"  {line}")
+        else:
+            print(f"{folder}: {len(list_pairs(folder))} pairs, no problems")
+    sys.stdout.flush()
+    return 1 if failed else 0

@@ -1,0 +1,112 @@
+"""``predict``: an 8-bit PNG saliency map, at the input's own size and with its stem, per image."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from ..data import IMAGE_EXTS, init_loader_worker, load_image
+from ..errors import OptionError
+from ..inference import predict_maps
+from ..model import build_model, read_trained_weights
+from .crf import crf_refine, require_crf
+from .maps import output_path, save_map
+
+
+def predict(
+    checkpoint: str,
+    inputs: list[str],
+    output: str,
+    *,
+    backbone: str | None = None,
+    crf: bool = False,
+    amp: str = "off",
+    workers: int = 2,
+) -> int:
+    """Write one map per input image (files, or the images directly inside folders) into
+    ``output``; returns the number of maps written."""
+    if workers < 0:
+        raise OptionError(f"--workers must be >= 0, got {workers}")
+    if crf:
+        require_crf()
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--output {out} exists and is not a folder")
+    pairs = plan_outputs(collect_inputs(inputs), out)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = build_model(read_trained_weights(checkpoint, backbone), device)
+    out.mkdir(parents=True, exist_ok=True)
+    loader = torch.utils.data.DataLoader(
+        ImageFiles([src for src, _ in pairs]),
+        batch_size=1,
+        num_workers=workers,
+        collate_fn=_first,
+        worker_init_fn=init_loader_worker,
+    )
+    for (_, dst), image in zip(pairs, loader):
+        saliency = predict_maps(model, image[None].to(device), amp)[0]
+        if crf:
+            saliency = crf_refine(image, saliency)
+        save_map(dst, saliency)
+    print(f"wrote {len(pairs)} map(s) to {out}")
+    return len(pairs)
+
+
+def collect_inputs(inputs: Iterable[str]) -> list[Path]:
+    """Image files as given, and the images directly inside each folder (sorted by name)."""
+    found: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            images = sorted(
+                f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS
+            )
+            if not images:
+                raise OptionError(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
+            # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
+            # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
+            stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
+            found.extend(f for f in images if not (f.suffix.lower() == ".png" and f.stem in stems_with_other))
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise OptionError(f"--input {p} does not exist")
+    return found
+
+
+def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:
+    """(input, output PNG) pairs inside ``out_dir``; two inputs that would write one file are an
+    error naming both, rather than one map silently replacing the other."""
+    planned: dict[Path, Path] = {}
+    pairs = []
+    for src in inputs:
+        dst = output_path(out_dir, src.stem)
+        if dst in planned:
+            if planned[dst].resolve() == src.resolve():
+                continue  # the same file given twice (as a file and through its folder)
+            raise OptionError(
+                f"--input {planned[dst]} and {src} would both be written to {dst}; "
+                "rename one or predict them into separate --output folders"
+            )
+        planned[dst] = src
+        pairs.append((src, dst))
+    return pairs
+
+
+class ImageFiles(torch.utils.data.Dataset):
+    """Decoded uint8 ``(3, H, W)`` images of a list of files (DataLoader workers decode)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return load_image(self.paths[index])
+
+
+def _first(batch: list[torch.Tensor]) -> torch.Tensor:
+    return batch[0]

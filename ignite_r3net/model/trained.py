@@ -1,0 +1,109 @@
+"""A trained R3Net from a file: our training checkpoints, ``best_model_*`` files and the original
+R3Net release's state_dict. Shared by ``evaluate``, ``predict``, ``compare``, ``export`` and
+``train --init-from``.
+
+The backbone is ``--backbone`` when given, else the one in ``config.json`` beside the file, else
+inferred from the weights' shapes; the weights are checked against it on the meta device, so a
+mismatch is one line before any real model is allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..checkpoint_io import load_checkpoint, model_state_dict
+from ..errors import OptionError, error_line
+from .backbones import BACKBONES
+from .r3net import R3Net
+from .weights import load_model_state, to_our_layout
+
+
+@dataclass
+class TrainedWeights:
+    """A model state_dict read from ``path`` and the backbone it fits."""
+
+    path: str
+    backbone: str
+    state: dict[str, torch.Tensor]
+
+
+def read_trained_weights(path: str | Path, backbone: str | None = None) -> TrainedWeights:
+    """Read and check the model weights in ``path``; ``backbone`` overrides the file's own.
+
+    Raises ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (unknown backbone,
+    or weights that do not fit it), each one line naming the file."""
+    state = model_state_dict(load_checkpoint(path), path)
+    name = backbone or _backbone_from_config(path) or infer_backbone(state)
+    if name is None:
+        raise OptionError(f"cannot tell the backbone of {path}: pass --backbone")
+    check_fits(name, state, path)
+    return TrainedWeights(str(path), name, state)
+
+
+def build_model(weights: TrainedWeights, device: torch.device | str = "cpu") -> nn.Module:
+    """R3Net with ``weights`` loaded, in eval mode on ``device``."""
+    model = R3Net(weights.backbone)
+    load_model_state(model, weights.state)
+    return model.to(device).eval()
+
+
+def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """Load ``state`` into an R3Net built on the meta device: a mismatch is found without
+    allocating the real model."""
+    if backbone not in BACKBONES:
+        raise OptionError(f"unknown --backbone {backbone!r}; valid names: {', '.join(sorted(BACKBONES))}")
+    with torch.device("meta"):
+        model = R3Net(backbone)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "copying into a meta parameter is a no-op": intended
+            load_model_state(model, state)
+    except (ValueError, RuntimeError) as e:
+        raise OptionError(
+            f"checkpoint {path} does not fit backbone {backbone} (wrong --backbone?): {error_line(e)}"
+        ) from None
+
+
+def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
+    """The backbone name whose shape matches ``state`` (any accepted layout), or None.
+
+    Cheap: counts the blocks of each stage and reads the grouping of the first 3x3 convolution,
+    which tells every backbone in ``BACKBONES`` apart.
+    """
+    try:
+        sd = to_our_layout(state)
+    except ValueError:
+        return None
+    layers = []
+    for stage in range(1, 5):
+        prefix = f"backbone.layer{stage}."
+        layers.append(len({k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}))
+    bottleneck = "backbone.layer1.0.conv3.weight" in sd
+    conv2 = sd.get("backbone.layer1.0.conv2.weight")
+    if conv2 is None or conv2.dim() != 4:
+        return None
+    # conv2 of the first block is (width, width / groups, 3, 3) with width = groups * width_per_group
+    groups, per_group = conv2.shape[0] // conv2.shape[1], conv2.shape[1]
+    for name, spec in BACKBONES.items():
+        if tuple(layers) != tuple(spec.layers) or (spec.block.__name__ == "Bottleneck") != bottleneck:
+            continue
+        if not bottleneck or (spec.groups, spec.width_per_group) == (groups, per_group):
+            return name
+    return None
+
+
+def _backbone_from_config(path: str | Path) -> str | None:
+    """The backbone in the ``config.json`` of the run that wrote ``path``, if there is one."""
+    config = Path(path).parent / "config.json"
+    try:
+        name = json.loads(config.read_text(encoding="utf-8")).get("backbone")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,189 @@
+"""One run per output folder: a lock file that a job holds for as long as it lives.
+
+``OUTPUT_DIR/.run.lock`` is created atomically (``O_CREAT | O_EXCL``, which local filesystems and
+NFSv3+ honour) by the job's leading process and holds ``{host, pid, job, started}``. The holder
+touches it every ``HEARTBEAT_S`` seconds. Another run finds the folder in use unless the lock
+
+* belongs to the same job (``job``: a torchrun restart, another node of the same job),
+* was left on this host by a process that no longer exists (a SIGKILL), or
+* has not been touched for ``STALE_S`` seconds (a holder on another host that died).
+
+In those cases it takes the lock over and says so. The lock is released when the job ends, by
+``release`` or, after a crash, by the next run's takeover.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import OptionError, note
+
+LOCK_NAME = ".run.lock"
+HEARTBEAT_S = 30.0
+STALE_S = 300.0  # a remote holder silent for this long is gone (10 heartbeats missed)
+
+
+def job_id() -> str:
+    """What identifies this job across its processes, nodes and restarts: SLURM's job and step,
+    torchrun's run id and rendezvous address, else this launching process."""
+    env = os.environ
+    if "SLURM_JOB_ID" in env:
+        return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    if "TORCHELASTIC_RUN_ID" in env:
+        # torchrun's default run id outside --standalone is "none": the rendezvous address tells jobs apart
+        return f"torchrun:{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    return f"process:{socket.gethostname()}:{os.getpid()}"
+
+
+class RunLock:
+    """The lock on one output folder, held by this process on behalf of its job.
+
+    Example::
+
+        lock = RunLock("runs/r3net")
+        lock.acquire()   # OptionError naming the holder when another run has the folder
+        try:
+            ...          # train
+        finally:
+            lock.release()
+    """
+
+    def __init__(self, folder: str | Path, job: str | None = None) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self.record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job": job or job_id(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, taking over a stale one; ``OptionError`` naming the holder if it is held."""
+        while not self._create():
+            holder = self._read()
+            if holder is None:  # being written by its creator, or empty after a crash mid-write
+                if self._age() > 5:
+                    self._take_over(None, "an unreadable lock file")
+                else:
+                    time.sleep(0.05)
+                continue
+            reason = self._stale_reason(holder)
+            if reason is None:
+                raise OptionError(
+                    f"--output-dir {self.path.parent} is in use by another run (host {holder.get('host')}, "
+                    f"pid {holder.get('pid')}, since {holder.get('started')}; lock file {self.path}): wait "
+                    "for it to end, or choose another --output-dir"
+                )
+            self._take_over(holder, reason)
+        self._heartbeat = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def release(self) -> None:
+        """Give the lock up (only if it is still ours: a takeover may have replaced it)."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+            self._heartbeat = None
+        if self._read() == self.record:
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------------------------------
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self.record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _age(self) -> float:
+        try:
+            return time.time() - self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def _stale_reason(self, holder: dict[str, Any]) -> str | None:
+        """Why ``holder``'s lock may be taken over, or None while it is held."""
+        if holder.get("job") == self.record["job"]:
+            return f"an earlier process of this job ({holder.get('host')}, pid {holder.get('pid')})"
+        if holder.get("host") == self.record["host"]:
+            if not _process_exists(holder.get("pid")):
+                return f"run {holder.get('host')}:{holder.get('pid')}, which no longer exists"
+            return None
+        age = self._age()
+        if age > STALE_S:
+            return f"run {holder.get('host')}:{holder.get('pid')}, silent for {age:.0f} s"
+        return None
+
+    def _take_over(self, holder: dict[str, Any] | None, reason: str) -> None:
+        """Move the stale lock aside so that ``_create`` can race for it fairly: of several runs
+        taking over at once, one renames it and creates the new lock, the others find that one."""
+        aside = self.path.with_name(f"{LOCK_NAME}.stale-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return  # another run moved it first
+        moved = _read_json(aside)
+        if holder is not None and moved != holder:
+            # between our read and the rename, another run took it over: put its fresh lock back
+            os.replace(aside, self.path)
+            return
+        aside.unlink(missing_ok=True)
+        note(f"{self.path}: taking over the lock of {reason}")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass  # the folder went away: nothing left to hold
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _process_exists(pid: object) -> bool:
+    """Whether ``pid`` is a live process on this host (a zombie, killed but not yet reaped, is not)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # no /proc: trust kill()
+    return "\nState:\tZ" not in status

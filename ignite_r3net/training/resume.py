@@ -1,0 +1,166 @@
+"""``--resume``: which checkpoint a run continues, and proof that it continues the same run.
+
+A resume is exact: the run goes on sample for sample and ends where the uninterrupted one would.
+That needs the checkpoint's full training state and the same recipe; both are checked here, in the
+launching process, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint_io import find_resume_checkpoint, list_checkpoints, load_checkpoint
+from ..config import TrainConfig
+from ..data import ResumableDistributedSampler
+from ..errors import CheckpointError, OptionError, warn
+
+# Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
+# dict restores them), what each iteration samples and how it is computed.
+RESUME_FIXED = (
+    "iters",
+    "lr",
+    "lr_power",
+    "momentum",
+    "weight_decay",
+    "batch_size",
+    "crop",
+    "rotate",
+    "backbone",
+    "seed",
+    "amp",
+)
+# What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
+TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
+EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
+
+
+class RunRecipe:
+    """The part of a run that a resume must not change, saved in each checkpoint as ``recipe``:
+    the ``RESUME_FIXED`` options, the world size and the number of training pairs.
+
+    Nothing is restored from it; ``check_resume_compatible`` compares it with the new options
+    before any worker starts (ignite would otherwise quietly keep the checkpoint's schedule and
+    epoch length).
+    """
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = dict(values)
+
+    @classmethod
+    def of(cls, config: TrainConfig, world_size: int, pairs: int) -> RunRecipe:
+        values = {name: getattr(config, name) for name in RESUME_FIXED}
+        return cls({**values, "world_size": world_size, "pairs": pairs})
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore: the recipe is compared before the run starts, never loaded."""
+
+    def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``."""
+        return [
+            (name, saved[name], value) for name, value in self.values.items() if name in saved and saved[name] != value
+        ]
+
+
+def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """Turn ``--resume auto`` into the newest checkpoint that loads (corrupt newer ones are reported
+    and skipped) and prove that a named checkpoint loads safely.
+
+    Returns the config and the checkpoint's content (None for a fresh run)."""
+    if not config.resume:
+        return config, None
+    if config.resume == "auto":
+        found = find_resume_checkpoint(config.output_dir, report=warn)
+        if found is None:
+            warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
+            return dataclasses.replace(config, resume=None), None
+        config, checkpoint = dataclasses.replace(config, resume=str(found[0])), found[1]
+    else:
+        if not Path(config.resume).is_file():
+            raise OptionError(f"--resume file {config.resume} does not exist")
+        try:
+            checkpoint = load_checkpoint(config.resume)
+        except CheckpointError as e:
+            raise OptionError(f"--resume: {e}") from None
+        _refuse_newer_checkpoints(config)
+    _check_training_state(config, checkpoint)
+    return config, checkpoint
+
+
+def _refuse_newer_checkpoints(config: TrainConfig) -> None:
+    """Resuming an older checkpoint into a folder holding newer ones would let the next
+    ``--resume auto`` (or the ``--keep`` rotation) pick up files of the abandoned future."""
+    resume = Path(config.resume).resolve()
+    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
+    if resume not in here:
+        return
+    newer = sorted(p.name for p, it in here.items() if it > here[resume])
+    if newer:
+        raise OptionError(
+            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
+            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
+            "resume into another --output-dir"
+        )
+
+
+def _check_training_state(config: TrainConfig, checkpoint: Mapping[str, Any]) -> None:
+    """A resume needs every state the trainer restores, not just weights."""
+    needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
+    missing = [k for k in needed if k not in checkpoint]
+    if missing:
+        hint = (
+            " (best_model_* files hold weights only: evaluate them, start a new run from them with "
+            "--init-from, or resume from a checkpoint_N.pt)"
+            if "trainer" in missing
+            else ""
+        )
+        raise OptionError(
+            f"--resume {config.resume} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
+        )
+
+
+def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> None:
+    """This run's options continue the checkpoint's run exactly.
+
+    ignite restores the schedule length and epoch length from the checkpoint, and the optimiser
+    its hyper-parameters, so changed options would be silently ignored (or, for a finished run
+    resumed with more iterations, restart it with the learning rate at zero)."""
+    changed = {
+        name: (old, new)
+        for name, old, new in RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
+    }
+    # what ignite itself keeps, so also checked for checkpoints without a recipe
+    state = checkpoint["trainer"]
+    sampler = ResumableDistributedSampler(pairs, num_replicas=world, batch_size=config.batch_size)
+    for name, old, new in (
+        ("iters", state.get("max_iters"), config.iters),
+        (EPOCH_LENGTH, state.get("epoch_length"), sampler.num_batches),
+    ):
+        if old is not None and old != new:
+            changed.setdefault(name, (old, new))
+    if changed:
+        listing = "; ".join(f"{_option_name(name)} {new} (checkpoint: {old})" for name, (old, new) in changed.items())
+        extend = (
+            " The poly schedule ends at --iters: to train longer, start a new run from this one's weights "
+            "with --init-from."
+            if "iters" in changed
+            else ""
+        )
+        raise OptionError(
+            f"--resume {config.resume}: this run differs from the one the checkpoint continues: "
+            f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
+            f"start a new run in another --output-dir.{extend}"
+        )
+
+
+def _option_name(name: str) -> str:
+    if name == "world_size":
+        return "world size (--nproc x --nnodes)"
+    if name == "pairs":
+        return "training pairs in --data"
+    return "--" + name.replace("_", "-") if name.isidentifier() else name

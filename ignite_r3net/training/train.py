@@ -1,0 +1,29 @@
+"""``train``: check everything in the launching process, save the config, then start the workers."""
+
+from __future__ import annotations
+
+import os
+
+from ..config import TrainConfig
+from ..distributed import LaunchSpec, launch
+from .preflight import check_environment, claimed_output_dir, preflight
+from .trainer import training
+
+
+def train(config: TrainConfig) -> None:
+    """Validate ``config``, claim its output folder, resolve its data and weights, write
+    ``config.json`` and train on every worker."""
+    config.validate()
+    check_environment(config)
+    with claimed_output_dir(config):
+        config, start = preflight(config)
+        if start >= config.iters:
+            print(
+                f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do",
+                flush=True,
+            )
+            return
+        spec = LaunchSpec.of(config)
+        if spec.is_leader():
+            config.save(os.path.join(config.output_dir, "config.json"))
+        launch(training, config, spec)

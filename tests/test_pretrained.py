@@ -1,0 +1,158 @@
+"""Starting weights: ``--pretrained`` (Hugging Face hub cache, torchvision cache, files, none) and
+``--init-from``; what a run records about them; one clear line when they cannot be had. No test
+touches the network: the caches are built by hand in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset, run_cli
+from safetensors.torch import save_file
+from torchvision.models import resnet18
+
+from ignite_r3net.cli import main
+
+pytestmark = pytest.mark.timeout(240)
+
+TIMM_REPO = "timm/resnet18.test_in1k"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def make_hf_cache(home: Path, repo: str = TIMM_REPO) -> dict[str, torch.Tensor]:
+    """A Hugging Face cache (HF_HOME layout) holding ``repo``'s model.safetensors: a timm ResNet-18
+    state_dict (timm's ResNet keys are torchvision's: conv1, bn1, layer1.0.conv1, ..., fc)."""
+    torch.manual_seed(7)
+    state = {k: v.contiguous() for k, v in resnet18().state_dict().items()}
+    folder = home / "hub" / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(COMMIT)
+    save_file(state, str(snapshot / "model.safetensors"))
+    return state
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=6, n_val=3)
+
+
+def test_hf_hub_weights_land_in_the_backbone_offline(tmp_path):
+    state = make_hf_cache(tmp_path / "hf")
+    script = textwrap.dedent(f"""
+        import torch
+        from safetensors.torch import load_file
+        from ignite_r3net.model import R3Net, load_backbone_weights, resolve_weights
+
+        weights = resolve_weights("hf-hub:{TIMM_REPO}", "resnet18")
+        model = R3Net("resnet18")
+        load_backbone_weights(model.backbone, weights.file)
+        want = load_file(weights.file)
+        got = model.backbone.state_dict()
+        assert torch.equal(got["layer0.conv1.weight"], want["conv1.weight"])
+        assert all(torch.equal(got[k], v) for k, v in want.items() if k.startswith("layer"))
+        print(weights.file, weights.sha256)
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=cpu_env(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    file, sha = proc.stdout.split()
+    assert file.startswith(str(tmp_path / "hf" / "hub")) and len(sha) == 64
+    assert len(state) > 100
+
+
+def test_a_run_records_its_weights_in_config_and_log(data, tmp_path):
+    make_hf_cache(tmp_path / "hf")
+    train, _ = data
+    out = tmp_path / "run"
+    args = ["--data", str(train), "--output-dir", str(out), "--iters", "1", "--checkpoint-every", "1"]
+    tiny = [a if a != "none" else f"hf-hub:{TIMM_REPO}" for a in TINY_TRAIN]
+    run_cli([*args, *tiny], env=cpu_env(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1"))
+    weights = json.loads((out / "config.json").read_text())["weights"]
+    assert weights["source"] == f"hf-hub:{TIMM_REPO}"
+    assert weights["file"].endswith("model.safetensors") and len(weights["sha256"]) == 64
+    log = (out / "train.log").read_text()
+    assert f"initial weights: backbone from hf-hub:{TIMM_REPO}" in log and weights["sha256"] in log
+
+
+def test_torchvision_weights_come_from_torchs_cache(tmp_path, monkeypatch):
+    torch.manual_seed(3)
+    reference = resnet18()
+    cache = tmp_path / "torch" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    torch.save(reference.state_dict(), cache / "resnet18-f37072fd.pth")  # torchvision's file name
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "torch" / "hub"))
+    from ignite_r3net.model import R3Net, load_backbone_weights, resolve_weights
+
+    for name in ("imagenet", "IMAGENET1K_V1", "DEFAULT"):
+        weights = resolve_weights(name, "resnet18")
+        assert Path(weights.file) == cache / "resnet18-f37072fd.pth"
+    model = R3Net("resnet18")
+    load_backbone_weights(model.backbone, weights.file)
+    assert torch.equal(model.backbone.layer4[1].conv2.weight, reference.layer4[1].conv2.weight)
+
+
+@pytest.mark.parametrize(
+    "source, backbone, expected",
+    [
+        # the paper's backbone: its default is timm's ImageNet-1k ResNeXt on the Hugging Face hub
+        ("imagenet", "resnext101_32x4d", "--pretrained imagenet: hf-hub:timm/resnext101_32x4d.gluon_in1k"),
+        (f"hf-hub:{TIMM_REPO}", "resnet18", f"--pretrained hf-hub:{TIMM_REPO}: model.safetensors is not in"),
+        ("IMAGENET9K", "resnet18", "--pretrained IMAGENET9K: not a torchvision weights name of resnet18"),
+    ],
+)
+def test_weights_that_cannot_be_had_are_one_line_before_anything_is_written(
+    data, tmp_path, capsys, monkeypatch, source, backbone, expected
+):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    out = tmp_path / "out"
+    code = main(["--data", str(data[0]), "--output-dir", str(out), "--backbone", backbone, "--pretrained", source])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert expected in err, err
+    if "hf-hub" in expected or "imagenet" in expected:
+        assert str(tmp_path / "empty-cache") in err  # where it looked
+    assert "--pretrained none" in err or "nor a file" in err  # the ways out
+    assert not out.exists()
+
+
+def test_init_from_starts_a_new_run_from_a_finished_runs_weights(data, tmp_path):
+    train, val = data
+    common = ["--data", str(train), "--val-data", str(val), *TINY_TRAIN]
+    first = tmp_path / "first"
+    run_cli([*common, "--output-dir", str(first), "--iters", "3", "--checkpoint-every", "3"])
+    # longer than the finished run, in a folder of its own: iteration 1, fresh optimiser and schedule
+    second = tmp_path / "second"
+    run_cli([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(first / "checkpoint_3.pt")])
+    first_log = (first / "train.log").read_text().splitlines()
+    second_log = (second / "train.log").read_text().splitlines()
+    # validation before training scores the weights the run starts from: those of the first run's end
+    final = next(line for line in first_log if line.startswith("[val iter 3]"))
+    start = next(line for line in second_log if line.startswith("[val iter 0]"))
+    assert start.split("]", 1)[1] == final.split("]", 1)[1]
+    assert any(line.startswith("[iter 1]") for line in second_log)
+    assert any("initial weights: whole model" in line and "checkpoint_3.pt" in line for line in second_log)
+    record = json.loads((second / "config.json").read_text())
+    assert record["init_from"].endswith("checkpoint_3.pt") and record["weights"]["source"] == "init-from"
+
+    # a backbone that does not match the weights, and two sources of weights, are refused
+    init = ["--output-dir", str(tmp_path / "x"), "--init-from", str(first / "checkpoint_3.pt")]
+    wrong = run_cli([*common, *init, "--backbone", "resnet34"], check=False)
+    assert wrong.returncode == 2 and "holds an R3Net with backbone resnet18, not resnet34" in wrong.stderr
+    both = run_cli([*common, *init, "--pretrained", "IMAGENET1K_V1"], check=False)
+    assert both.returncode == 2 and "--init-from and --pretrained both give" in both.stderr
+    assert not (tmp_path / "x").exists()

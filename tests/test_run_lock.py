@@ -1,0 +1,91 @@
+"""One run per output folder: a second run into a folder in use is refused naming the holder, the
+first goes on undisturbed; a lock left by a dead run is taken over with a note."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset, run_cli
+
+from ignite_r3net import run_lock
+from ignite_r3net.errors import OptionError
+from ignite_r3net.run_lock import LOCK_NAME, RunLock
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _write_lock(folder, **record):
+    (folder / LOCK_NAME).write_text(json.dumps({"started": "earlier", **record}))
+
+
+def test_a_held_folder_is_refused_naming_the_holder_and_freed_on_release(tmp_path):
+    first = RunLock(tmp_path, job="job-a")
+    first.acquire()
+    with pytest.raises(OptionError) as refused:
+        RunLock(tmp_path, job="job-b").acquire()
+    message = str(refused.value)
+    assert f"host {socket.gethostname()}, pid {os.getpid()}" in message and str(tmp_path) in message
+    first.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+    with RunLock(tmp_path, job="job-b"):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["job"] == "job-b"
+
+
+def test_stale_locks_are_taken_over_with_a_note(tmp_path, capsys, monkeypatch):
+    here = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    cases = [
+        ({"host": here, "pid": int(dead.stdout), "job": "gone"}, "which no longer exists"),
+        ({"host": "node-17", "pid": 1, "job": "remote"}, "silent for"),
+        ({"host": "node-17", "pid": 1, "job": "same-job"}, "an earlier process of this job"),
+    ]
+    for record, said in cases:
+        _write_lock(tmp_path, **record)
+        if record["job"] == "remote":
+            old = time.time() - run_lock.STALE_S - 60
+            os.utime(tmp_path / LOCK_NAME, (old, old))
+        lock = RunLock(tmp_path, job="same-job")
+        lock.acquire()
+        assert said in capsys.readouterr().err
+        lock.release()
+    # a remote holder that still beats is not stale
+    _write_lock(tmp_path, host="node-17", pid=1, job="remote")
+    with pytest.raises(OptionError, match="host node-17, pid 1"):
+        RunLock(tmp_path, job="mine").acquire()
+
+
+def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path):
+    train, _ = make_tiny_dataset(tmp_path / "data", n=6, n_val=0)
+    out = tmp_path / "run"
+    args = ["--data", str(train), "--output-dir", str(out), "--checkpoint-every", "2", *TINY_TRAIN]
+    first = subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args, "--iters", "30"],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint_2.pt").exists():  # training is under way
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.2)
+        second = run_cli([*args, "--iters", "30", "--resume", "auto"], check=False)
+        assert second.returncode == 2, second.stderr
+        err = second.stderr.strip()
+        assert err.startswith("error: --output-dir") and len(err.splitlines()) == 1, err
+        assert f"in use by another run (host {socket.gethostname()}, pid {first.pid}," in err
+        _, first_err = first.communicate(timeout=180)
+    finally:
+        first.kill()
+    assert first.returncode == 0, first_err[-2000:]
+    assert sorted(p.name for p in out.glob("checkpoint_*.pt")) == [f"checkpoint_{i}.pt" for i in (26, 28, 30)]
+    assert "[iter 30]" in (out / "train.log").read_text()
+    assert not (out / LOCK_NAME).exists(), "the lock is released when the run ends"

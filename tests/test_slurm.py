@@ -1,0 +1,121 @@
+"""SLURM: tasks started with srun's variables join one process group (one task per GPU), or each
+spawn their workers (one task per node with --nproc). Two tasks are two processes on loopback."""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, TINY_TRAIN, cpu_env, log_iterations, make_tiny_dataset
+
+from ignite_r3net.cli import main
+from ignite_r3net.slurm import first_host
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def srun_env(procid: int, ntasks: int, nodes: int, port: int) -> dict[str, str]:
+    """The variables srun gives a task (the job id chosen so that the derived port is ``port``)."""
+    return cpu_env(
+        SLURM_JOB_ID=str(port - 15000),
+        SLURM_STEP_ID="0",
+        SLURM_PROCID=str(procid),
+        SLURM_LOCALID=str(procid),
+        SLURM_NTASKS=str(ntasks),
+        SLURM_JOB_NUM_NODES=str(nodes),
+        SLURM_JOB_NODELIST="localhost",
+    )
+
+
+def _free_port_for_slurm() -> int:
+    """A free port that a SLURM job id can map to (15000 + its last 4 digits)."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(15000, 25000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=8, n_val=0)[0]
+
+
+def _train(data, out, *extra):
+    return [
+        sys.executable,
+        str(REPO / "run.py"),
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--iters",
+        "4",
+        "--checkpoint-every",
+        "2",
+        *TINY_TRAIN,
+        *extra,
+    ]
+
+
+def test_one_task_per_gpu_joins_one_group(data, tmp_path):
+    out, port = tmp_path / "run", _free_port_for_slurm()
+    tasks = [
+        subprocess.Popen(
+            _train(data, out),
+            cwd=REPO,
+            env=srun_env(rank, 2, 1, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    results = [task.communicate(timeout=200) for task in tasks]
+    for task, (_, err) in zip(tasks, results):
+        assert task.returncode == 0, err[-3000:]
+    log = (out / "train.log").read_text()
+    assert log.count("world size 2,") == 1 and log.count("configuration:") == 1  # one header, by rank 0
+    assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
+    assert sorted(p.name for p in out.glob("checkpoint_*.pt")) == ["checkpoint_2.pt", "checkpoint_4.pt"]
+    assert "[iter 4]" in results[0][0] and "[iter" not in results[1][0]  # only rank 0 writes the log
+
+
+def test_one_task_per_node_spawns_its_workers(data, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        _train(data, out, "--nproc", "2"),
+        cwd=REPO,
+        env=srun_env(0, 1, 1, _free_port_for_slurm()),
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "world size 2," in (out / "train.log").read_text()
+
+
+def test_srun_options_that_cannot_work_are_refused(data, tmp_path, monkeypatch, capsys):
+    for key, value in srun_env(0, 4, 2, _free_port_for_slurm()).items():  # two tasks per node
+        if key.startswith("SLURM_"):
+            monkeypatch.setenv(key, value)
+    args = ["--data", str(data), *TINY_TRAIN]
+    assert main([*args, "--output-dir", str(tmp_path / "a"), "--nproc", "2"]) == 2
+    assert "needs one task per node (this step has 4 tasks on 2 node(s))" in capsys.readouterr().err
+    assert main([*args, "--output-dir", str(tmp_path / "b"), "--nnodes", "2"]) == 2
+    assert "--nnodes and --node-rank come from SLURM under srun" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "nodelist, first",
+    [("node7", "node7"), ("gpu[03-05,9],cpu1", "gpu03"), ("a1,b[2-3]", "a1"), ("rack1-n[12,14]-ib", "rack1-n12-ib")],
+)
+def test_first_host_of_a_node_list(nodelist, first):
+    assert first_host(nodelist) == first
