@@ -393,8 +393,8 @@ def _evaluate_dataset(
     from ignite.engine import Engine, Events
 
     from ..data import build_eval_loader
+    from ..metrics import SaliencyMetrics
     from .evaluator import attach_scoring, create_evaluator, score_shard
-    from .metrics import SaliencyMetrics
 
     loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), job.workers)
     evaluator = create_evaluator(model, device, job.amp)
@@ -431,8 +431,8 @@ def _evaluate_dataset(
 
 def _evaluate_maps(args: argparse.Namespace) -> int:
     from ..data import load_mask
+    from ..metrics import SaliencyMetrics
     from .maps import load_saliency_map, match_maps, resize_map
-    from .metrics import SaliencyMetrics
 
     if args.gt is None:
         raise _command_error("--maps needs --gt DIR (the ground-truth masks)")
