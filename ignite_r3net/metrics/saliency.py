@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from types import MappingProxyType
 
@@ -239,11 +240,13 @@ class SaliencyMetrics(Metric):
         self._add("adpE", adp_e)
         self._add("Sm", smeasure(stats))
 
-    def state_dict(self):  # noqa: D102 - the sums must include the pending maps
+    def state_dict(self) -> OrderedDict:
+        """The sums, pending maps included (ignite's per-rank layout)."""
         self._flush()
         return super().state_dict()
 
-    def load_state_dict(self, state_dict) -> None:  # noqa: D102 - the loaded sums replace everything
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Replace everything, pending maps included, by the saved sums."""
         self._pending, self._pending_maps = [], 0
         super().load_state_dict(state_dict)
 
