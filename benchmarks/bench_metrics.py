@@ -9,7 +9,9 @@ or, from Python, ``bench_metrics()`` which returns ``{"pysodmetrics_images_per_s
 
 Both sides score the same generated uint8 maps (smooth soft predictions around a salient blob;
 ground-truth masks with one or two irregular objects, some of them tiny) in the same process,
-each timed best-of-3 after a warm-up, with torch and numpy / OpenBLAS limited to one thread.
+each timed best-of-3 after a warm-up (the three variants alternate), with torch and numpy /
+OpenBLAS limited to one thread (scipy.ndimage, which ours uses for the weighted F-measure, is
+single-threaded).
 PySODMetrics runs its five metric classes (``MAE``, ``Fmeasure``, ``Smeasure``, ``Emeasure``,
 ``WeightedFmeasure``) map by map, as its API does; ours runs one ``SaliencyMetrics`` whose
 ``update`` receives the maps as one batch (``ours_per_map_images_per_s`` reports one map per
@@ -31,12 +33,14 @@ import contextlib
 import json
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ignite_r3net.metrics.interim import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics import METRIC_KEYS, SaliencyMetrics
 
 __all__ = ["bench_metrics", "make_maps"]
 
@@ -117,14 +121,17 @@ def _ours(preds: list[torch.Tensor], gts: list[torch.Tensor], per_map: bool = Fa
     return metric.compute()
 
 
-def _best_of(fn, repeats: int = 3) -> tuple[float, object]:
-    out = fn()  # warm-up
-    best = float("inf")
+def _best_of(fns: dict[str, Callable[[], Any]], repeats: int = 3) -> dict[str, tuple[float, Any]]:
+    """Each function's best time and its result: one warm-up each, then ``repeats`` rounds that
+    alternate the functions (ABCABC...), so that a busy spell on a shared machine hits all of them."""
+    out = {name: fn() for name, fn in fns.items()}  # warm-up
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: (best[name], out[name]) for name in fns}
 
 
 @contextlib.contextmanager
@@ -158,9 +165,14 @@ def bench_metrics(n_maps: int = 40, size=(300, 400), seed: int = 0) -> dict:
     preds = [torch.from_numpy(p) for p, _ in maps]
     gts = [torch.from_numpy(g) for _, g in maps]
     with _one_thread():
-        t_ref, ref = _best_of(lambda: _pysod(maps))
-        t_ours, got = _best_of(lambda: _ours(preds, gts))
-        t_single, got_single = _best_of(lambda: _ours(preds, gts, per_map=True))
+        timed = _best_of(
+            {
+                "pysodmetrics": lambda: _pysod(maps),
+                "ours": lambda: _ours(preds, gts),
+                "ours_per_map": lambda: _ours(preds, gts, per_map=True),
+            }
+        )
+    (t_ref, ref), (t_ours, got), (t_single, got_single) = timed.values()
     diff = max(abs(got[k] - ref[k]) for k in METRIC_KEYS)
     diff_single = max(abs(got_single[k] - ref[k]) for k in METRIC_KEYS)
     if not diff <= 1e-6 or not diff_single <= 1e-6:

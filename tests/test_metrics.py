@@ -8,7 +8,8 @@ import pytest
 import torch
 from ignite.exceptions import NotComputableError
 
-from ignite_r3net.metrics.interim import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics.weighted_f import weighted_fmeasure
 
 py_sod_metrics = pytest.importorskip("py_sod_metrics")
 ndimage = pytest.importorskip("scipy.ndimage")
@@ -29,6 +30,11 @@ def _u8(x):
 def _blob(h, w, cy, cx, r):
     yy, xx = np.mgrid[:h, :w]
     return (((yy - cy) ** 2 + (xx - cx) ** 2) <= r * r).astype(np.uint8) * 255
+
+
+# a full gt but for its bottom-right corner: constant over three S-measure quadrants
+_CONSTANT_QUADRANT_GT = np.full((30, 12), 255, np.uint8)
+_CONSTANT_QUADRANT_GT[25:, 8:] = 0
 
 
 def make_cases(seed=0):
@@ -74,22 +80,21 @@ def make_cases(seed=0):
         soft = _u8(_smooth(rng, hh, ww, 3))
         cases.append((_u8(_smooth(rng, hh, ww, 6)), soft))
         cases.append((rng.integers(0, 256, (hh, ww), dtype=np.uint8), gt))
-    # constant prediction over a constant-gt quadrant: ssim's 0/0 branch hinges on numpy's
-    # rounding of the quadrant mean (249/255 over a 15x6 slice of 30x12 does not round back)
-    gt = np.full((30, 12), 255, np.uint8)
-    gt[25:, 8:] = 0
-    cases.append((np.full((30, 12), 249, np.uint8), gt))
-    cases.append((np.full((30, 12), 128, np.uint8), gt))
+    # constant prediction over constant-gt quadrants whose numpy mean rounds back to the value
+    # (where it does not, see test_constant_quadrant_scores_its_exact_value)
+    cases.append((np.full((30, 12), 128, np.uint8), _CONSTANT_QUADRANT_GT))
     # a small range of values: the min-max normalisation stretches it
     cases.append((_u8(0.3 + 0.1 * _smooth(rng, h, w)), obj))
     return cases
 
 
-def reference(cases):
-    """PySODMetrics on the same maps, as the keys of SaliencyMetrics."""
+def reference(cases, smeasure=None):
+    """PySODMetrics on the same maps, as the keys of SaliencyMetrics (and its P / R / F curves, from
+    threshold 255 down to 0)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Fmeasure's deprecation warning
-        mae, fm, sm = py_sod_metrics.MAE(), py_sod_metrics.Fmeasure(), py_sod_metrics.Smeasure()
+        mae, fm = py_sod_metrics.MAE(), py_sod_metrics.Fmeasure()
+        sm = (smeasure or py_sod_metrics.Smeasure)()
         em, wfm = py_sod_metrics.Emeasure(), py_sod_metrics.WeightedFmeasure()
         for pred, gt in cases:
             for m in (mae, fm, sm, em, wfm):
@@ -105,7 +110,7 @@ def reference(cases):
         "meanE": e["em"]["curve"].mean(),
         "adpE": e["em"]["adp"],
         "wF": wfm.get_results()["wfm"],
-    }, f["pr"]
+    }, {**f["pr"], "f": f["fm"]["curve"]}
 
 
 def ours(cases, **kw):
@@ -125,25 +130,17 @@ def assert_close(got, want, context=""):
 CASES = make_cases()
 
 
-@pytest.fixture(params=["numpy", "torch"])
-def wf_path(request, monkeypatch):
-    """The two ways the weighted F-measure is computed: CPU maps in numpy (the default) and the
-    batched torch path that accelerators take (forced here on CPU tensors)."""
-    from ignite_r3net.metrics import interim as M
-
-    if request.param == "torch":
-        monkeypatch.setattr(M, "_CPU_WF", False)
-    return request.param
-
-
-def test_agrees_with_pysodmetrics_over_the_set(wf_path):
+def test_agrees_with_pysodmetrics_over_the_set():
     metric = ours(CASES)
-    want, pr = reference(CASES)
+    want, curves = reference(CASES)
     assert_close(metric.compute(), want)
-    precision, recall = metric.pr_curve()
+    got = metric.curves()
+    assert set(got) == {"precision", "recall", "fmeasure"}
     # PySODMetrics orders its curves from threshold 255 down to 0
-    np.testing.assert_allclose(precision.numpy(), pr["p"][::-1], atol=1e-12)
-    np.testing.assert_allclose(recall.numpy(), pr["r"][::-1], atol=1e-12)
+    for key, theirs in (("precision", "p"), ("recall", "r"), ("fmeasure", "f")):
+        np.testing.assert_allclose(got[key].numpy(), curves[theirs][::-1], atol=1e-9, err_msg=key)
+    precision, recall = metric.pr_curve()
+    assert torch.equal(precision, got["precision"]) and torch.equal(recall, got["recall"])
 
 
 @pytest.mark.parametrize("index", range(len(CASES)))
@@ -152,26 +149,26 @@ def test_agrees_with_pysodmetrics_per_image(index):
     assert_close(ours(case).compute(), reference(case)[0], context=f"case {index}: ")
 
 
-def test_weighted_fmeasure_paths_agree_per_image():
-    """Per map, the numpy/C path and the torch path give the same weighted F-measure (1e-6:
-    float64 versus float32 error maps); objects touching the border included."""
-    from ignite_r3net.metrics import interim as M
+class _ExactConstantSsim(py_sod_metrics.Smeasure):
+    """PySODMetrics' S-measure with ssim's alpha = beta = 0 branch taken wherever pred and gt are both
+    constant over the quadrant (instead of wherever numpy's mean happens to round back)."""
 
-    cases = list(CASES)
-    rng = np.random.default_rng(5)
-    for h, w in ((40, 60), (33, 21)):
-        gt = np.zeros((h, w), np.uint8)
-        gt[: h // 2, w // 3 :] = 255  # touches the top and right borders
-        cases.append((_u8(_smooth(rng, h, w)), gt))
-    for pred, gt in cases:
-        p = torch.from_numpy(pred)[None]
-        g = torch.from_numpy(gt)[None] > 128
-        lut = M._lut(p)
-        n_fg, cy, cx = M._centroid(g)
-        hist = M._quadrant_histogram(p, g, cy, cx).double().sum(1)
-        batched = float(M._weighted_fmeasure(p, g, lut, hist)[0])
-        cpu = M._weighted_fmeasure_cpu(pred, gt > 128, lut[0].numpy(), hist[0].numpy())
-        assert cpu == pytest.approx(batched, abs=1e-6)
+    def ssim(self, pred, gt):
+        if pred.size and pred.min() == pred.max() and gt.min() == gt.max():
+            return 1
+        return super().ssim(pred, gt)
+
+
+def test_constant_quadrant_scores_its_exact_value():
+    """The documented deviation (metrics/structure.py): pred and gt are constant over three of this
+    map's 15x6 quadrants, and numpy's mean of 249/255 over such a slice does not round back to
+    249/255, so PySODMetrics scores each of them 0 where the exact value is 1."""
+    case = [(np.full((30, 12), 249, np.uint8), _CONSTANT_QUADRANT_GT)]
+    got = ours(case).compute()
+    plain, exact = reference(case)[0], reference(case, smeasure=_ExactConstantSsim)[0]
+    # three quadrants of weight 1/4 each, in the region term of weight 1/2
+    assert got["Sm"] - plain["Sm"] == pytest.approx(0.5 * 3 / 4, abs=1e-9)
+    assert_close(got, exact)
 
 
 def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
@@ -187,41 +184,86 @@ def test_centroid_on_last_column_is_finite_where_pysodmetrics_gives_nan():
     assert all(abs(got[k] - v) <= 1e-4 for k, v in want_rest.items())
 
 
-def test_squared_distance_transform_matches_scipy_on_cpu_and_torch_paths():
-    from ignite_r3net.metrics import interim as M
+def _weighted_f_cases():
+    """(pred, gt) pairs for the weighted F-measure's bounding-box restriction."""
+    rng = np.random.default_rng(11)
+    h, w = 29, 41
+    masks = []
+    for step_r, step_c in ((4, 4), (3, 5), (6, 2)):  # lattices: many equidistant nearest pixels
+        m = np.zeros((h, w), bool)
+        m[2::step_r, 3::step_c] = True
+        masks.append(m)
+    m = np.zeros((h, w), bool)
+    m[10, 10] = m[10, 16] = m[16, 10] = m[16, 16] = True  # ties at the centre and the edges' midpoints
+    masks.append(m)
+    for r, c in ((14, 20), (0, 0), (h - 1, w - 1), (0, 25), (17, w - 1)):  # one pixel: inside, corners, edges
+        m = np.zeros((h, w), bool)
+        m[r, c] = True
+        masks.append(m)
+    m = np.zeros((h, w), bool)
+    m[: h // 2, w // 3 :] = True  # touches the top and right borders
+    masks.append(m)
+    m = np.zeros((h, w), bool)
+    m[3:5, 2:6] = m[22:27, 30:38] = True  # two far-apart objects: the box spans both
+    masks.append(m)
+    m = np.zeros((h, w), bool)
+    m[:, 20] = True  # a line from border to border
+    masks.append(m)
+    masks += [rng.random((h, w)) < p for p in (0.01, 0.1, 0.5)]
+    masks.append(np.ones((h, w), bool))  # all foreground
+    cases = []
+    for m in masks:
+        gt = m.astype(np.uint8) * 255
+        cases.append((_u8(_smooth(rng, h, w)), gt))
+        cases.append((rng.integers(0, 256, (h, w), dtype=np.uint8), gt))  # errors differ between ties
+    return cases
 
-    rng = np.random.default_rng(2)
-    batches = []
-    for h, w in [(1, 1), (1, 7), (9, 1), (23, 31), (40, 17)]:
-        for p in (0.002, 0.02, 0.2, 0.7, 1.0):
-            batch = rng.random((3, h, w)) < p
-            for m in batch:  # every map needs a feature pixel
-                m[rng.integers(h), rng.integers(w)] = True
-            batches.append(batch)
-    grid = np.zeros((2, 21, 21), bool)
-    grid[:, ::4, ::4] = True  # many exact ties between parabolas
-    grid[1, 3, 5] = True
-    batches.append(grid)
-    for batch in batches:
-        want = np.stack([ndimage.distance_transform_edt(~m) ** 2 for m in batch]).round()
-        fg = torch.from_numpy(batch)
-        np.testing.assert_array_equal(M._edt_sq(fg).numpy(), want)  # numpy path
-        torch_path = M._row_transform(M._column_distance(fg), fg.any(1))
-        np.testing.assert_array_equal(torch_path.numpy(), want)
-        for i in range(len(batch)):  # one map at a time, as the CPU path calls it
-            np.testing.assert_array_equal(M._edt_sq(fg[i : i + 1]).numpy(), want[i : i + 1])
+
+def test_weighted_fmeasure_on_the_foreground_box_equals_the_full_map():
+    """Our weighted F-measure works on the foreground's bounding box (grown by 3) but for the distance
+    transform: it gives PySODMetrics' full-map numbers up to float64 summation order."""
+    for i, (pred, gt) in enumerate(_weighted_f_cases()):
+        p = pred / 255
+        if p.max() != p.min():
+            p = (p - p.min()) / (p.max() - p.min())
+        want = py_sod_metrics.WeightedFmeasure().cal_wfm(p, gt > 128)
+        assert weighted_fmeasure(p, gt > 128) == pytest.approx(want, abs=1e-12), i
+    assert weighted_fmeasure(np.full((5, 7), 0.5), np.zeros((5, 7), bool)) == 0.0  # empty gt, as PySODMetrics
+
+
+def test_two_processes_equal_one_bit_for_bit(monkeypatch):
+    """Maps split across two metric instances (batched on one, one by one on the other) whose sums
+    are all-reduced give bit for bit the numbers of one instance."""
+    import ignite.distributed as idist
+
+    one = ours(CASES)
+    want, want_curves = one.compute(), one.curves()
+    rank0 = SaliencyMetrics()
+    rank0.update(([torch.from_numpy(p) for p, _ in CASES[1::2]], [torch.from_numpy(g) for _, g in CASES[1::2]]))
+    rank1 = ours(CASES[0::2])
+    rank1.state_dict()  # folds its pending maps in
+    calls = []
+
+    def all_reduce(tensor, op="SUM", group=None):
+        calls.append(op)
+        return tensor + rank1._sums
+
+    monkeypatch.setattr(idist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(idist, "all_reduce", all_reduce)
+    assert rank0.compute() == want
+    got_curves = rank0.curves()
+    assert len(calls) == 2  # one collective for compute, one for curves
+    assert all(torch.equal(got_curves[k], want_curves[k]) for k in want_curves)
 
 
 def test_pending_maps_are_folded_in_before_compute_state_dict_and_flush_limit(monkeypatch):
     """Histogram statistics are computed in batches: results must not depend on when that happens,
     and a saved state must include maps not yet folded in."""
-    from ignite_r3net.metrics import interim as M
-
     same = [c for c in CASES if c[0].shape == (37, 53)]
     want = ours(same).compute()
-    monkeypatch.setattr(M, "_PENDING_MAPS", 3)  # flushes in the middle of the updates
+    monkeypatch.setattr(SaliencyMetrics, "_PENDING_MAPS", 3)  # flushes in the middle of the updates
     assert ours(same).compute() == want
-    monkeypatch.setattr(M, "_PENDING_MAPS", 10**6)
+    monkeypatch.setattr(SaliencyMetrics, "_PENDING_MAPS", 10**6)
     first = ours(same[:4])
     state = first.state_dict()
     resumed = SaliencyMetrics()
@@ -240,19 +282,15 @@ def test_batched_update_equals_per_image_updates():
     gts = torch.from_numpy(np.stack([g for _, g in same]))
     batched.update((preds[:5], gts[:5]))
     batched.update((preds[5:], gts[5:]))
-    a, b = single.compute(), batched.compute()
-    for key in METRIC_KEYS:
-        assert a[key] == b[key], key  # exact: per-image values are summed exactly (metrics._exact)
+    assert single.compute() == batched.compute()  # exact: per-image values are summed exactly
     # a mixed-size list is grouped by size and gives the same numbers as well
     mixed = SaliencyMetrics()
     mixed.update(([torch.from_numpy(p) for p, _ in CASES], [torch.from_numpy(g) for _, g in CASES]))
-    c, d = ours(CASES).compute(), mixed.compute()
-    for key in METRIC_KEYS:
-        assert c[key] == d[key], key
+    assert ours(CASES).compute() == mixed.compute()
 
 
 def test_float_predictions_score_as_their_saved_uint8_maps():
-    pred, gt = CASES[-3]
+    pred, gt = CASES[-1]
     as_float = SaliencyMetrics()
     as_float.update(([torch.from_numpy(pred).double() / 255], [torch.from_numpy(gt)]))
     assert as_float.compute() == ours([(pred, gt)]).compute()
@@ -267,12 +305,11 @@ def test_r3net_protocol_by_hand():
     gt2 = np.array([[0, 0, 255, 255]], np.uint8)
     metric = ours([(pred, gt), (pred2, gt2)], protocol="r3net")
     got = metric.compute()
+    exact = 1e-9  # per-image values are rounded to multiples of 2**-32
 
     mae1 = (0 + 100 / 255 + 0 + 0) / 4  # no min-max normalisation, soft gt
     mae2 = (0 + 50 / 255 + 0 + 0) / 4
-    assert got["mae"] == pytest.approx(
-        (mae1 + mae2) / 2, abs=1e-9
-    )  # per-image values are rounded to 2**-32 (metrics._exact)
+    assert got["mae"] == pytest.approx((mae1 + mae2) / 2, abs=exact)
 
     eps = 1e-4
 
@@ -286,15 +323,12 @@ def test_r3net_protocol_by_hand():
         b = pr(2, 3, 2) if t < 50 else pr(2, 2, 2) if t < 255 else pr(0, 0, 2)
         return (a[0] + b[0]) / 2, (a[1] + b[1]) / 2
 
-    best = max(1.3 * p * r / (0.3 * p + r) for p, r in map(curve, range(256)))
-    assert got["maxF"] == pytest.approx(best, abs=1e-9)  # per-image values are rounded to 2**-32 (metrics._exact)
-    precision, recall = metric.pr_curve()
-    assert precision[150].item() == pytest.approx(
-        curve(150)[0], abs=1e-9
-    )  # per-image values are rounded to 2**-32 (metrics._exact)
-    assert recall[150].item() == pytest.approx(
-        curve(150)[1], abs=1e-9
-    )  # per-image values are rounded to 2**-32 (metrics._exact)
+    f_curve = [1.3 * p * r / (0.3 * p + r) for p, r in map(curve, range(256))]
+    assert got["maxF"] == pytest.approx(max(f_curve), abs=exact)
+    curves = metric.curves()
+    assert curves["precision"][150].item() == pytest.approx(curve(150)[0], abs=exact)
+    assert curves["recall"][150].item() == pytest.approx(curve(150)[1], abs=exact)
+    np.testing.assert_allclose(curves["fmeasure"].numpy(), f_curve, atol=exact)
     # the other keys keep their standard definitions
     standard = ours([(pred, gt), (pred2, gt2)]).compute()
     for key in ("meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"):
@@ -303,10 +337,9 @@ def test_r3net_protocol_by_hand():
 
 def test_reset_and_not_computable():
     metric = SaliencyMetrics()
-    with pytest.raises(NotComputableError):
-        metric.compute()
-    with pytest.raises(NotComputableError):
-        metric.pr_curve()
+    for method in (metric.compute, metric.pr_curve, metric.curves):
+        with pytest.raises(NotComputableError):
+            method()
     pred, gt = CASES[-1]
     metric.update((torch.from_numpy(pred), torch.from_numpy(gt)))
     first = metric.compute()

@@ -1,5 +1,16 @@
-"""Salient-object-detection metrics (interim: the implementation moves here from evaluation)."""
+"""Salient-object-detection metrics: MAE, F-measure, S-measure, E-measure and weighted F-measure.
 
-from .interim import METRIC_KEYS, SaliencyMetrics
+:class:`SaliencyMetrics` (an ignite ``Metric``) scores maps with the numbers of PySODMetrics
+(``py_sod_metrics``), which follows the MATLAB toolboxes the SOD literature reports with.
+
+* :mod:`.histogram`: per-map histograms (uint8 value x gt x S-measure quadrant), and MAE, F- and
+  E-measure curves and adaptive scores from them, batched in torch on any device;
+* :mod:`.structure`: the S-measure from the same histograms;
+* :mod:`.weighted_f`: the weighted F-measure, one map at a time on the CPU with
+  ``scipy.ndimage``'s distance transform (the one PySODMetrics calls);
+* :mod:`.saliency`: the ``Metric``: input handling, exact sums, ``compute`` / ``curves``.
+"""
+
+from .saliency import METRIC_KEYS, SaliencyMetrics
 
 __all__ = ["METRIC_KEYS", "SaliencyMetrics"]

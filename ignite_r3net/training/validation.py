@@ -18,15 +18,14 @@ from ..checkpoint_io import SafeDiskSaver
 from ..config import TrainConfig
 from ..data import normalize_image
 from ..inference import attach_scoring, create_evaluator, score_shard
-from ..metrics import SaliencyMetrics
+from ..metrics import METRIC_KEYS, SaliencyMetrics
 from .handlers import TrainLog, every_or_last
 
 BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
 GRID_IMAGES, GRID_TILE = 4, 96
-REPORTED = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
 
 
-def format_metrics(values: dict[str, float], keys: tuple[str, ...] = REPORTED) -> str:
+def format_metrics(values: dict[str, float], keys: tuple[str, ...] = METRIC_KEYS) -> str:
     return " ".join(f"{k} {values[k]:.4f}" for k in keys if k in values)
 
 
@@ -102,7 +101,7 @@ def log_validation_to_tensorboard(
     iteration: int,
 ) -> None:
     """Scalars, the mean precision-recall curve and a grid of side outputs (rank 0)."""
-    for key in REPORTED:
+    for key in METRIC_KEYS:
         tb.writer.add_scalar(f"val/{key}", values[key], iteration)
     zeros = torch.zeros_like(precision)
     # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show

@@ -1,0 +1,196 @@
+"""Per-map histograms and the scores that follow from them: MAE, F- and E-measure curves, adaptive F
+and E (and the R3Net protocol's MAE and precision / recall).
+
+PySODMetrics reads a prediction as ``pred_u8 / 255``, min-max normalised per image, and a ground
+truth as ``gt_u8 > 128``. So for every score but the weighted F-measure a map is fully described by
+how many of its pixels hold each uint8 value on the ground-truth foreground and background of each
+S-measure quadrant: a (4, 2, 256) histogram, computed for a batch of maps with one ``bincount``, on
+any device. The scores below are computed from these counts for many maps at once.
+
+Conventions copied from PySODMetrics on purpose (they decide the last digits):
+
+* the F- and E-measure curves bin the normalised prediction with ``floor(pred * 255)`` (numpy's
+  ``astype(uint8)`` truncates) and count ``>=`` thresholds; precision with no predicted positive is 0;
+* adaptive thresholds are ``min(2 * mean(pred), 1)`` on the normalised float prediction;
+* ``EPS = 2**-52`` (numpy's ``np.spacing(1)``, MATLAB's ``eps``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+EPS = 2.0**-52  # np.spacing(1): the epsilon PySODMetrics and the MATLAB code add to denominators
+F_BETA2 = 0.3  # beta^2 of the F-measure (Achanta et al.), as every SOD paper uses
+R3NET_EPS = 1e-4  # additive eps of R3Net's misc.cal_precision_recall_mae
+
+
+def normalised_levels(pred_u8: torch.Tensor) -> torch.Tensor:
+    """PySODMetrics' ``prepare_data`` as a per-map lookup table: (N, 256) float64 whose entry v is the
+    normalised value of a pixel of uint8 value v.
+
+    ``v / 255`` min-max normalised with the same float64 operations numpy does on every pixel, so the
+    table holds bit-identical values (and ``floor(levels * 255)`` the same bins)."""
+    flat = pred_u8.flatten(1)
+    low = flat.amin(1).double().view(-1, 1) / 255
+    high = flat.amax(1).double().view(-1, 1) / 255
+    v = torch.arange(256, device=pred_u8.device, dtype=torch.float64).view(1, -1) / 255
+    varying = high != low  # a constant map is not normalised
+    return torch.where(varying, (v - low) / torch.where(varying, high - low, torch.ones_like(high)), v)
+
+
+def foreground_centroid(gt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per map of an (N, H, W) bool batch: foreground pixel count and PySODMetrics' 1-based rounded
+    centroid (cy, cx); the map's centre for an empty foreground. Int64, shape (N,) each."""
+    n, h, w = gt.shape
+    dev = gt.device
+    fg = gt.to(torch.float32)  # float sums of 0/1 are exact and much faster than bool sums
+    rows, cols = fg.sum(2).double(), fg.sum(1).double()
+    n_fg = rows.sum(1)
+    # sums of integer coordinates are exact in float64; round() is half-to-even, like numpy's
+    cy = (rows * torch.arange(h, device=dev)).sum(1) / n_fg.clamp_min(1)
+    cx = (cols * torch.arange(w, device=dev)).sum(1) / n_fg.clamp_min(1)
+    cy = torch.where(n_fg > 0, cy.round(), torch.full_like(cy, round(h / 2))).long() + 1
+    cx = torch.where(n_fg > 0, cx.round(), torch.full_like(cx, round(w / 2))).long() + 1
+    return n_fg.long(), cy, cx
+
+
+def quadrant_histogram(pred_u8: torch.Tensor, gt: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor) -> torch.Tensor:
+    """Counts (N, 4, 2, 256) of pixels per S-measure quadrant (lt, rt, lb, rb: split before the
+    1-based centroid row / column), gt value and uint8 prediction value: one bincount per batch."""
+    n, h, w = pred_u8.shape
+    dev = pred_u8.device
+    # key = value + 256 * gt + 512 * right + 1024 * bottom + 2048 * map index
+    bottom = (torch.arange(h, device=dev).view(1, h, 1) >= cy.view(-1, 1, 1)).to(torch.int32) * 1024
+    bottom += (torch.arange(n, device=dev, dtype=torch.int32) * 2048).view(-1, 1, 1)
+    right = (torch.arange(w, device=dev).view(1, 1, w) >= cx.view(-1, 1, 1)).to(torch.int32) * 512
+    key = pred_u8.to(torch.int32)
+    key.add_(gt.to(torch.int32), alpha=256).add_(bottom).add_(right)
+    return torch.bincount(key.flatten(), minlength=2048 * n).view(n, 4, 2, 256)
+
+
+@dataclass(frozen=True)
+class MapStats:
+    """What every score but the weighted F-measure needs of N maps (all float64, shape (N, ...))."""
+
+    levels: torch.Tensor  # (N, 256) normalised value of each uint8 value
+    quadrants: torch.Tensor  # (N, 4, 2, 256) counts: quadrant, gt background / foreground, value
+    hist: torch.Tensor  # (N, 2, 256) the same summed over quadrants
+    n_fg: torch.Tensor  # (N,) gt-foreground pixels
+    cy: torch.Tensor  # (N,) 1-based centroid row (the bottom quadrants start there)
+    cx: torch.Tensor  # (N,) 1-based centroid column
+    height: torch.Tensor  # (N,)
+    width: torch.Tensor  # (N,)
+
+    @classmethod
+    def of(cls, pred_u8: torch.Tensor, gt: torch.Tensor) -> MapStats:
+        """Statistics of an (N, H, W) uint8 prediction batch and its bool ground truth."""
+        n, h, w = gt.shape
+        n_fg, cy, cx = foreground_centroid(gt)
+        quadrants = quadrant_histogram(pred_u8, gt, cy, cx).double()
+        height, width = (torch.full((n,), float(s), dtype=torch.float64, device=gt.device) for s in (h, w))
+        levels = normalised_levels(pred_u8)
+        return cls(levels, quadrants, quadrants.sum(1), n_fg.double(), cy.double(), cx.double(), height, width)
+
+    @classmethod
+    def cat(cls, parts: Sequence[MapStats]) -> MapStats:
+        """One batch of the maps of ``parts`` (any sizes)."""
+        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in cls.__dataclass_fields__))
+
+    @property
+    def size(self) -> torch.Tensor:
+        return self.height * self.width
+
+    def mean_pred(self) -> torch.Tensor:
+        """Mean normalised prediction per map (exact sums of counts times levels)."""
+        return (self.hist.sum(1) * self.levels).sum(1) / self.size
+
+
+def mae(stats: MapStats) -> torch.Tensor:
+    """Mean |pred - gt| per map: pred on the background, 1 - pred on the foreground."""
+    bg, fg = stats.hist[:, 0], stats.hist[:, 1]
+    return ((bg * stats.levels).sum(1) + (fg * (1 - stats.levels)).sum(1)) / stats.size
+
+
+def threshold_counts(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per map, gt-foreground (tp) and gt-background (fp) pixels with ``floor(pred * 255) >= t`` for
+    t = 0..255: (N, 256) float64 each."""
+    # levels outside [min, max] of a map hold no pixel; clamping only keeps them indexable
+    bins = (stats.levels * 255).floor().clamp(0, 255).long()
+    binned = torch.zeros_like(stats.hist).scatter_add_(2, bins.unsqueeze(1).expand_as(stats.hist), stats.hist)
+    ge = binned.flip(-1).cumsum(-1).flip(-1)  # reversed cumulative sum: count of values >= t
+    return ge[:, 1], ge[:, 0]
+
+
+def fmeasure_curves(
+    tp: torch.Tensor, fp: torch.Tensor, n_fg: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Precision, recall and F curves (N, T) from threshold counts, as PySODMetrics' ``cal_pr``."""
+    precision = tp / (tp + fp).clamp_min(1)  # no predicted positive: tp is 0 too, precision 0
+    recall = tp / n_fg.clamp_min(1).view(-1, 1)
+    num = (1 + F_BETA2) * precision * recall
+    den = torch.where(num == 0, torch.ones_like(num), F_BETA2 * precision + recall)
+    return precision, recall, num / den
+
+
+def emeasure(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """Enhanced-alignment measure of binarised predictions from their confusion counts.
+
+    fg_fg / fg_bg: predicted-foreground pixels on gt foreground / background, (N, T); n_fg, size: gt
+    foreground and all pixels per map, (N,). PySODMetrics' closed form: the alignment matrix takes
+    one value on each of the four (pred, gt) classes."""
+    n_fg, size = n_fg.view(-1, 1), size.view(-1, 1)
+    pred_fg = fg_fg + fg_bg
+    pred_bg = size - pred_fg
+    bg_fg = n_fg - fg_fg
+    mean_pred, mean_gt = pred_fg / size, n_fg / size
+    total = torch.zeros_like(fg_fg)
+    for count, dp, dg in (
+        (fg_fg, 1 - mean_pred, 1 - mean_gt),
+        (fg_bg, 1 - mean_pred, -mean_gt),
+        (bg_fg, -mean_pred, 1 - mean_gt),
+        (pred_bg - bg_fg, -mean_pred, -mean_gt),
+    ):
+        align = 2 * (dp * dg) / (dp**2 + dg**2 + EPS)
+        total = total + (align + 1) ** 2 / 4 * count
+    # all-background / all-foreground gt: the alignment degenerates to the predicted bg / fg count
+    total = torch.where(n_fg == 0, pred_bg, torch.where(n_fg == size, pred_fg, total))
+    return total / (size - 1 + EPS)
+
+
+def adaptive_scores(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive F and E per map: the prediction binarised at ``min(2 * mean(pred), 1)``."""
+    threshold = (2 * stats.mean_pred()).clamp_max(1).view(-1, 1)
+    selected = (stats.levels >= threshold).double()
+    fg_fg = (stats.hist[:, 1] * selected).sum(1)
+    fg_bg = (stats.hist[:, 0] * selected).sum(1)
+    _, _, adp_f = fmeasure_curves(fg_fg.view(-1, 1), fg_bg.view(-1, 1), stats.n_fg)
+    adp_e = emeasure(fg_fg.view(-1, 1), fg_bg.view(-1, 1), stats.n_fg, stats.size)
+    return adp_f[:, 0], adp_e[:, 0]
+
+
+# ------------------------------------------------------------------ the original R3Net evaluation
+
+
+def r3net_mae(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> torch.Tensor:
+    """R3Net's ``misc.cal_precision_recall_mae`` MAE: against the soft gt ``gt / 255``, with no
+    min-max normalisation of the prediction. (N,) float64."""
+    return (pred_u8.double() - gt_u8.double()).abs_().flatten(1).mean(1) / 255
+
+
+def r3net_precision_recall(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """R3Net's precision and recall, each ``(tp + 1e-4) / (. + 1e-4)``, of ``pred_u8 > t`` for
+    t = 0..255 against the gt binarised at ``gt / 255 > 0.5``: (N, 256) float64 each."""
+    n = pred_u8.shape[0]
+    hard = (gt_u8 >= 128).to(torch.int32)  # gt / 255 > 0.5
+    key = pred_u8.to(torch.int32).add_(hard, alpha=256).flatten(1)
+    key += 512 * torch.arange(n, device=key.device, dtype=torch.int32).view(-1, 1)
+    hist = torch.bincount(key.flatten(), minlength=512 * n).view(n, 2, 256).double()
+    # count of values > t: reversed cumulative sum shifted by one
+    gt_counts = hist.flip(-1).cumsum(-1).flip(-1)[..., 1:]
+    gt_counts = torch.cat([gt_counts, torch.zeros_like(gt_counts[..., :1])], -1)
+    tp, positives = gt_counts[:, 1], gt_counts.sum(1)
+    n_true = hist[:, 1].sum(1, keepdim=True)
+    return (tp + R3NET_EPS) / (positives + R3NET_EPS), (tp + R3NET_EPS) / (n_true + R3NET_EPS)

@@ -1,0 +1,297 @@
+"""The ignite :class:`~ignite.metrics.Metric` that scores saliency maps: :class:`SaliencyMetrics`."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import accumulate
+from types import MappingProxyType
+
+import numpy as np
+import torch
+from ignite.exceptions import NotComputableError
+from ignite.metrics import Metric
+from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
+
+from . import histogram as H
+from .structure import smeasure
+from .weighted_f import weighted_fmeasure
+
+#: Keys of the dict returned by :meth:`SaliencyMetrics.compute`, in reporting order.
+METRIC_KEYS = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
+
+Maps = torch.Tensor | Sequence[torch.Tensor]
+
+# Per-image values summed into one float64 vector: name -> length (256: one per threshold t).
+_SLOTS = (
+    ("mae", 1),
+    ("precision", 256),
+    ("recall", 256),
+    ("fmeasure", 256),
+    ("adpF", 1),
+    ("emeasure", 256),
+    ("adpE", 1),
+    ("Sm", 1),
+    ("wF", 1),
+    ("images", 1),
+)
+_OFFSETS = MappingProxyType(  # name -> its slice of the sums vector
+    {name: slice(end - length, end) for (name, length), end in zip(_SLOTS, accumulate(n for _, n in _SLOTS))}
+)
+_SUMS_LENGTH = sum(length for _, length in _SLOTS)
+
+_QUANTUM = 2.0**32
+_CHUNK_PIXELS = 1 << 21  # maps scored together: ~2 M pixels keep the int32 histogram keys at 8 MB
+
+
+def _exact(per_image: torch.Tensor) -> torch.Tensor:
+    """Round per-image values to multiples of 2**-32 before they are summed.
+
+    Sums of such values are exact in float64 (up to 2**21 images), so the order of additions (batch
+    size, shards across ranks, all-reduce order) cannot change a single bit of the result, and N
+    processes give exactly the numbers of one. The rounding moves each value by at most 1.2e-10."""
+    return torch.round(per_image.double() * _QUANTUM) / _QUANTUM
+
+
+def _to_uint8_pred(p: torch.Tensor) -> torch.Tensor:
+    """Float maps in [0, 1] become the uint8 PNG one would save (``round(p * 255)``), so that scoring
+    a tensor equals scoring its saved map; uint8 passes unchanged."""
+    if p.dtype == torch.uint8:
+        return p
+    if not p.is_floating_point():
+        raise TypeError(f"prediction must be uint8 or floating point, got {p.dtype}")
+    return (p.double().clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def _check_gt(g: torch.Tensor) -> torch.Tensor:
+    if g.dtype == torch.bool:  # a binary mask: treat as 0 / 255
+        return g.to(torch.uint8) * 255
+    if g.dtype != torch.uint8:
+        raise TypeError(f"ground truth must be uint8 0..255 (or bool), got {g.dtype}")
+    return g
+
+
+def _as_list(maps: Maps) -> list[torch.Tensor]:
+    """(H, W), (N, H, W), (N, 1, H, W) or a sequence of (H, W) / (1, H, W) maps -> list of (H, W)."""
+    if isinstance(maps, torch.Tensor):
+        if maps.dim() == 2:
+            return [maps]
+        if maps.dim() == 4 and maps.shape[1] == 1:  # (N, 1, H, W) from a model or loader
+            maps = maps[:, 0]
+        if maps.dim() != 3:
+            raise ValueError(f"expected (H, W), (N, H, W) or (N, 1, H, W) maps, got shape {tuple(maps.shape)}")
+        return list(maps.unbind(0))
+    out = []
+    for m in maps:
+        m = m.squeeze(0) if m.dim() == 3 and m.shape[0] == 1 else m
+        if m.dim() != 2:
+            raise ValueError(f"each map must be 2-D, got shape {tuple(m.shape)}")
+        out.append(m)
+    return out
+
+
+def _batches(preds: list[torch.Tensor], gts: list[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(pred, gt) stacks of consecutive equal-size maps, of at most ~2 M pixels each."""
+    start = 0
+    while start < len(preds):
+        step = max(1, _CHUNK_PIXELS // preds[start].numel())
+        end = start + 1
+        while end < len(preds) and end - start < step and preds[end].shape == preds[start].shape:
+            end += 1
+        yield torch.stack(preds[start:end]), torch.stack(gts[start:end])
+        start = end
+
+
+def _weighted_f_batch(pred_u8: torch.Tensor, gt: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """Weighted F-measure of each map, on the CPU (maps elsewhere are copied: they are small)."""
+    preds, masks, table = pred_u8.cpu().numpy(), gt.cpu().numpy(), levels.cpu().numpy()
+    scores = [weighted_fmeasure(np.take(table[i], preds[i]), masks[i]) for i in range(len(preds))]
+    return torch.tensor(scores, dtype=torch.float64)
+
+
+class SaliencyMetrics(Metric):
+    r"""MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and
+    weighted F-measure of saliency maps, in one pass.
+
+    ``update`` takes ``(pred, gt)``: each a list of 2-D tensors or an ``(N, H, W)`` tensor.
+
+    * ``pred``: ``uint8`` 0..255, or float in [0, 1], which is first turned into the uint8 map one
+      would save (``round(p * 255)``) so that scoring a tensor equals scoring its PNG.
+    * ``gt``: ``uint8`` 0..255 (or ``bool``).
+
+    Protocols:
+
+    * ``"standard"`` (default) equals PySODMetrics (``MAE``, ``Fmeasure``, ``Smeasure``,
+      ``Emeasure``, ``WeightedFmeasure``, all with ``normalize=True``): gt binarised at ``> 128``;
+      pred divided by 255 and min-max normalised per image; every score computed per image and
+      averaged over images. ``maxF``/``maxE`` are the maxima of the mean curves over the 256
+      thresholds, ``meanF``/``meanE`` their means, ``adpF``/``adpE`` use threshold
+      ``min(2 * mean(pred), 1)`` per image. Where they differ (degenerate S-measure quadrants) is
+      documented in :mod:`ignite_r3net.metrics.structure`.
+    * ``"r3net"`` reproduces the evaluation of the original R3Net code (``misc.py``,
+      ``cal_precision_recall_mae`` and ``cal_fmeasure``) for ``mae`` and ``maxF`` only: ``mae``
+      against the soft gt ``gt / 255`` with no min-max normalisation of the prediction; precision /
+      recall (each ``(tp + 1e-4) / (. + 1e-4)``) at ``pred_u8 > t`` for t = 0..255 against the gt
+      binarised at ``gt / 255 > 0.5``, averaged over the dataset, then
+      ``maxF = max_t 1.3 P R / (0.3 P + R)``. The other seven keys keep their standard values.
+
+    Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on
+    ``device``; ``compute`` and :meth:`curves` all-reduce it (``sync_all_reduce``, one collective).
+    The sums are exact, so a distributed evaluation over a split dataset gives bit for bit the
+    numbers of a single process.
+
+    Args:
+        output_transform: maps the engine's output to ``(pred, gt)``.
+        device: where the sums live and the histogram statistics are computed (the weighted
+            F-measure runs on the CPU).
+        protocol: ``"standard"`` or ``"r3net"``.
+
+    Example:
+
+    .. code-block:: python
+
+        import torch
+        from ignite_r3net.metrics import SaliencyMetrics
+
+        gt = torch.zeros(2, 32, 32, dtype=torch.uint8)
+        gt[:, 8:24, 8:24] = 255
+        pred = gt.float() / 255 * 0.9  # float maps in [0, 1]
+        metric = SaliencyMetrics()
+        metric.update((pred, gt))
+        scores = metric.compute()  # {"mae": ..., "maxF": ..., ..., "wF": ...}
+        curves = metric.curves()  # {"precision", "recall", "fmeasure"}: 256 thresholds each
+
+    Attach it to an evaluator like any ignite metric: ``SaliencyMetrics().attach(evaluator, "sod")``
+    then ``evaluator.state.metrics["sod"]`` is the dict (ignite also spreads its keys into
+    ``state.metrics``).
+    """
+
+    _state_dict_all_req_keys = ("_sums",)
+    #: maps whose histogram statistics wait to be computed in one batch (a few MB of counts)
+    _PENDING_MAPS = 256
+
+    def __init__(
+        self,
+        output_transform: Callable = lambda x: x,
+        device: str | torch.device = "cpu",
+        protocol: str = "standard",
+    ) -> None:
+        if protocol not in ("standard", "r3net"):
+            raise ValueError(f"protocol must be 'standard' or 'r3net', got {protocol!r}")
+        self.protocol = protocol
+        super().__init__(output_transform=output_transform, device=device)
+
+    @reinit__is_reduced
+    def reset(self) -> None:
+        self._sums = torch.zeros(_SUMS_LENGTH, dtype=torch.float64, device=self._device)
+        # per-map histogram statistics not yet folded into the sums (see _flush)
+        self._pending: list[H.MapStats] = []
+        self._pending_maps = 0
+
+    @reinit__is_reduced
+    def update(self, output: tuple[Maps, Maps]) -> None:
+        preds = [_to_uint8_pred(p.detach()).to(self._device) for p in _as_list(output[0])]
+        gts = [_check_gt(g.detach()).to(self._device) for g in _as_list(output[1])]
+        if len(preds) != len(gts):
+            raise ValueError(f"got {len(preds)} predictions for {len(gts)} ground truths")
+        for p, g in zip(preds, gts):
+            if p.shape != g.shape:
+                raise ValueError(f"prediction shape {tuple(p.shape)} != ground truth shape {tuple(g.shape)}")
+        for pred_u8, gt_u8 in _batches(preds, gts):
+            self._update_batch(pred_u8, gt_u8)
+
+    def _add(self, name: str, per_image: torch.Tensor) -> None:
+        self._sums[_OFFSETS[name]] += _exact(per_image).sum(0).to(self._device)
+
+    def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
+        """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
+        maps' histogram statistics for :meth:`_flush`."""
+        gt = gt_u8 > 128
+        stats = H.MapStats.of(pred_u8, gt)
+        if self.protocol == "r3net":
+            self._add("mae", H.r3net_mae(pred_u8, gt_u8))
+            precision, recall = H.r3net_precision_recall(pred_u8, gt_u8)
+            self._add("precision", precision)
+            self._add("recall", recall)
+        self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels))
+        self._add("images", torch.ones(len(gt), dtype=torch.float64))
+        self._pending.append(stats)
+        self._pending_maps += len(gt)
+        if self._pending_maps >= self._PENDING_MAPS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Add the scores that follow from the histograms, for all pending maps in one batched pass
+        (per-image values are rounded by ``_exact``: when this runs does not change a bit of the sums)."""
+        if not self._pending:
+            return
+        stats = H.MapStats.cat(self._pending)
+        self._pending, self._pending_maps = [], 0
+        tp, fp = H.threshold_counts(stats)
+        precision, recall, fmeasure = H.fmeasure_curves(tp, fp, stats.n_fg)
+        if self.protocol == "standard":
+            self._add("mae", H.mae(stats))
+            self._add("precision", precision)
+            self._add("recall", recall)
+        self._add("fmeasure", fmeasure)
+        adp_f, adp_e = H.adaptive_scores(stats)
+        self._add("adpF", adp_f)
+        self._add("emeasure", H.emeasure(tp, fp, stats.n_fg, stats.size))
+        self._add("adpE", adp_e)
+        self._add("Sm", smeasure(stats))
+
+    def state_dict(self) -> OrderedDict:
+        """The sums, pending maps included (ignite's per-rank layout)."""
+        self._flush()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Replace everything, pending maps included, by the saved sums."""
+        self._pending, self._pending_maps = [], 0
+        super().load_state_dict(state_dict)
+
+    @sync_all_reduce("_sums")
+    def _means(self) -> dict[str, torch.Tensor]:
+        """Every slot divided by the number of images, over every process (one all-reduce)."""
+        count = float(self._sums[_OFFSETS["images"]])
+        if count == 0:
+            raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
+        means = {name: self._sums[sl] / count for name, sl in _OFFSETS.items()}
+        if self.protocol == "r3net":  # R3Net: F of the dataset-mean precision / recall curves
+            p, r = means["precision"], means["recall"]
+            means["f_curve"] = (1 + H.F_BETA2) * p * r / (H.F_BETA2 * p + r)
+        else:
+            means["f_curve"] = means["fmeasure"]
+        return means
+
+    def compute(self) -> dict[str, float]:
+        """The nine scores, averaged over every image seen by every process."""
+        self._flush()
+        m = self._means()
+        return {
+            "mae": float(m["mae"]),
+            "maxF": float(m["f_curve"].max()),
+            "meanF": float(m["fmeasure"].mean()),
+            "adpF": float(m["adpF"]),
+            "Sm": float(m["Sm"]),
+            "maxE": float(m["emeasure"].max()),
+            "meanE": float(m["emeasure"].mean()),
+            "adpE": float(m["adpE"]),
+            "wF": float(m["wF"]),
+        }
+
+    def curves(self) -> dict[str, torch.Tensor]:
+        """Mean precision, recall and F-measure per threshold t = 0..255, in one collective.
+
+        A pixel is positive when ``floor(pred * 255) >= t`` (standard, pred normalised) or
+        ``pred_u8 > t`` (r3net). ``"fmeasure"`` is the curve whose maximum is ``maxF``: the mean of
+        the per-image F curves (standard) or F of the mean precision and recall (r3net)."""
+        self._flush()
+        m = self._means()
+        return {"precision": m["precision"], "recall": m["recall"], "fmeasure": m["f_curve"]}
+
+    def pr_curve(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean precision and recall over images, each of 256 values indexed by threshold t (see
+        :meth:`curves`)."""
+        c = self.curves()
+        return c["precision"], c["recall"]
