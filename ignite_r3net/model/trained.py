@@ -40,11 +40,17 @@ def read_trained_weights(path: str | Path, backbone: str | None = None) -> Train
     Raises ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (unknown backbone,
     or weights that do not fit it), each one line naming the file."""
     state = model_state_dict(load_checkpoint(path), path)
-    name = backbone or _backbone_from_config(path) or infer_backbone(state)
+    name = backbone or find_backbone(path, state)
     if name is None:
         raise OptionError(f"cannot tell the backbone of {path}: pass --backbone")
     check_fits(name, state, path)
     return TrainedWeights(str(path), name, state)
+
+
+def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:
+    """The backbone of the weights in ``path``: the one in the ``config.json`` of the run that
+    wrote it, else the one their shapes match; None when neither tells."""
+    return _backbone_from_config(path) or infer_backbone(state)
 
 
 def build_model(weights: TrainedWeights, device: torch.device | str = "cpu") -> nn.Module:

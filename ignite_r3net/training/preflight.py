@@ -13,21 +13,21 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from ..checkpoint_io import list_checkpoints, remove_stale_temporaries
+from ..checkpoint_io import list_checkpoints, load_checkpoint, model_state_dict, remove_stale_temporaries
 from ..config import TrainConfig
 from ..data import assert_dataset_ok, ensure_synthetic, list_pairs
 from ..distributed import LaunchSpec, default_backend
-from ..errors import DataError, OptionError, UserError, error_line
+from ..errors import CheckpointError, DataError, OptionError, UserError, error_line
 from ..model import (
     BACKBONES,
     R3Net,
     Weights,
     build_backbone,
     load_backbone_weights,
-    read_trained_weights,
     resolve_weights,
 )
 from ..model.pretrained import IMAGENET, NONE, sha256_of
+from ..model.trained import check_fits, find_backbone
 from ..run_lock import LOCK_NAME, RunLock
 from .resume import check_resume_compatible, resolve_resume
 
@@ -174,14 +174,15 @@ def _init_from_weights(config: TrainConfig) -> Weights:
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")
     try:
-        found = read_trained_weights(path).backbone
-    except OptionError:  # no config.json beside it and an unusual layout: try the named backbone
-        found = config.backbone
-    if found != config.backbone:
+        state = model_state_dict(load_checkpoint(path), path)
+    except CheckpointError as e:
+        raise OptionError(f"--init-from: {e}") from None
+    found = find_backbone(path, state)
+    if found is not None and found != config.backbone:
         raise OptionError(
             f"--init-from {path} holds an R3Net with backbone {found}, not {config.backbone}: add --backbone {found}"
         )
-    read_trained_weights(path, config.backbone)  # the weights fit, or one line saying why not
+    check_fits(config.backbone, state, path)  # or one line saying why not
     return Weights(source="init-from", file=str(path.resolve()), sha256=sha256_of(path))
 
 
