@@ -1,10 +1,12 @@
-"""Results on screen and on disk: the metrics table and the JSON file of ``evaluate``."""
+"""Results on screen and on disk: the metrics table and the JSON file of ``evaluate``, and atomic
+file writes."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +26,37 @@ def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(data: Any, path: str | Path) -> None:
-    """Write ``data`` as JSON through a temporary file, so a reader never sees half a file."""
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends without
+    an error (removed otherwise), so a reader, or a later run after an interruption, never sees half
+    a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None) -> None:
-    """Print the table and, with ``json_path``, write the rows as JSON keyed by data set."""
-    print(format_table(rows), flush=True)
+def write_text(text: str, path: str | Path) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(data: Any, path: str | Path) -> None:
+    """Write ``data`` as JSON atomically (floats as Python's shortest round-trip repr)."""
+    write_text(json.dumps(data, indent=2) + "\n", path)
+
+
+def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None, print_table: bool = True) -> None:
+    """Print the table (unless ``print_table`` is False) and, with ``json_path``, write the rows as
+    JSON keyed by data set."""
+    if print_table:
+        print(format_table(rows), flush=True)
     if json_path:
         write_json(dict(rows), json_path)
 
