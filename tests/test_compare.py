@@ -274,15 +274,18 @@ def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     capsys.readouterr()
 
     out = tmp_path / "out"
-    # the masks folder of a DUTS-layout folder: the images are found beside it
-    args = ["compare", "--datasets", f"D={data / 'masks'}", "--methods", f"Ours={ckpt}", "--out", str(out), *common]
+    # D: the masks folder of a DUTS-layout folder (the images are found beside it); R: the folder itself
+    datasets = [f"D={data / 'masks'}", f"R={data}"]
+    args = ["compare", "--datasets", *datasets, "--methods", f"Ours={ckpt}", "--out", str(out), *common]
     assert cli.main(args) == 0
     first = capsys.readouterr().out
-    assert "maps of Ours: inference on D" in first and _scored(first) == ["Ours on D"]
+    assert "maps of Ours: inference on D, R" in first and _scored(first) == ["Ours on D", "Ours on R"]
     assert sorted(p.name for p in (out / "maps" / "Ours" / "D").glob("*.png")) == ["p0.png", "p1.png", "p2.png"]
-    got = json.loads((out / "results.json").read_text())["D"]["Ours"]
+    results = json.loads((out / "results.json").read_text())
     expected = json.loads(reference.read_text())["DUTS-mini"]
-    assert got["count"] == 3 and all(got[k] == expected[k] for k in METRIC_KEYS)  # the same code, exactly
+    for name in ("D", "R"):
+        got = results[name]["Ours"]
+        assert got["count"] == 3 and all(got[k] == expected[k] for k in METRIC_KEYS)  # the same code, exactly
 
     assert cli.main(args) == 0  # maps and scores kept: no inference, nothing scored
     second = capsys.readouterr().out
@@ -305,6 +308,7 @@ def _bad_cases(bench: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["--datasets", gt, "--methods", m1, m1, *out], "given twice"),
         (["--datasets", gt, "--methods", m1, *out, "--metrics", "mae", "F"], "unknown F"),
         (["--datasets", gt, "--methods", f"E={empty}", *out], "holds maps of none of the data sets"),
+        (["--datasets", gt, "--methods", f"M={bench / 'methods' / 'M1' / 'SetA'}", *out], "give the folder above"),
         (["--datasets", gt, "--methods", f"C={tmp / 'fake.pt'}", *out], "needs the images of SetA"),
     ]
 

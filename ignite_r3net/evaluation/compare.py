@@ -27,7 +27,7 @@ from ..model import read_trained_weights
 from . import scoring
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
-from .maps import listing, match_maps
+from .maps import MAP_EXTS, listing, match_maps
 from .plots import plot_fm, plot_pr
 from .report import build_table, check_writable_file, table_csv, table_latex, table_markdown, write_json, write_text
 
@@ -213,9 +213,11 @@ def _match_method(method: Method, benches: list[Benchmark], allow_missing: bool)
     folders = [_dataset_folder(method.source, bench.name) for bench in benches]
     if not any(folders):
         subfolders = sorted(p.name for p in method.source.iterdir() if p.is_dir())
+        loose = any(p.suffix.lower() in MAP_EXTS for p in method.source.iterdir() if p.is_file())
+        hint = "; it holds maps directly: give the folder above, with one subfolder per data set" if loose else ""
         raise OptionError(
             f"--methods {method.name}: {method.source} holds maps of none of the data sets "
-            f"({', '.join(b.name for b in benches)}); its subfolders: {listing(subfolders, 10) or 'none'}"
+            f"({', '.join(b.name for b in benches)}); its subfolders: {listing(subfolders, 10) or 'none'}{hint}"
         )
     pairs = []
     for bench, folder in zip(benches, folders):
