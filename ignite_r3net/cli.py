@@ -20,6 +20,8 @@ from .data.tools import check_data, make_data
 from .distributed import Terminated
 from .errors import OptionError, UserError, error_line
 from .evaluation import evaluate_checkpoint, evaluate_maps, predict
+from .evaluation.compare import DEFAULT_METRICS, InferenceOptions, compare
+from .metrics import METRIC_KEYS
 from .model import BACKBONES
 from .training import train
 
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_train, add_evaluate, add_predict, add_make_data, add_check_data):
+    for add in (add_train, add_evaluate, add_predict, add_compare, add_make_data, add_check_data):
         add(sub)
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
@@ -229,6 +231,99 @@ def run_predict(args: argparse.Namespace) -> int:
         crf=args.crf,
         amp=args.amp,
         workers=args.workers,
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- compare
+
+
+def add_compare(sub: argparse._SubParsersAction) -> None:
+    cmp = sub.add_parser(
+        "compare",
+        help="tables and PR / F-measure curves of many methods on many data sets",
+        description="Score every method on every data set with the code of 'evaluate --maps', and write "
+        "OUT/results.json ({dataset: {method: {metric: value, count}}}), OUT/table.md, table.csv and "
+        "table.tex (best value of each column bold, second-best underlined; CSV plain) and "
+        "OUT/curves/pr_<dataset>.png/.svg and fm_<dataset>.png/.svg (one line per method) with the "
+        "curves' numbers in curves/curves.json. Scores are cached in OUT/cache per (method, data set), "
+        "keyed by the files, their modification times, the protocol and the metric code: running again "
+        "with one more method scores only that method. Rows and columns follow the command line.",
+        epilog="example: python run.py compare --datasets ECSSD=data/ECSSD/GT DUTS_TE=data/DUTS_TE "
+        "--methods Ours=runs/a/best.pt PoolNet=maps/PoolNet --out comparison",
+    )
+    cmp.add_argument(
+        "--datasets",
+        nargs="+",
+        required=True,
+        metavar="NAME=DIR",
+        help="data sets: DIR is the masks folder (maps are matched to its masks by file stem), or a data "
+        "set folder holding images and masks (images/ + masks/, Imgs/ + GT/, DUTS-TE-Image/ + DUTS-TE-Mask/, "
+        "or name.jpg beside name.png), which checkpoint methods need for their images; a masks folder "
+        "inside such a folder works too",
+    )
+    cmp.add_argument(
+        "--methods",
+        nargs="+",
+        required=True,
+        metavar="NAME=SOURCE",
+        help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
+        "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
+        "accepted), or a checkpoint file, whose maps are first made as by 'evaluate --save-maps' into "
+        "OUT/maps/<method>/<dataset> and kept for the next run",
+    )
+    cmp.add_argument("--out", required=True, metavar="OUT", help="output folder (created; rerun into it to reuse)")
+    cmp.add_argument(
+        "--metrics",
+        nargs="+",
+        default=list(DEFAULT_METRICS),
+        metavar="METRIC",
+        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (results.json "
+        f"always holds all nine); default: {' '.join(DEFAULT_METRICS)}",
+    )
+    cmp.add_argument(
+        "--protocol",
+        choices=("standard", "r3net"),
+        default="standard",
+        help="'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+    )
+    cmp.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="score a method that lacks some maps of a data set on the maps it has (the cell is marked "
+        "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
+    )
+    cmp.add_argument("--digits", type=int, default=3, help="decimals in the tables (ranks use the printed values)")
+    _add_model_options(cmp)
+    cmp.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes for scoring (and for checkpoint inference); the numbers are those of one process",
+    )
+    cmp.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="distributed backend; default: nccl when CUDA is available, else gloo",
+    )
+    cmp.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
+    cmp.set_defaults(handler=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    compare(
+        args.datasets,
+        args.methods,
+        args.out,
+        metrics=args.metrics,
+        protocol=args.protocol,
+        allow_missing=args.allow_missing,
+        digits=args.digits,
+        inference=InferenceOptions(backbone=args.backbone, crf=args.crf, amp=args.amp, workers=args.workers),
+        nproc=args.nproc,
+        backend=args.backend,
+        master_port=args.master_port,
     )
     return 0
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 
 # small, fast settings every multi-process training test shares
@@ -106,3 +108,48 @@ def raise_on_rank_one(local_rank: int, config) -> None:
         raise OSError("cannot read image /data/broken.jpg")
     idist.all_reduce(1.0)  # would hang forever if the failure were not propagated
     idist.barrier()
+
+
+def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """The nine metrics of (pred, gt) uint8 arrays computed by PySODMetrics itself."""
+    import pytest
+
+    sod = pytest.importorskip("py_sod_metrics")
+    mae, fm, sm, em, wfm = sod.MAE(), sod.Fmeasure(), sod.Smeasure(), sod.Emeasure(), sod.WeightedFmeasure()
+    for pred, gt in pairs:
+        for m in (mae, fm, sm, em, wfm):
+            m.step(pred=pred, gt=gt)
+    f, e = fm.get_results()["fm"], em.get_results()["em"]
+    return {
+        "mae": float(mae.get_results()["mae"]),
+        "maxF": float(f["curve"].max()),
+        "meanF": float(f["curve"].mean()),
+        "adpF": float(f["adp"]),
+        "Sm": float(sm.get_results()["sm"]),
+        "maxE": float(e["curve"].max()),
+        "meanE": float(e["curve"].mean()),
+        "adpE": float(e["adp"]),
+        "wF": float(wfm.get_results()["wfm"]),
+    }
+
+
+def pysod_curves(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """PySODMetrics' mean precision, recall and F-measure curves, indexed by threshold 0..255 (its
+    own arrays run from threshold 255 down)."""
+    import pytest
+
+    sod = pytest.importorskip("py_sod_metrics")
+    fm = sod.Fmeasure()
+    for pred, gt in pairs:
+        fm.step(pred=pred, gt=gt)
+    results = fm.get_results()
+    curves = {"precision": results["pr"]["p"], "recall": results["pr"]["r"], "fmeasure": results["fm"]["curve"]}
+    return {name: np.asarray(curve)[::-1] for name, curve in curves.items()}
+
+
+def blob_mask(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A 0/255 uint8 ellipse at a random place: a ground-truth mask."""
+    yy, xx = np.mgrid[:h, :w]
+    cy, cx = rng.uniform(0.3, 0.6) * h, rng.uniform(0.3, 0.6) * w
+    ry, rx = rng.uniform(0.15, 0.3) * h, rng.uniform(0.15, 0.3) * w
+    return ((((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2) <= 1).astype(np.uint8) * 255

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import blob_mask, pysod_reference
 from PIL import Image
 
 from ignite_r3net import cli
@@ -23,13 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 SIZES = [(64, 80), (70, 50), (48, 64), (66, 66), (40, 72)]  # (H, W); odd count on purpose
 
 
-def _blob_mask(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    yy, xx = np.mgrid[:h, :w]
-    cy, cx = rng.uniform(0.3, 0.6) * h, rng.uniform(0.3, 0.6) * w
-    ry, rx = rng.uniform(0.15, 0.3) * h, rng.uniform(0.15, 0.3) * w
-    return ((((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2) <= 1).astype(np.uint8) * 255
-
-
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Five image/mask pairs of different sizes in the MSRA10K layout."""
@@ -38,7 +32,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(3)
     for i, (h, w) in enumerate(SIZES):
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(root / f"img{i}.jpg")
-        Image.fromarray(_blob_mask(rng, h, w)).save(root / f"img{i}.png")
+        Image.fromarray(blob_mask(rng, h, w)).save(root / f"img{i}.png")
     return root
 
 
@@ -54,26 +48,6 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return training, plain
 
 
-def _metrics_py_sod(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-    sod = pytest.importorskip("py_sod_metrics")
-    mae, fm, sm, em, wfm = sod.MAE(), sod.Fmeasure(), sod.Smeasure(), sod.Emeasure(), sod.WeightedFmeasure()
-    for pred, gt in pairs:
-        for m in (mae, fm, sm, em, wfm):
-            m.step(pred=pred, gt=gt)
-    f, e = fm.get_results()["fm"], em.get_results()["em"]
-    return {
-        "mae": mae.get_results()["mae"],
-        "maxF": f["curve"].max(),
-        "meanF": f["curve"].mean(),
-        "adpF": f["adp"],
-        "Sm": sm.get_results()["sm"],
-        "maxE": e["curve"].max(),
-        "meanE": e["curve"].mean(),
-        "adpE": e["adp"],
-        "wF": wfm.get_results()["wfm"],
-    }
-
-
 def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rng = np.random.default_rng(7)
     maps, gts = tmp_path / "method" / "ECSSD", tmp_path / "ECSSD" / "GT"
@@ -81,7 +55,7 @@ def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: py
     gts.mkdir(parents=True)
     reference = []
     for i, (h, w) in enumerate(SIZES[:4]):
-        gt = _blob_mask(rng, h, w)
+        gt = blob_mask(rng, h, w)
         noisy = np.clip(gt * 0.7 + rng.normal(60, 40, (h, w)), 0, 255).astype(np.uint8)
         Image.fromarray(gt).save(gts / f"s{i}.png")
         if i == 1:  # a colour map: read as gray, as the toolboxes do
@@ -102,7 +76,7 @@ def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: py
     assert "only_map.png" in captured.err and "only_mask.png" in captured.err
     got = json.loads(out.read_text())["ECSSD"]  # a generic GT folder is named after its parent
     assert got["images"] == 4
-    expected = _metrics_py_sod(reference)
+    expected = pysod_reference(reference)
     for key in METRIC_KEYS:
         assert got[key] == pytest.approx(float(expected[key]), rel=1e-9, abs=1e-12), key
     assert "ECSSD" in captured.out and "maxF" in captured.out

@@ -2,7 +2,7 @@
 
 from ..errors import DataError
 from .checks import assert_dataset_ok, check_dataset
-from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, load_image, load_mask
+from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, load_image, load_mask, split_dirs
 from .loader import SaliencyEvalSet, SaliencyTrainSet, build_eval_loader, build_train_loader, init_loader_worker
 from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
@@ -24,6 +24,7 @@ __all__ = [
     "IMAGENET_STD",
     "DataError",
     "list_pairs",
+    "split_dirs",
     "load_image",
     "load_mask",
     "check_dataset",

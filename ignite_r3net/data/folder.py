@@ -23,6 +23,7 @@ __all__ = [
     "IMAGE_EXTS",
     "MASK_EXTS",
     "list_pairs",
+    "split_dirs",
     "load_image",
     "load_mask",
 ]
@@ -80,6 +81,13 @@ def _find_split_dirs(root: Path) -> tuple[Path, Path] | None:
         f"cannot tell the images folder from the masks folder in {root}: "
         f"image folders {[d.name for d in image_dirs]}, mask folders {[d.name for d in mask_dirs]}"
     )
+
+
+def split_dirs(root: str | Path) -> tuple[Path, Path] | None:
+    """``(images_dir, masks_dir)`` when ``root`` is a DUTS-layout data set folder, else None (a flat
+    folder). Raises :class:`DataError` when it holds several candidate folders for one side."""
+    root = Path(root)
+    return _find_split_dirs(root) if root.is_dir() else None
 
 
 def _by_stem(files: list[Path], kind: str, problems: list[str]) -> dict[str, Path]:

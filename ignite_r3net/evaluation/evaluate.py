@@ -3,7 +3,8 @@
 * ``evaluate_checkpoint``: full-resolution inference (batch 1, each image at its own size) on one
   or many processes, one table row and one JSON entry per data set. Every rank scores an unpadded
   shard and the metrics all-reduce exact sums, so N processes give the numbers of one.
-* ``evaluate_maps``: any method's saliency maps matched to masks by file stem.
+* ``evaluate_maps``: any method's saliency maps matched to masks by file stem, scored by
+  ``maps.score_maps`` (the code ``compare`` scores with too).
 
 Everything a user can get wrong (paths, checkpoint, backbone, a missing extra) is checked in the
 launching process before any worker starts, so it fails with one line instead of N tracebacks.
@@ -18,14 +19,14 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
-from ..data import assert_dataset_ok, build_eval_loader, load_mask
+from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed import LaunchSpec, free_port, launch, rank_zero_only, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model import TrainedWeights, build_model, read_trained_weights
 from .crf import crf_refine, require_crf
-from .maps import dataset_names, listing, load_saliency_map, match_maps, output_path, resize_map, save_map
+from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .report import check_writable_file, report
 
 Row = dict[str, float]
@@ -44,6 +45,7 @@ class EvalJob:
     crf: bool = False
     amp: str = "off"
     workers: int = 0
+    quiet: bool = False  # no table and no "maps written" line (compare reports for itself)
     # the weights already read when the job runs in this process (None: each worker reads the file)
     weights: TrainedWeights | None = field(default=None, repr=False)
 
@@ -62,9 +64,12 @@ def evaluate_checkpoint(
     nproc: int = 1,
     backend: str | None = None,
     master_port: int | None = None,
+    names: list[str] | None = None,
+    quiet: bool = False,
 ) -> None:
-    """Score ``checkpoint`` on every data set folder in ``data``; rank 0 prints the table and
-    writes ``json_path``. Maps go to ``save_maps/<dataset>/<stem>.png`` when asked."""
+    """Score ``checkpoint`` on every data set folder in ``data``; rank 0 prints the table (unless
+    ``quiet``) and writes ``json_path``. Maps go to ``save_maps/<dataset>/<stem>.png`` when asked;
+    a data set's name is its entry in ``names``, by default derived from its folder."""
     if nproc < 1:
         raise OptionError(f"--nproc must be >= 1, got {nproc}")
     if workers < 0:
@@ -75,7 +80,7 @@ def evaluate_checkpoint(
     for folder in data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
     weights = read_trained_weights(checkpoint, backbone)
-    names = dataset_names(data)
+    names = dataset_names(data) if names is None else names
     if save_maps:
         out = Path(save_maps)
         if out.exists() and not out.is_dir():
@@ -93,6 +98,7 @@ def evaluate_checkpoint(
         crf=crf,
         amp=amp,
         workers=workers,
+        quiet=quiet,
         # each worker reads the file rather than receive hundreds of MB through a pipe
         weights=None if spec.spawns() or under_torchrun() else weights,
     )
@@ -109,8 +115,8 @@ def _evaluate_worker(local_rank: int, job: EvalJob) -> None:
 
 @rank_zero_only
 def _report_rows(rows: dict[str, Row], job: EvalJob) -> None:
-    report(rows, job.json_path)
-    if job.save_maps:
+    report(rows, job.json_path, print_table=not job.quiet)
+    if job.save_maps and not job.quiet:
         print(f"maps written to {job.save_maps}", flush=True)
 
 
@@ -157,15 +163,7 @@ def evaluate_maps(maps: str, gt: str, *, protocol: str = "standard", json_path: 
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
     metric = SaliencyMetrics(protocol=protocol)
-    resized: list[str] = []
-    for _, map_path, mask_path in match.pairs:
-        mask = load_mask(mask_path)[0]
-        saliency = load_saliency_map(map_path)
-        if saliency.shape != mask.shape:
-            # the toolboxes need equal sizes; a map saved at another size is resized to its mask
-            saliency = resize_map(saliency, tuple(mask.shape))
-            resized.append(map_path.name)
-        metric.update(([saliency], [mask]))
+    resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()

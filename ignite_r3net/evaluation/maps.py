@@ -1,13 +1,15 @@
-"""Saliency maps on disk: reading any method's maps, matching them to masks, writing ours safely.
+"""Saliency maps on disk: reading any method's maps, matching them to masks, scoring them, writing
+ours safely.
 
 Reading follows the toolboxes (PySODMetrics reads with ``cv2.IMREAD_GRAYSCALE``): a map's 8-bit
 gray values are taken as they are (no rescaling of dark maps), colour maps are converted to gray.
-Writing never leaves the output folder, whatever the stem of the input was.
+``score_maps`` is the one place map files become metric updates (``evaluate --maps`` and
+``compare`` both call it). Writing never leaves the output folder, whatever the stem of the input was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..data import IMAGE_EXTS
+from ..data import IMAGE_EXTS, load_mask
 from ..errors import DataError, OptionError
+from ..metrics import SaliencyMetrics
 
 __all__ = [
     "MAP_EXTS",
@@ -25,6 +28,7 @@ __all__ = [
     "match_maps",
     "load_saliency_map",
     "resize_map",
+    "score_maps",
     "safe_stem",
     "output_path",
     "save_map",
@@ -123,6 +127,20 @@ def resize_map(saliency: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return y[0, 0].round().clamp(0, 255).to(torch.uint8)
 
 
+def score_maps(pairs: Sequence[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
+    """Feed each ``(map file, mask file)`` pair to ``metric``; returns the names of the maps that
+    were resized (bilinear) to their mask's size, as the toolboxes need equal sizes."""
+    resized: list[str] = []
+    for map_path, mask_path in pairs:
+        mask = load_mask(mask_path)[0]
+        saliency = load_saliency_map(map_path)
+        if saliency.shape != mask.shape:
+            saliency = resize_map(saliency, tuple(mask.shape))
+            resized.append(Path(map_path).name)
+        metric.update(([saliency], [mask]))
+    return resized
+
+
 def safe_stem(stem: str) -> str:
     """A file name stem that cannot leave its folder: separators and NUL become ``_`` and the
     names ``.``/``..`` (a file called ``...png`` has stem ``..``) get a ``_`` prefix."""
@@ -168,8 +186,8 @@ def dataset_names(folders: list[str | Path]) -> list[str]:
     return out
 
 
-def listing(names: Iterable[Path | str]) -> str:
-    """Names for a one-line message: the first 20, then ``(+N more)``."""
+def listing(names: Iterable[Path | str], limit: int = _LIST_LIMIT) -> str:
+    """Names for a one-line message: the first ``limit`` (20), then ``(+N more)``."""
     names = [str(n) for n in names]
-    shown = ", ".join(names[:_LIST_LIMIT])
-    return shown + (f" (+{len(names) - _LIST_LIMIT} more)" if len(names) > _LIST_LIMIT else "")
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")

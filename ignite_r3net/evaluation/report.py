@@ -1,10 +1,15 @@
-"""Results on screen and on disk: the metrics table and the JSON file of ``evaluate``."""
+"""Results on screen and on disk: the metrics table and the JSON file of ``evaluate``, the
+comparison tables of ``compare`` (markdown, CSV, LaTeX), and atomic file writes."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +29,37 @@ def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(data: Any, path: str | Path) -> None:
-    """Write ``data`` as JSON through a temporary file, so a reader never sees half a file."""
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends without
+    an error (removed otherwise), so a reader, or a later run after an interruption, never sees half
+    a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None) -> None:
-    """Print the table and, with ``json_path``, write the rows as JSON keyed by data set."""
-    print(format_table(rows), flush=True)
+def write_text(text: str, path: str | Path) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(data: Any, path: str | Path) -> None:
+    """Write ``data`` as JSON atomically (floats as Python's shortest round-trip repr)."""
+    write_text(json.dumps(data, indent=2) + "\n", path)
+
+
+def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None, print_table: bool = True) -> None:
+    """Print the table (unless ``print_table`` is False) and, with ``json_path``, write the rows as
+    JSON keyed by data set."""
+    if print_table:
+        print(format_table(rows), flush=True)
     if json_path:
         write_json(dict(rows), json_path)
 
@@ -53,3 +77,154 @@ def check_writable_file(path: str | None, option: str) -> None:
         raise OptionError(f"{option} {path}: cannot create {parent}: {e.strerror or e}") from None
     if not os.access(parent, os.W_OK):
         raise OptionError(f"{option} {path}: {parent} is not writable")
+
+
+# ------------------------------------------------------------------------- comparison tables
+
+#: Metrics where a lower value is better; every other metric is better higher.
+LOWER_IS_BETTER = frozenset({"mae"})
+_LATEX_NAMES = {  # math mode
+    "mae": r"\mathcal{M}",
+    "maxF": r"F_\beta^{\max}",
+    "meanF": r"F_\beta^{\mathrm{mean}}",
+    "adpF": r"F_\beta^{\mathrm{adp}}",
+    "Sm": r"S_\alpha",
+    "maxE": r"E_\phi^{\max}",
+    "meanE": r"E_\phi^{\mathrm{mean}}",
+    "adpE": r"E_\phi^{\mathrm{adp}}",
+    "wF": r"F_\beta^{w}",
+}
+_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {"\\": r"\textbackslash{}", "~": r"\~{}", "^": r"\^{}"}
+NO_VALUE = "-"  # the cell of a method without maps for a data set
+PARTIAL = "*"  # the mark of a value scored with some maps missing (--allow-missing)
+
+Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # dataset -> method -> metric / count / missing
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table entry: its printed value (None: no maps), its rank in the column (1 best, 2
+    second-best, 0 other) and whether maps were missing."""
+
+    text: str | None
+    rank: int = 0
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class ComparisonTable:
+    """Rows of methods by columns of (data set, metric), in the order given; values rounded to
+    ``digits`` and ranked per column on the rounded values, so printed ties share a mark."""
+
+    datasets: list[str]
+    metrics: list[str]
+    methods: list[str]
+    rows: list[list[Cell]]
+    notes: list[str]
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        return [(d, m) for d in self.datasets for m in self.metrics]
+
+
+def build_table(
+    results: Results, datasets: list[str], methods: list[str], metrics: list[str], digits: int = 3
+) -> ComparisonTable:
+    """The comparison table of ``results``. A partial value (maps missing) is marked and takes no
+    rank: it is not scored on the same images as the others."""
+    columns = [(d, m) for d in datasets for m in metrics]
+    text = [[_value_text(results, d, method, m, digits) for d, m in columns] for method in methods]
+    partial = [[bool(results.get(d, {}).get(method, {}).get("missing")) for d, _ in columns] for method in methods]
+    ranks = [_column_ranks([r[j] for r in text], [r[j] for r in partial], m) for j, (_, m) in enumerate(columns)]
+    rows = [[Cell(text[i][j], ranks[j][i], partial[i][j]) for j in range(len(columns))] for i in range(len(methods))]
+    return ComparisonTable(datasets, metrics, methods, rows, _notes(results, datasets, methods))
+
+
+def _column_ranks(texts: list[str | None], partial: list[bool], metric: str) -> list[int]:
+    """1 for the best printed value, 2 for the second-best, 0 for the rest; nothing is ranked
+    unless at least two complete values are there to compare."""
+    values = [float(t) if t is not None and not p else None for t, p in zip(texts, partial)]
+    present = [v for v in values if v is not None]
+    if len(present) < 2:
+        return [0] * len(values)
+    order = sorted(set(present), reverse=metric not in LOWER_IS_BETTER)[:2]
+    return [order.index(v) + 1 if v in order else 0 for v in values]
+
+
+def _value_text(results: Results, dataset: str, method: str, metric: str, digits: int) -> str | None:
+    entry = results.get(dataset, {}).get(method)
+    return None if entry is None else f"{entry[metric]:.{digits}f}"
+
+
+def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[str]:
+    notes = []
+    for method in methods:
+        for dataset in datasets:
+            entry = results.get(dataset, {}).get(method)
+            if entry and entry.get("missing"):
+                total = int(entry["count"] + entry["missing"])
+                notes.append(f"{method} on {dataset}: {int(entry['count'])} of {total} images")
+    if not notes:
+        return []
+    return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)]
+
+
+def _arrow(metric: str, down: str, up: str) -> str:
+    return down if metric in LOWER_IS_BETTER else up
+
+
+def table_markdown(table: ComparisonTable) -> str:
+    """GitHub markdown: best values **bold**, second-best <u>underlined</u>."""
+    header = ["Method"] + [f"{d} {m}{_arrow(m, '↓', '↑')}" for d, m in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|--:" * len(table.columns) + "|"]
+    for method, row in zip(table.methods, table.rows):
+        cells = [_styled(c, "**{}**", "<u>{}</u>", PARTIAL) for c in row]
+        lines.append("| " + " | ".join([method.replace("|", "\\|"), *cells]) + " |")
+    lines += [""] + [note.replace(PARTIAL, "\\" + PARTIAL, 1) for note in table.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def table_csv(table: ComparisonTable) -> str:
+    """CSV for spreadsheets and pandas: plain numbers (no marks), empty where a method has no maps;
+    columns named ``<dataset>/<metric>``."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["method"] + [f"{d}/{m}" for d, m in table.columns])
+    for method, row in zip(table.methods, table.rows):
+        writer.writerow([method] + [c.text or "" for c in row])
+    return buffer.getvalue()
+
+
+def table_latex(table: ComparisonTable) -> str:
+    r"""A booktabs ``tabular``: one column group per data set, best values \textbf, second-best
+    \underline."""
+    n = len(table.metrics)
+    groups = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{_latex_escape(d)}}}" for d in table.datasets)
+    rules = " ".join(rf"\cmidrule(lr){{{2 + k * n}-{1 + (k + 1) * n}}}" for k in range(len(table.datasets)))
+    names = " & ".join("$" + _LATEX_NAMES[m] + _arrow(m, r"\downarrow", r"\uparrow") + "$" for _, m in table.columns)
+    lines = [
+        "% generated by ignite_r3net compare; needs \\usepackage{booktabs}",
+        *(f"% {note}" for note in table.notes),
+        rf"\begin{{tabular}}{{l{'c' * len(table.columns)}}}",
+        r"\toprule",
+        rf" & {groups} \\",
+        rules,
+        rf"Method & {names} \\",
+        r"\midrule",
+    ]
+    for method, row in zip(table.methods, table.rows):
+        cells = [_styled(c, r"\textbf{{{}}}", r"\underline{{{}}}", f"$^{PARTIAL}$") for c in row]
+        lines.append(" & ".join([_latex_escape(method), *cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _styled(cell: Cell, best: str, second: str, partial_mark: str) -> str:
+    if cell.text is None:
+        return NO_VALUE
+    text = best.format(cell.text) if cell.rank == 1 else second.format(cell.text) if cell.rank == 2 else cell.text
+    return text + (partial_mark if cell.partial else "")
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in text)

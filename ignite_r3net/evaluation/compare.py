@@ -1,0 +1,360 @@
+"""``compare``: the tables and curves of many methods on many data sets, as papers print them.
+
+1. Every option, data set and method is checked first (one ``error:`` line before any work).
+2. A checkpoint method's maps are made by ``evaluate_checkpoint(..., save_maps=OUT/maps/<method>)``
+   unless that folder already holds the maps of the same checkpoint, images and options.
+3. Each method's maps are matched to each data set's masks by file stem: a method without a data
+   set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
+4. Pairs (method, data set) not in the cache are scored on ``nproc`` processes (``scoring``): the
+   images of all pairs are dealt to the ranks in turn and each pair's metric all-reduces exact sums,
+   so any number of processes gives the numbers of one, bit for bit.
+5. ``results.json``, ``table.md/.csv/.tex`` and ``curves/`` are written from the cache entries.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..data import assert_dataset_ok, list_pairs, split_dirs
+from ..distributed import LaunchSpec, under_torchrun
+from ..errors import DataError, OptionError, note, warn
+from ..metrics import METRIC_KEYS
+from ..model import read_trained_weights
+from . import scoring
+from .crf import require_crf
+from .evaluate import evaluate_checkpoint
+from .maps import MAP_EXTS, listing, match_maps
+from .plots import plot_fm, plot_pr
+from .report import build_table, check_writable_file, table_csv, table_latex, table_markdown, write_json, write_text
+
+DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # the columns papers print
+_MISSING_SHOWN = 5  # map names shown in the missing-maps error
+_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A data set: its masks folder and, when the images can be found, the folder ``list_pairs``
+    reads (a DUTS-layout folder or an MSRA10K-style one), which checkpoint methods need."""
+
+    name: str
+    masks: Path
+    data: Path | None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method: a folder with one subfolder of maps per data set, or a checkpoint file."""
+
+    name: str
+    source: Path
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return self.source.is_file()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (method, data set) cell: the matched (map, mask) files and how many masks had no map."""
+
+    method: str
+    dataset: str
+    files: list[tuple[Path, Path]]
+    missing: int
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """How checkpoint methods make their maps (the ``evaluate`` options of the same names)."""
+
+    backbone: str | None = None
+    crf: bool = False
+    amp: str = "off"
+    workers: int = 2
+
+
+def compare(
+    datasets: list[str],
+    methods: list[str],
+    out: str,
+    *,
+    metrics: list[str] | None = None,
+    protocol: str = "standard",
+    allow_missing: bool = False,
+    digits: int = 3,
+    inference: InferenceOptions | None = None,
+    nproc: int = 1,
+    backend: str | None = None,
+    master_port: int | None = None,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Compare ``methods`` (``NAME=SOURCE``) on ``datasets`` (``NAME=DIR``), writing everything into
+    ``out``; returns the results (``{dataset: {method: {metric: value, "count": n}}}``)."""
+    metrics = list(metrics or DEFAULT_METRICS)
+    inference = inference or InferenceOptions()
+    _check_options(metrics, digits, nproc, inference.workers, out)
+    benches = [_benchmark(name, folder) for name, folder in parse_named(datasets, "--datasets")]
+    entries = [Method(name, _source(name, src)) for name, src in parse_named(methods, "--methods")]
+    out_dir = Path(out).resolve()
+    pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
+    stale = {m.name: _stale_inference(m, benches, out_dir, inference) for m in entries if m.is_checkpoint}
+    check_writable_file(str(out_dir / "results.json"), "--out")  # the last check: it creates the folder
+    for method in (m for m in entries if m.is_checkpoint):
+        maps = out_dir / "maps" / method.name
+        _make_maps(method, stale[method.name], maps, inference, (nproc, backend, master_port))
+        pairs[method.name] = _match_method(Method(method.name, maps), benches, allow_missing=False)
+    scored = [p for m in entries for p in pairs[m.name] if p.files]
+    cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
+    scores = scoring.score_cells(
+        cells, out_dir / "cache", protocol, LaunchSpec(nproc, backend, master_port=master_port)
+    )
+    results, curves = _collect(scored, scores)
+    _write_outputs(results, curves, [b.name for b in benches], [m.name for m in entries], metrics, digits, out_dir)
+    return results
+
+
+# ------------------------------------------------------------------------------ options, inputs
+
+
+def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
+    """``NAME=PATH`` items as (name, path); names must be distinct and usable as file names."""
+    parsed: list[tuple[str, str]] = []
+    for item in values:
+        name, sep, path = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not path:
+            raise OptionError(f"{option} {item!r}: expected NAME=PATH, e.g. ECSSD=/data/ECSSD/GT")
+        if name in (".", "..") or name.startswith(".") or _BAD_NAME.search(name):
+            raise OptionError(
+                f"{option} {item!r}: NAME must not start with '.' or hold '/', '\\' or control characters"
+            )
+        if name in {n for n, _ in parsed}:
+            raise OptionError(f"{option}: the name {name!r} is given twice")
+        parsed.append((name, path))
+    return parsed
+
+
+def _check_options(metrics: list[str], digits: int, nproc: int, workers: int, out: str) -> None:
+    unknown = [m for m in metrics if m not in METRIC_KEYS]
+    if unknown:
+        raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
+    if len(set(metrics)) != len(metrics):
+        raise OptionError(f"--metrics: a metric is given twice: {' '.join(metrics)}")
+    if not 1 <= digits <= 8:
+        raise OptionError(f"--digits must be between 1 and 8, got {digits}")
+    if nproc < 1 or workers < 0:
+        raise OptionError(f"--nproc must be >= 1 and --workers >= 0, got {nproc} and {workers}")
+    if under_torchrun():
+        raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise OptionError(f"--out {out} exists and is not a folder")
+
+
+def _benchmark(name: str, folder: str) -> Benchmark:
+    """A data set from ``NAME=DIR``: DIR is a masks folder, or a data set folder holding images and
+    masks (DUTS layout: an images and a masks subfolder; MSRA10K: name.jpg beside name.png)."""
+    path = Path(folder).resolve()
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
+    split = split_dirs(path)
+    if split is not None:  # a DUTS-layout data set folder
+        return Benchmark(name, split[1], path)
+    if _is_masks_half(path):  # the masks folder of a DUTS-layout data set folder
+        return Benchmark(name, path, path.parent)
+    return Benchmark(name, path, path if _has_images_beside_masks(path) else None)
+
+
+def _is_masks_half(folder: Path) -> bool:
+    """Whether ``folder`` is the masks folder of a DUTS-layout data set (its parent)."""
+    try:
+        split = split_dirs(folder.parent)
+    except DataError:  # the parent is no data set folder (e.g. a masks folder alone in it)
+        return False
+    return split is not None and split[1] == folder
+
+
+def _has_images_beside_masks(folder: Path) -> bool:
+    """Whether ``folder`` is MSRA10K-style (an image beside some ``.png`` mask of the same stem)."""
+    pngs = {p.stem for p in folder.glob("*.png")}
+    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+
+
+def _source(name: str, source: str) -> Path:
+    path = Path(source).resolve()
+    if not path.exists():
+        raise OptionError(f"--methods {name}={source}: {source} does not exist")
+    return path
+
+
+def _dataset_folder(source: Path, dataset: str) -> Path | None:
+    """``source/<dataset>``, else the one subfolder whose name matches ignoring case and
+    punctuation (``HKUIS`` for ``HKU-IS``), else None."""
+    exact = source / dataset
+    if exact.is_dir():
+        return exact
+    loose = [p for p in sorted(source.iterdir()) if p.is_dir() and _loose(p.name) == _loose(dataset)]
+    if len(loose) > 1:
+        raise OptionError(f"{source}: {', '.join(p.name for p in loose)} could each be the maps of {dataset}")
+    return loose[0] if loose else None
+
+
+def _loose(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _match_method(method: Method, benches: list[Benchmark], allow_missing: bool) -> list[Pair]:
+    """The method's maps matched to each data set's masks; warns about whole data sets it lacks and
+    raises ``OptionError`` for missing maps unless ``allow_missing``."""
+    folders = [_dataset_folder(method.source, bench.name) for bench in benches]
+    if not any(folders):
+        subfolders = sorted(p.name for p in method.source.iterdir() if p.is_dir())
+        loose = any(p.suffix.lower() in MAP_EXTS for p in method.source.iterdir() if p.is_file())
+        hint = "; it holds maps directly: give the folder above, with one subfolder per data set" if loose else ""
+        raise OptionError(
+            f"--methods {method.name}: {method.source} holds maps of none of the data sets "
+            f"({', '.join(b.name for b in benches)}); its subfolders: {listing(subfolders, 10) or 'none'}{hint}"
+        )
+    pairs = []
+    for bench, folder in zip(benches, folders):
+        if folder is None:
+            warn(
+                f"method {method.name} has no maps of {bench.name} (no folder {method.source / bench.name}): cells '-'"
+            )
+            pairs.append(Pair(method.name, bench.name, [], 0))
+            continue
+        if folder.name != bench.name:
+            note(f"method {method.name}: maps of {bench.name} read from {folder}")
+        pairs.append(_match_folder(method.name, bench, folder, allow_missing))
+    return pairs
+
+
+def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bool) -> Pair:
+    match = match_maps(folder, bench.masks)
+    total = len(match.pairs) + len(match.masks_without_map)
+    if match.masks_without_map and not allow_missing:
+        names = listing((p.stem for p in match.masks_without_map), _MISSING_SHOWN)
+        raise OptionError(
+            f"method {method} lacks {len(match.masks_without_map)} of {total} maps of {bench.name} "
+            f"in {folder}: {names}; --allow-missing scores the others (the cell is marked)"
+        )
+    if match.masks_without_map:
+        outcome = "cell marked" if match.pairs else "cells '-'"
+        warn(f"method {method} lacks {len(match.masks_without_map)} of {total} maps of {bench.name}: {outcome}")
+    if match.maps_without_mask:
+        warn(
+            f"method {method}, {bench.name}: {len(match.maps_without_mask)} map(s) without a mask in "
+            f"{bench.masks}, ignored: {listing((p.name for p in match.maps_without_mask), _MISSING_SHOWN)}"
+        )
+    return Pair(method, bench.name, [(m, k) for _, m, k in match.pairs], len(match.masks_without_map))
+
+
+# ---------------------------------------------------------------------------- checkpoint methods
+
+
+Stale = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
+
+
+def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> Stale:
+    """The data sets whose maps must be (re)made; checks them (the images can be found, the data set
+    and the checkpoint can be read) before any work."""
+    stale = []
+    for bench in benches:
+        if bench.data is None:
+            raise OptionError(
+                f"--methods {method.name} is a checkpoint and needs the images of {bench.name}, but "
+                f"{bench.masks} has no images beside it: give {bench.name}=DIR as the data set folder "
+                "(images/ + masks/, Imgs/ + GT/, ..., or name.jpg beside name.png)"
+            )
+        settings = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
+        files = list_pairs(bench.data)
+        key = scoring.inference_key(method.source, files, settings)
+        if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:
+            assert_dataset_ok(bench.data)  # every problem of the images, by file name (headers only)
+            stale.append((bench, key, len(files)))
+    if stale:
+        if options.crf:
+            require_crf()
+        read_trained_weights(method.source, options.backbone)  # a one-line error now, not after hours
+    return stale
+
+
+def _make_maps(
+    method: Method,
+    stale: Stale,
+    root: Path,
+    options: InferenceOptions,
+    spec: tuple[int, str | None, int | None],
+) -> None:
+    """Inference of ``method`` on its stale data sets into ``root/<dataset>`` (as ``evaluate
+    --save-maps``), then each folder's manifest, written last: an interrupted run is redone."""
+    if not stale:
+        print(f"maps of {method.name}: kept from {root} (same checkpoint, images and options)", flush=True)
+        return
+    for bench, _, _ in stale:
+        shutil.rmtree(root / bench.name, ignore_errors=True)  # maps of another checkpoint or image set
+    print(f"maps of {method.name}: inference on {', '.join(b.name for b, _, _ in stale)}", flush=True)
+    nproc, backend, master_port = spec
+    evaluate_checkpoint(
+        str(method.source),
+        [str(b.data) for b, _, _ in stale],
+        names=[b.name for b, _, _ in stale],
+        save_maps=str(root),
+        quiet=True,
+        backbone=options.backbone,
+        crf=options.crf,
+        amp=options.amp,
+        workers=options.workers,
+        nproc=nproc,
+        backend=backend,
+        master_port=master_port,
+    )
+    for bench, key, images in stale:
+        scoring.write_manifest(root / bench.name, key, method.source, images)
+
+
+# ------------------------------------------------------------------------------------- outputs
+
+
+def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dict]:
+    """``results`` (``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}``) and the
+    curves, in the order of ``pairs``; warns about resized maps."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    curves: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for pair, entry in zip(pairs, scores):
+        if entry["resized"]:
+            warn(f"method {pair.method}, {pair.dataset}: {entry['resized']} map(s) resized (bilinear) to their mask")
+        row = {**entry["metrics"], "count": entry["count"]}
+        if pair.missing:
+            row["missing"] = pair.missing
+        results.setdefault(pair.dataset, {})[pair.method] = row
+        curves.setdefault(pair.dataset, {})[pair.method] = entry["curves"]
+    return results, curves
+
+
+def _write_outputs(
+    results: dict, curves: dict, datasets: list[str], methods: list[str], metrics: list[str], digits: int, out: Path
+) -> None:
+    """results.json, the three tables, and the PR and F-measure curves of each data set."""
+    results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
+    write_json(results, out / "results.json")
+    table = build_table(results, datasets, methods, metrics, digits)
+    markdown = table_markdown(table)
+    write_text(markdown, out / "table.md")
+    write_text(table_csv(table), out / "table.csv")
+    write_text(table_latex(table), out / "table.tex")
+    for dataset in datasets:
+        lines = [(m, i, curves[dataset][m]) for i, m in enumerate(methods) if m in curves.get(dataset, {})]
+        if lines:
+            plot_pr(lines, dataset, out / "curves" / f"pr_{dataset}")
+            plot_fm(lines, dataset, out / "curves" / f"fm_{dataset}")
+    write_json(
+        {d: {m: curves[d][m] for m in methods if m in curves.get(d, {})} for d in datasets},
+        out / "curves" / "curves.json",
+    )
+    print(markdown, flush=True)
+    print(f"wrote results.json, table.md, table.csv, table.tex and curves/ to {out}", flush=True)

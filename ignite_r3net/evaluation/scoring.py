@@ -1,0 +1,221 @@
+"""Scoring the (method, data set) cells of ``compare``: a cache keyed by what decides the numbers,
+and the work of the cells it lacks spread over processes.
+
+A cell's key is a SHA-256 over
+
+* every (map, mask) file it scores: absolute path, size and modification time (ns);
+* the protocol;
+* the code that turns files into numbers: the sources of the metrics package and of the modules that
+  read maps and masks, and the versions of the libraries they call (torch, torchvision, numpy,
+  scipy, Pillow).
+
+An entry is ``OUT/cache/<key>.json``, written atomically, holding the nine metrics, the image count,
+how many maps were resized and the 256-point curves. The key names the file, so renaming a method or
+changing the order of the command line reuses it, and any change to a file or the code misses it.
+
+Cells the cache lacks are scored by ``score_cells`` on ``spec.nproc`` processes: the images of all
+cells are dealt to the ranks in turn (image i of their concatenation to rank i mod world size), each
+cell's ``SaliencyMetrics`` all-reduces exact sums, and rank 0 writes the entry. Any number of
+processes therefore writes the entries of one, bit for bit.
+Checkpoint methods have a second key for their inference (``inference_key``): the checkpoint file,
+the images and masks, the inference options and the package version; it is kept in a manifest beside
+the maps, written after the last map, so an interrupted inference is redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+
+from .. import __version__
+from ..data import load_mask
+from ..distributed import LaunchSpec, free_port, launch, rank_zero_only
+from ..metrics import METRIC_KEYS, SaliencyMetrics
+from .maps import load_saliency_map, score_maps
+from .report import write_json
+
+__all__ = [
+    "CACHE_FORMAT",
+    "score_cells",
+    "code_version",
+    "pair_key",
+    "read_entry",
+    "write_entry",
+    "inference_key",
+    "read_manifest",
+    "write_manifest",
+]
+
+CACHE_FORMAT = 1  # bump when an entry's layout changes
+MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
+_LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
+
+
+def code_version() -> str:
+    """Digest of the sources and library versions that decide a score."""
+    metric_dir = Path(inspect.getsourcefile(SaliencyMetrics) or "").parent
+    readers = {Path(inspect.getsourcefile(f) or "") for f in (load_mask, load_saliency_map)}
+    digest = hashlib.sha256()
+    for path in sorted(metric_dir.glob("*.py")) + sorted(readers):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for name in _LIBRARIES:
+        digest.update(f"{name}={_library_version(name)}\n".encode())
+    return digest.hexdigest()
+
+
+def _library_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _files_digest(digest: Any, paths: Iterable[Path]) -> None:
+    for path in paths:
+        st = path.stat()
+        digest.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+
+def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> str:
+    """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code``
+    (``code_version()``)."""
+    digest = hashlib.sha256(f"scores {CACHE_FORMAT}\0{protocol}\0{code}\n".encode())
+    _files_digest(digest, (p for pair in pairs for p in pair))
+    return digest.hexdigest()
+
+
+def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: Mapping[str, Any]) -> str:
+    """The key of a checkpoint's maps of a data set: the checkpoint file, every (image, mask) file,
+    the inference ``options`` (backbone, CRF, AMP) and the versions of this package and torch."""
+    version = f"{__version__} torch={_library_version('torch')}"
+    digest = hashlib.sha256(f"maps {CACHE_FORMAT}\0{version}\0{json.dumps(options, sort_keys=True)}\n".encode())
+    _files_digest(digest, [checkpoint])
+    _files_digest(digest, (p for pair in data for p in pair))
+    return digest.hexdigest()
+
+
+def read_entry(cache_dir: Path, key: str) -> dict[str, Any] | None:
+    """The cached entry for ``key``, or None (absent, unreadable, or of another format)."""
+    try:
+        entry = json.loads((cache_dir / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT or entry.get("key") != key:
+        return None
+    return entry
+
+
+def write_entry(cache_dir: Path, key: str, entry: Mapping[str, Any]) -> None:
+    """Store ``entry`` under ``key`` atomically (a crash leaves the old entry or none)."""
+    write_json({"format": CACHE_FORMAT, "key": key, **entry}, cache_dir / f"{key}.json")
+
+
+def read_manifest(maps_dir: Path) -> str | None:
+    """The inference key recorded beside a checkpoint method's maps, or None."""
+    try:
+        return json.loads((maps_dir / MANIFEST).read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> None:
+    """Record that ``maps_dir`` holds the complete maps of inference ``key``."""
+    write_json({"key": key, "checkpoint": os.fspath(checkpoint), "images": images}, maps_dir / MANIFEST)
+
+
+# ------------------------------------------------------------------------------------- scoring
+
+Cell = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
+
+
+@dataclass
+class ScoreJob:
+    """The cells to score, for every rank; picklable, so spawned workers receive it."""
+
+    cells: list[tuple[str, list[tuple[str, str]], str]]  # (label, (map, mask) files, entry path)
+    protocol: str
+
+
+def score_cells(cells: list[Cell], cache: Path, protocol: str, spec: LaunchSpec) -> list[dict[str, Any]]:
+    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``), scoring the ones
+    ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed."""
+    code = code_version()
+    keys = [pair_key(files, protocol, code) for _, files in cells]
+    todo: dict[str, Cell] = {}  # by key: two methods given the same maps are scored once
+    for key, cell in zip(keys, cells):
+        if key not in todo and read_entry(cache, key) is None:
+            todo[key] = cell
+    print(f"{sum(k not in todo for k in keys)} of {len(cells)} (method, data set) pair(s) from the cache", flush=True)
+    if todo:
+        print(f"scoring {len(todo)} pair(s) on {spec.nproc} process(es)", flush=True)
+        job = ScoreJob(
+            [
+                (label, [(str(m), str(k)) for m, k in files], str(cache / f"{key}.json"))
+                for key, (label, files) in todo.items()
+            ],
+            protocol,
+        )
+        if spec.nproc == 1:  # in this process: an unreadable map is a plain one-line error
+            _score_worker(0, job)
+        else:
+            launch(_score_worker, job, replace(spec, master_port=spec.master_port or free_port()))
+    entries = [e for e in (read_entry(cache, key) for key in keys) if e is not None]
+    if len(entries) != len(keys):
+        raise OSError(f"cache entries vanished from {cache} while compare ran")
+    return entries
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One torch thread for the block. A map's tensors are small (~0.1 M pixels): intra-op threads
+    cost more than they give (on a busy 2-core machine, scoring ran 10x slower with 2 threads than
+    with 1); ``--nproc`` is how more cores are used."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _score_worker(local_rank: int, job: ScoreJob) -> None:
+    """Runs on every rank: score this rank's share of each cell's images; rank 0 stores the entry."""
+    with _one_thread():
+        _score_share(job)
+
+
+def _score_share(job: ScoreJob) -> None:
+    rank, world = idist.get_rank(), idist.get_world_size()
+    dealt = 0
+    for label, files, entry_path in job.cells:
+        start = time.perf_counter()
+        mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
+        dealt += len(files)
+        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol)
+        resized = idist.all_reduce(float(len(score_maps(mine, metric))))
+        values, curves = metric.compute(), metric.curves()
+        entry = {
+            "count": len(files),
+            "resized": int(resized),
+            "metrics": {k: float(values[k]) for k in METRIC_KEYS},
+            "curves": {name: [float(v) for v in curve] for name, curve in curves.items()},
+        }
+        _store(Path(entry_path), entry, label, time.perf_counter() - start)
+
+
+@rank_zero_only
+def _store(path: Path, entry: dict[str, Any], label: str, seconds: float) -> None:
+    write_entry(path.parent, path.stem, entry)
+    print(f"scored {label}: {entry['count']} maps in {seconds:.1f} s", flush=True)
