@@ -2,7 +2,14 @@
 
 from .checks import assert_dataset_ok, check_dataset
 from .folder import IMAGE_EXTS, MASK_EXTS, DataError, list_pairs, load_image, load_mask
-from .loader import SaliencyEvalSet, SaliencyTrainSet, build_eval_loader, build_train_loader, init_loader_worker
+from .loader import (
+    SaliencyEvalSet,
+    SaliencyTrainSet,
+    build_eval_loader,
+    build_train_loader,
+    collate_train,
+    init_loader_worker,
+)
 from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
 from .transforms import (
@@ -41,6 +48,7 @@ __all__ = [
     "sample_seed",
     "SaliencyTrainSet",
     "SaliencyEvalSet",
+    "collate_train",
     "build_train_loader",
     "init_loader_worker",
     "build_eval_loader",
