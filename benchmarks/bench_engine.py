@@ -33,7 +33,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, sample_seed
+from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, collate_train, sample_seed
 from ignite_r3net.model import R3Net
 from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
@@ -47,15 +47,13 @@ def preload_batches(
     data_dir: str | Path, n_batches: int, batch_size: int, crop: int, rotate: float, seed: int = 0
 ) -> list[dict[str, Any]]:
     """``n_batches`` collated uint8 batches exactly as the training DataLoader yields them."""
-    from torch.utils.data import default_collate
-
     dataset = SaliencyTrainSet(data_dir, crop=crop, rotate=rotate)
     batches = []
     for b in range(n_batches):
         keys = [
             ((b * batch_size + k) % len(dataset), sample_seed(seed, 0, b * batch_size + k)) for k in range(batch_size)
         ]
-        batches.append(default_collate([dataset[key] for key in keys]))
+        batches.append(collate_train([dataset[key] for key in keys]))
     return batches
 
 

@@ -14,16 +14,22 @@ Baseline (the seed, ``seed/ddp_r3net_blog.txt`` with R3Net's ``datasets.ImageFol
 then ``default_collate`` of a batch (the seed's DataLoader, batch 12). The code below is written from
 that description (the seed's helper modules are not part of this repository).
 
-Ours is what the trainer does: ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when a
-side is smaller than the crop, crop and flip on uint8, angle drawn), ``default_collate``, then the
-batched ``device_augment`` (rotation + normalisation) - here on the CPU, the worst case for it.
-A second figure, ``ours_worker_samples_per_s``, stops before ``device_augment``: that is the work
-left in the DataLoader workers when the trainer runs on a GPU, where rotation and normalisation of a
-batch cost well under a millisecond.
+What matters for GPU training is the work left in the DataLoader workers: rotation and
+normalisation of a batch run on the GPU (``DeviceAugment``, well under a millisecond per batch), so
+the CPU's share per sample is decode, crop and flip. The headline figure is therefore
+
+* ``worker_speedup``: ours, ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when
+  a side is smaller than the crop, channels-last crop and flip on uint8, angle drawn) and
+  ``collate_train`` (the training DataLoader's collate), versus the whole seed pipeline above;
+* ``full_cpu_speedup`` (secondary): ours plus the batched ``device_augment`` (rotation and
+  normalisation) run on the CPU as well, the worst case for it (CPU-only training);
+* ``worker_profile_ms_per_sample``: where ours spends its time per sample (JPEG and PNG decode,
+  crop/flip with the draws, collate, and the whole worker share), each the best pass over the files.
 
 Everything runs in one process with one thread (``torch.set_num_threads(1)``), no DataLoader
-workers, on the same files with the same crop and rotation; the two pipelines are timed in
-alternation (ABAB...) and each keeps its best pass, which cancels most machine noise.
+workers, on the same files with the same crop and rotation; the pipelines are timed in alternation
+(baseline, worker share, full CPU, baseline, ...) and each keeps its best pass, which cancels most
+machine noise.
 """
 
 from __future__ import annotations
@@ -39,8 +45,16 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision import transforms
 
-from ignite_r3net.data import SaliencyTrainSet, device_augment, list_pairs, sample_seed
-from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from ignite_r3net.data import (
+    SaliencyTrainSet,
+    collate_train,
+    device_augment,
+    list_pairs,
+    load_image,
+    load_mask,
+    sample_seed,
+)
+from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD, draw_angle
 
 __all__ = [
     "SeedRandomCrop",
@@ -49,6 +63,7 @@ __all__ = [
     "SeedJointTransform",
     "SeedImageFolder",
     "bench_pipeline",
+    "profile_worker",
 ]
 
 
@@ -184,7 +199,7 @@ def bench_pipeline(
     """Samples/s of the seed's pipeline and of ours on the files of ``data_dir`` (MSRA10K layout).
 
     Each pass loads ``samples`` samples (rounded up to whole batches of ``batch_size``), cycling over
-    the files in order; the passes of the two pipelines alternate and each keeps its fastest.
+    the files in order; the passes of the pipelines alternate and each keeps its fastest.
     """
     pairs = list_pairs(data_dir)
     n_batches = max(1, math.ceil(samples / batch_size))
@@ -196,34 +211,35 @@ def bench_pipeline(
         for b in range(n_batches):
             default_collate([baseline[(b * batch_size + k) % len(pairs)] for k in range(batch_size)])
 
-    def ours_batch(b: int, augment: bool) -> None:
+    def ours_batch(b: int) -> dict[str, Any]:
         keys = [
             ((b * batch_size + k) % len(pairs), sample_seed(seed, 0, b * batch_size + k)) for k in range(batch_size)
         ]
-        batch = default_collate([ours[key] for key in keys])
-        if augment:
-            device_augment(batch["image"], batch["mask"], batch["angle"])
-
-    def run_ours() -> None:
-        for b in range(n_batches):
-            ours_batch(b, True)
+        return collate_train([ours[key] for key in keys])
 
     def run_worker() -> None:
         for b in range(n_batches):
-            ours_batch(b, False)
+            ours_batch(b)
+
+    def run_full_cpu() -> None:
+        for b in range(n_batches):
+            batch = ours_batch(b)
+            device_augment(batch["image"], batch["mask"], batch["angle"])
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         # warm-up: file cache, lazy imports, allocator
         default_collate([baseline[k % len(pairs)] for k in range(batch_size)])
-        ours_batch(0, True)
-        times: dict[str, list[float]] = {"baseline": [], "ours": [], "worker": []}
+        batch = ours_batch(0)
+        device_augment(batch["image"], batch["mask"], batch["angle"])
+        times: dict[str, list[float]] = {"baseline": [], "worker": [], "full_cpu": []}
         for _ in range(repeats):
-            for name, fn in (("baseline", run_baseline), ("ours", run_ours), ("worker", run_worker)):
+            for name, fn in (("baseline", run_baseline), ("worker", run_worker), ("full_cpu", run_full_cpu)):
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
+        profile = profile_worker(ours, batch_size, seed, repeats)
     finally:
         torch.set_num_threads(previous)
 
@@ -231,10 +247,12 @@ def bench_pipeline(
     sizes = _size_range(pairs[: min(len(pairs), 64)])
     return {
         "baseline_samples_per_s": rate["baseline"],
-        "ours_samples_per_s": rate["ours"],
-        "speedup": rate["ours"] / rate["baseline"],
         "ours_worker_samples_per_s": rate["worker"],
         "worker_speedup": rate["worker"] / rate["baseline"],
+        "ours_full_cpu_samples_per_s": rate["full_cpu"],
+        "full_cpu_speedup": rate["full_cpu"] / rate["baseline"],
+        "baseline_ms_per_sample": 1e3 / rate["baseline"],
+        "worker_profile_ms_per_sample": profile,
         "settings": {
             "samples_per_pass": n,
             "batch_size": batch_size,
@@ -246,6 +264,42 @@ def bench_pipeline(
             "image_sizes": sizes,
         },
     }
+
+
+def profile_worker(dataset: SaliencyTrainSet, batch_size: int, seed: int, repeats: int) -> dict[str, float]:
+    """Milliseconds per sample of each part of ours in a DataLoader worker, best pass over the files:
+    ``decode_jpeg_png`` (``load_image`` + ``load_mask``), ``crop_flip`` (the generator, crop, flip
+    and angle draws on decoded pixels), ``collate`` (``collate_train`` of whole batches) and
+    ``worker_total`` (``__getitem__`` + ``collate_train``: the parts together, plus file reads, fresh
+    batch memory and Python glue)."""
+    n = len(dataset)
+    keys = [(i, sample_seed(seed, 0, i)) for i in range(n)]
+    decoded = [(load_image(image), load_mask(mask)) for image, mask in dataset.pairs]
+    items = [dataset[key] for key in keys]
+    batches = _chunks(items, batch_size)
+
+    def crop_flip(i: int) -> None:
+        generator = torch.Generator().manual_seed(keys[i][1])
+        dataset.crop_flip(*decoded[i], generator)
+        draw_angle(generator, dataset.rotate)
+
+    parts: dict[str, tuple[Any, int]] = {
+        "decode_jpeg_png": (lambda: [(load_image(image), load_mask(mask)) for image, mask in dataset.pairs], n),
+        "crop_flip": (lambda: [crop_flip(i) for i in range(n)], n),
+        "collate": (lambda: [collate_train(b) for b in batches], n),
+        "worker_total": (lambda: [collate_train([dataset[k] for k in b]) for b in _chunks(keys, batch_size)], n),
+    }
+    best = {name: math.inf for name in parts}
+    for _ in range(max(repeats, 3)):
+        for name, (fn, count) in parts.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3 / count)
+    return best
+
+
+def _chunks(seq: list[Any], size: int) -> list[list[Any]]:
+    return [seq[i : i + size] for i in range(0, len(seq), size)]
 
 
 def _size_range(pairs: list[tuple[Path, Path]]) -> str:

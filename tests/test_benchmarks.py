@@ -39,9 +39,18 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     assert report["machine"]["cores"] >= 1 and report["machine"]["torch"] == __import__("torch").__version__
     assert "--only" in report["command"]
     for name, keys in {
-        "pipeline": ("baseline_samples_per_s", "ours_samples_per_s", "speedup", "ours_worker_samples_per_s"),
+        "pipeline": (
+            "baseline_samples_per_s",
+            "ours_worker_samples_per_s",
+            "worker_speedup",
+            "ours_full_cpu_samples_per_s",
+            "full_cpu_speedup",
+        ),
         "engine": ("bare_it_per_s", "ignite_it_per_s", "ratio"),
     }.items():
         for key in keys:
             assert report[name][key] > 0, (name, key, report[name])
-    assert "pipeline: baseline" in proc.stdout and "engine: bare" in proc.stdout
+    profile = report["pipeline"]["worker_profile_ms_per_sample"]
+    assert set(profile) == {"decode_jpeg_png", "crop_flip", "collate", "worker_total"}
+    assert all(v > 0 for v in profile.values()), profile
+    assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout

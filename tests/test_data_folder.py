@@ -282,10 +282,10 @@ def test_unreadable_image_error_names_file(tmp_path: Path) -> None:
         load_image(bad)
 
 
-def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path) -> None:
-    """The frame header is found by walking the marker segments, not by the first SOF bytes in the
-    file, which may belong to a thumbnail stored in an application segment."""
-    from ignite_r3net.data.folder import _is_cmyk_jpeg
+def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path, monkeypatch) -> None:
+    """A CMYK JPEG goes to PIL (Adobe's inverted-ink convention) even when an RGB JPEG thumbnail sits
+    in an application segment before its frame header; a plain RGB JPEG stays with torchvision."""
+    from ignite_r3net.data import folder
 
     buf = io.BytesIO()
     Image.fromarray(_rgb(16, 16, seed=5)).save(buf, format="JPEG")
@@ -296,8 +296,16 @@ def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path
     app15 = b"\xff\xef" + (2 + len(thumbnail)).to_bytes(2, "big") + thumbnail
     path = tmp_path / "with_thumbnail.jpg"
     path.write_bytes(cmyk[:2] + app15 + cmyk[2:])
+    rgb_path = tmp_path / "rgb.jpg"
+    rgb_path.write_bytes(thumbnail)
 
-    assert _is_cmyk_jpeg(path.read_bytes()) and _is_cmyk_jpeg(cmyk) and not _is_cmyk_jpeg(thumbnail)
-    got = load_image(path).permute(1, 2, 0).numpy().astype(int)
-    with Image.open(path) as img:
-        assert np.abs(got - np.asarray(img.convert("RGB")).astype(int)).mean() < 2
+    opened = []
+    pil_open = folder._pil_open
+    monkeypatch.setattr(folder, "_pil_open", lambda p: opened.append(Path(p).name) or pil_open(p))
+    with Image.open(path) as img:  # the header read that decides PIL's conversion
+        assert img.mode == "CMYK" and img.size == (32, 24)
+        expected = np.asarray(img.convert("RGB")).astype(int)
+    got = load_image(path)
+    assert got.shape == (3, 24, 32) and opened == ["with_thumbnail.jpg"]
+    assert np.abs(got.permute(1, 2, 0).numpy().astype(int) - expected).mean() < 2
+    assert load_image(rgb_path).shape == (3, 16, 16) and opened == ["with_thumbnail.jpg"]

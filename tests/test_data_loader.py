@@ -6,14 +6,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import default_collate
 
 from ignite_r3net.data import (
     DataError,
+    DeviceAugment,
     SaliencyEvalSet,
+    SaliencyTrainSet,
     build_eval_loader,
     build_train_loader,
+    collate_train,
     make_synthetic_dataset,
+    normalize_image,
+    sample_seed,
 )
+from ignite_r3net.training.step import prepare_batch
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +41,7 @@ def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> 
     assert len(full) == 2
     b = full[0]
     assert b["image"].shape == (3, 3, 48, 48) and b["image"].dtype == torch.uint8
+    assert b["image"].is_contiguous(memory_format=torch.channels_last)
     assert b["mask"].shape == (3, 1, 48, 48) and b["mask"].dtype == torch.uint8
     assert b["angle"].shape == (3,) and b["angle"].dtype == torch.float32
     assert b["index"].shape == (3,)
@@ -45,11 +53,31 @@ def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> 
     sampler2.set_epoch(1, skip_batches=1)
     resumed = _batches(loader2)
     assert len(resumed) == 1
+    assert resumed[0]["image"].is_contiguous(memory_format=torch.channels_last)  # through worker processes too
     for key in ("image", "mask", "angle", "index"):
         assert torch.equal(resumed[0][key], full[1][key])
 
     sampler.set_epoch(2)
     assert not torch.equal(_batches(loader)[0]["image"], full[0]["image"])
+
+
+def test_channels_last_batches_give_the_same_numbers(synthetic: tuple[Path, Path]) -> None:
+    """Items are channels-last views and ``collate_train`` keeps that layout; the batch holds the
+    same values as a planar one, and the device step sees bit-identical tensors either way."""
+    train, _ = synthetic
+    dataset = SaliencyTrainSet(train, crop=32, rotate=10)
+    items = [dataset[(i, sample_seed(4, 0, i))] for i in range(6)]
+    assert all(it["image"].permute(1, 2, 0).is_contiguous() for it in items)
+    batch, planar = collate_train(items), default_collate(items)
+    assert batch["image"].is_contiguous(memory_format=torch.channels_last) and planar["image"].is_contiguous()
+    assert batch.keys() == planar.keys() and all(torch.equal(batch[k], planar[k]) for k in batch)
+    assert torch.equal(normalize_image(batch["image"]), normalize_image(planar["image"]))
+    augment = DeviceAugment()
+    for channels_last in (False, True):
+        x, y = prepare_batch(batch, torch.device("cpu"), augment, channels_last)
+        x_ref, y_ref = prepare_batch(planar, torch.device("cpu"), augment, channels_last)
+        assert torch.equal(x, x_ref) and torch.equal(y, y_ref)
+        assert x.stride() == x_ref.stride() and y.stride() == y_ref.stride()
 
 
 def test_train_loader_too_small(synthetic: tuple[Path, Path]) -> None:

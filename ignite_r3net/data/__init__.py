@@ -3,7 +3,14 @@
 from ..errors import DataError
 from .checks import assert_dataset_ok, check_dataset
 from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, load_image, load_mask, split_dirs
-from .loader import SaliencyEvalSet, SaliencyTrainSet, build_eval_loader, build_train_loader, init_loader_worker
+from .loader import (
+    SaliencyEvalSet,
+    SaliencyTrainSet,
+    build_eval_loader,
+    build_train_loader,
+    collate_train,
+    init_loader_worker,
+)
 from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
 from .transforms import (
@@ -43,6 +50,7 @@ __all__ = [
     "sample_seed",
     "SaliencyTrainSet",
     "SaliencyEvalSet",
+    "collate_train",
     "build_train_loader",
     "init_loader_worker",
     "build_eval_loader",

@@ -176,52 +176,29 @@ def _pil_open(path: Path) -> Image.Image:
 def load_image(path: str | Path) -> torch.Tensor:
     """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation.
 
-    torchvision decodes the common cases; PIL handles what it cannot (CMYK, odd PNGs, TIFF, ...).
-    Raises :class:`DataError` naming the file when neither can read it.
+    The result is channels-last in memory (a ``permute`` view of the decoder's ``(H, W, 3)``
+    pixels): a crop of it copies whole rows, and the layout change to planar is left to the device
+    (:func:`~ignite_r3net.data.transforms.normalize_image` and the training augmentation accept
+    either layout and give the same numbers).
+
+    torchvision decodes the common case, 8-bit RGB (any JPEG in YCbCr, RGB PNGs). Everything else
+    goes to PIL, whose header read decides the conversion: CMYK JPEGs (torchvision returns their
+    4 channels as they are; PIL applies the Adobe inverted-ink convention), grayscale, alpha,
+    16-bit, and files torchvision cannot read (TIFF, odd PNGs, ...). Raises :class:`DataError`
+    naming the file when neither can read it.
     """
     path = Path(path)
-    raw = _read_bytes(path)
-    out = None
-    # CMYK JPEGs written by Adobe tools store inverted ink values; PIL knows that convention.
-    if not _is_cmyk_jpeg(raw):
-        out = _tv_decode(raw, "RGB")
+    # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends
+    # CMYK and the other odd files to PIL, at no cost to the common case.
+    out = _tv_decode(_read_bytes(path), "UNCHANGED")
     if out is not None and out.dtype == torch.uint8 and out.ndim == 3 and out.shape[0] == 3:
         return out
     try:
         with _pil_open(path) as img:
-            arr = np.asarray(img.convert("RGB"))
+            arr = np.array(img.convert("RGB"))  # a writable copy
     except Exception as exc:
         raise DataError(f"cannot read image {path}: {exc}") from exc
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
-
-
-def _is_cmyk_jpeg(raw: bytes) -> bool:
-    """Whether the JPEG's frame header (SOF) declares 4 components. The marker segments are walked
-    in order, so an SOF inside an earlier segment (an EXIF thumbnail in APP1) is not mistaken for
-    the image's own."""
-    if not raw.startswith(b"\xff\xd8"):
-        return False
-    i, end = 2, min(len(raw), 1 << 20)
-    while i + 4 <= end:
-        if raw[i] != 0xFF:
-            return False  # not at a marker: a malformed header; let the decoders judge
-        marker = raw[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _SOF_MARKERS:
-            return i + 9 < len(raw) and raw[i + 9] == 4
-        if marker == 0xD9 or marker == 0xDA:  # end of image, start of scan: no frame header before
-            return False
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # stand-alone markers
-            i += 2
-            continue
-        i += 2 + int.from_bytes(raw[i + 2 : i + 4], "big")
-    return False
-
-
-# start-of-frame markers (C4 = DHT, C8 = JPG extension, CC = DAC are not frames)
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+    return torch.from_numpy(arr).permute(2, 0, 1)
 
 
 def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
@@ -257,7 +234,8 @@ def load_mask(path: str | Path) -> torch.Tensor:
         else:
             arr = None
         if arr is not None:
-            return torch.from_numpy(_mask_to_uint8(arr).copy()).unsqueeze(0)
+            # the decoded tensor is ours alone: no copy needed
+            return torch.from_numpy(_mask_to_uint8(arr)).unsqueeze(0)
     try:
         with _pil_open(path) as img:
             if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):

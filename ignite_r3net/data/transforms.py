@@ -38,6 +38,13 @@ class JointCropFlip:
     ``crop x crop`` (image bilinear, mask nearest); the crop offset is uniform over every valid
     offset; the flip happens with probability 0.5. The three draws are always made, in that order,
     so switching ``flip`` off does not shift the angles drawn after it.
+
+    The image is cropped channels-last: the decoders hand over ``(H, W, 3)`` pixels (seen as
+    ``(3, H, W)``), a crop of them is ``crop`` contiguous rows of ``3 * crop`` bytes, and the
+    returned ``(3, crop, crop)`` image is again a channels-last view. Copying to planar here would
+    be a strided byte shuffle several times slower than the crop itself; the planar layout is made
+    by the float conversion on the device (:class:`DeviceAugment`), which writes a new tensor
+    anyway. Any input layout gives the same values.
     """
 
     def __init__(self, crop: int, flip: bool = True) -> None:
@@ -49,7 +56,8 @@ class JointCropFlip:
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return the cropped (and maybe flipped) ``(image, mask)``, both uint8 and contiguous."""
+        """Return the cropped (and maybe flipped) ``(image, mask)``, both uint8; the image
+        channels-last, the mask contiguous."""
         if image.shape[-2:] != mask.shape[-2:]:
             raise ValueError(f"image {tuple(image.shape)} and mask {tuple(mask.shape)} differ in size")
         c = self.crop
@@ -66,9 +74,9 @@ class JointCropFlip:
         flip = flip and self.flip
         mask = mask[..., y : y + c, x : x + c]
         mask = mask.flip(-1) if flip else mask.contiguous()
-        image = image[..., y : y + c, x : x + c]
-        image = image.flip(-1) if flip else image.contiguous()
-        return image, mask
+        pixels = image.permute(1, 2, 0)[y : y + c, x : x + c]  # (c, c, 3)
+        pixels = pixels.flip(1) if flip else pixels.contiguous()
+        return pixels.permute(2, 0, 1), mask
 
 
 def draw_angle(generator: torch.Generator, rotate: float) -> float:
