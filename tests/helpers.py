@@ -106,3 +106,25 @@ def raise_on_rank_one(local_rank: int, config) -> None:
         raise OSError("cannot read image /data/broken.jpg")
     idist.all_reduce(1.0)  # would hang forever if the failure were not propagated
     idist.barrier()
+
+
+def save_spread_r3net(path: Path, seed: int = 1) -> Path:
+    """A resnet18 R3Net state_dict (the layout of ``best_model_*`` files) whose maps span most of
+    0..1: BatchNorm statistics drawn at random and the first prediction scaled up. An untrained
+    R3Net predicts about 0.5 everywhere, which would hide an export that gets the image wrong."""
+    import torch
+    from torch import nn
+
+    from ignite_r3net.model import R3Net
+
+    torch.manual_seed(seed)
+    model = R3Net("resnet18")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1, generator=generator)
+                module.running_var.uniform_(0.5, 1.5, generator=generator)
+        model.predict0.weight.mul_(20)
+    torch.save(model.state_dict(), path)
+    return path
