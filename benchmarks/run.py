@@ -3,7 +3,7 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, gpu. See benchmarks/README.md.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu. See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
 ``--quick`` runs everything in under 3 minutes on 2 CPU cores.
@@ -28,8 +28,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "gpu")
-GOALS = {"pipeline": 3.5, "engine": 0.97, "metrics": 2.5, "scaling": 1.7, "gpu": None}
+NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "gpu")
+GOALS = {"pipeline": 3.5, "engine": 0.97, "metrics": 2.5, "scaling": 1.7, "inference": None, "gpu": None}
 
 # per benchmark: settings for the full run, --quick and the hidden --tiny (tests)
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
@@ -49,6 +49,13 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "full": {"iters": 30, "warmup": 5, "repeats": 2, "crop": 128, "batch_size": 8},
         "quick": {"iters": 14, "warmup": 4, "repeats": 1, "crop": 96, "batch_size": 6},
         "tiny": {"iters": 6, "warmup": 2, "crop": 32, "batch_size": 2},
+    },
+    # the paper's backbone at MSRA10K's image size; --quick and --tiny export the smallest backbone,
+    # whose export alone takes ~15 s of CPU (torch.export with dynamic height and width)
+    "inference": {
+        "full": {"backbone": "resnext101_32x4d", "size": (300, 400), "images": 3, "repeats": 3},
+        "quick": {"backbone": "resnet18", "size": (300, 400), "images": 3, "repeats": 2},
+        "tiny": {"backbone": "resnet18", "size": (48, 64), "images": 1, "repeats": 1, "threads": (1,)},
     },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
 }
@@ -125,6 +132,12 @@ def run_scaling(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_scaling(data, **s)
 
 
+def run_inference(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_inference import bench_inference
+
+    return bench_inference(**s)
+
+
 def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     from bench_gpu import bench_gpu
 
@@ -136,6 +149,7 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "engine": run_engine,
     "metrics": run_metrics,
     "scaling": run_scaling,
+    "inference": run_inference,
     "gpu": run_gpu,
 }
 
@@ -174,6 +188,10 @@ def format_line(name: str, r: dict[str, Any]) -> str:
             f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
             f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}"
         )
+    if name == "inference":
+        from bench_inference import format_inference
+
+        return format_inference(r)
     from bench_gpu import format_gpu
 
     return format_gpu(r)

@@ -1,4 +1,5 @@
-"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``make-data``, ``check-data``.
+"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``export``, ``make-data``,
+``check-data``.
 
 Argument parsing only: each command's options, then one entry function per command. The ``train``
 options are generated from ``TrainConfig``, so every recipe field has a flag whose ``--help`` shows
@@ -19,14 +20,16 @@ from .config import TrainConfig
 from .data.tools import check_data, make_data
 from .distributed import Terminated
 from .errors import OptionError, UserError, error_line
-from .evaluation import evaluate_checkpoint, evaluate_maps, predict
+from .evaluation import evaluate_checkpoint, evaluate_maps, export_model, predict
 from .evaluation.compare import DEFAULT_METRICS, InferenceOptions, compare
+from .evaluation.export import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .metrics import METRIC_KEYS
 from .model import BACKBONES
 from .training import train
 
 Handler = Callable[[argparse.Namespace], int]
 CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
+BACKBONE_HELP = "backbone of the checkpoint; default: config.json beside it, else inferred from its weights"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -50,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_train, add_evaluate, add_predict, add_compare, add_make_data, add_check_data):
+    for add in (add_train, add_evaluate, add_predict, add_compare, add_export, add_make_data, add_check_data):
         add(sub)
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
@@ -110,7 +113,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------- evaluate, predict
+# ----------------------------------------------------------------------- evaluate, predict, export
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
@@ -156,12 +159,16 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="write saliency maps for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
-        "every input image (files, or every image directly inside a folder).",
+        "every input image (files, or every image directly inside a folder), with PyTorch from a "
+        "checkpoint or with a model written by 'export'.",
     )
-    pr.add_argument(
-        "--checkpoint",
-        required=True,
-        help="training checkpoint, best_model_*.pt, or an original R3Net release state_dict",
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help=CHECKPOINT_HELP)
+    src.add_argument(
+        "--model",
+        metavar="FILE",
+        help="a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), "
+        "any other name is loaded as TorchScript; same maps as --checkpoint",
     )
     pr.add_argument(
         "--input",
@@ -175,12 +182,51 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(handler=run_predict)
 
 
-def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--backbone",
-        default=None,
-        help="backbone of the checkpoint; default: config.json beside it, else inferred from its weights",
+def add_export(sub: argparse._SubParsersAction) -> None:
+    ex = sub.add_parser(
+        "export",
+        help="write the trained model as one ONNX or TorchScript file for use outside this package",
+        description="Write R3Net's inference graph (eval mode, sigmoid output at the input's size) as one "
+        "file that runs without this package. Input: RGB uint8 (N, 3, H, W), 0..255; output: float "
+        "(N, 1, H, W) saliency in 0..1; batch, height and width are dynamic and the ImageNet "
+        "normalisation is inside the graph (this contract is also stored in the file's metadata). The "
+        "file is loaded back and compared with the PyTorch model before it is given its name.",
     )
+    ex.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    ex.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="onnx (torch.onnx's torch.export-based exporter; run it with onnxruntime or another ONNX "
+        "runtime; needs the onnx extra) or torchscript (torch.jit.trace; load it with torch.jit.load or "
+        "libtorch C++)",
+    )
+    ex.add_argument(
+        "--output",
+        required=True,
+        metavar="FILE",
+        help=f"file to write: ending in {SUFFIXES['onnx']} for onnx, {SUFFIXES['torchscript']} for torchscript; "
+        "an existing file is replaced",
+    )
+    ex.add_argument(
+        "--opset",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"ONNX opset, {OPSETS[0]} to {OPSETS[-1]} (default: {DEFAULT_OPSET}, the oldest, which the most "
+        "runtimes read); onnx only",
+    )
+    ex.add_argument("--backbone", default=None, help=BACKBONE_HELP)
+    ex.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    export_model(args.checkpoint, args.format, args.output, backbone=args.backbone, opset=args.opset)
+    return 0
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backbone", default=None, help=BACKBONE_HELP)
     parser.add_argument(
         "--crf",
         action="store_true",
@@ -227,6 +273,7 @@ def run_predict(args: argparse.Namespace) -> int:
         args.checkpoint,
         args.input,
         args.output,
+        model=args.model,
         backbone=args.backbone,
         crf=args.crf,
         amp=args.amp,
@@ -325,7 +372,6 @@ def run_compare(args: argparse.Namespace) -> int:
         backend=args.backend,
         master_port=args.master_port,
     )
-    return 0
 
 
 # ------------------------------------------------------------------------------------- data tools

@@ -36,6 +36,13 @@ class CheckpointError(UserError):
     """A checkpoint or weights file could not be written or read; the message names the file."""
 
 
+class ExportError(UserError):
+    """``export`` wrote a file that does not load back or does not give the PyTorch model's maps;
+    the file is removed (exit code 1: not the user's input, but one line saying what failed)."""
+
+    exit_code = 1
+
+
 class WorkerFailed(UserError):
     """A worker of a running job failed: one line naming the rank and the cause (exit code 1)."""
 

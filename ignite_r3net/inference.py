@@ -23,7 +23,13 @@ def predict_maps(model: nn.Module, images: torch.Tensor, amp: str = "off") -> to
     dtype = AMP_DTYPES[amp]
     with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
         prob = model(normalize_image(images))
-    return (prob.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
+    return to_8bit_maps(prob)
+
+
+def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
+    """Saliency probabilities (N,1,H,W) in 0..1 as the 8-bit maps (N,H,W) that are scored and saved:
+    ``round(p * 255)``. Also applied to the output of an exported model (``predict --model``)."""
+    return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
 def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -> Engine:

@@ -153,3 +153,25 @@ def blob_mask(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     cy, cx = rng.uniform(0.3, 0.6) * h, rng.uniform(0.3, 0.6) * w
     ry, rx = rng.uniform(0.15, 0.3) * h, rng.uniform(0.15, 0.3) * w
     return ((((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2) <= 1).astype(np.uint8) * 255
+
+
+def save_spread_r3net(path: Path, seed: int = 1) -> Path:
+    """A resnet18 R3Net state_dict (the layout of ``best_model_*`` files) whose maps span most of
+    0..1: BatchNorm statistics drawn at random and the first prediction scaled up. An untrained
+    R3Net predicts about 0.5 everywhere, which would hide an export that gets the image wrong."""
+    import torch
+    from torch import nn
+
+    from ignite_r3net.model import R3Net
+
+    torch.manual_seed(seed)
+    model = R3Net("resnet18")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1, generator=generator)
+                module.running_var.uniform_(0.5, 1.5, generator=generator)
+        model.predict0.weight.mul_(20)
+    torch.save(model.state_dict(), path)
+    return path

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +39,7 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads(out.read_text())
     assert {"command", "machine", "pipeline", "engine"} <= set(report)
-    assert report["machine"]["cores"] >= 1 and report["machine"]["torch"] == __import__("torch").__version__
+    assert report["machine"]["cores"] >= 1 and report["machine"]["torch"] == torch.__version__
     assert "--only" in report["command"]
     for name, keys in {
         "pipeline": (
@@ -54,3 +57,24 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     assert set(profile) == {"decode_jpeg_png", "crop_flip", "collate", "worker_total"}
     assert all(v > 0 for v in profile.values()), profile
     assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout
+
+
+def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported_onnx: Path) -> None:
+    """``--only inference`` at its tiny settings, on the model the export tests already exported
+    (its own export alone would take ~15 s of CPU); the runner, the keys and the printed line."""
+    # benchmarks/run.py by its path: the name "run" is also the repository's entry script
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    from bench_inference import bench_inference
+
+    threads = torch.get_num_threads()
+    settings = dict(bench_run.SETTINGS["inference"]["tiny"])
+    assert "inference" in bench_run.NAMES and bench_run.RUNNERS["inference"] is bench_run.run_inference
+    result = bench_inference(**settings, checkpoint=spread_checkpoint, onnx_file=exported_onnx)
+    assert torch.get_num_threads() == threads  # restored
+    for key in ("pytorch_1t_images_per_s", "onnxruntime_1t_images_per_s", "ratio_1t"):
+        assert result[key] > 0, (key, result)
+    assert result["backbone"] == "resnet18" and result["max_abs_diff"] <= 1e-4 and result["max_map_diff"] <= 1
+    line = bench_run.format_line("inference", result)
+    assert line.startswith("inference: resnet18 48x64, batch 1; 1 thread: pytorch") and "ratio" in line

@@ -1,34 +1,52 @@
-"""``predict``: an 8-bit PNG saliency map, at the input's own size and with its stem, per image."""
+"""``predict``: an 8-bit PNG saliency map, at the input's own size and with its stem, per image,
+from a checkpoint (PyTorch) or from a file written by ``export`` (onnxruntime or TorchScript)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 
 from ..data import IMAGE_EXTS, init_loader_worker, load_image
 from ..errors import OptionError
-from ..inference import predict_maps
+from ..inference import predict_maps, to_8bit_maps
 from ..model import build_model, read_trained_weights
 from .crf import crf_refine, require_crf
+from .exported import is_onnx, load_exported, require_onnxruntime
 from .maps import output_path, save_map
+
+# a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
+MapFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def predict(
-    checkpoint: str,
+    checkpoint: str | None,
     inputs: list[str],
     output: str,
     *,
+    model: str | None = None,
     backbone: str | None = None,
     crf: bool = False,
     amp: str = "off",
     workers: int = 2,
 ) -> int:
     """Write one map per input image (files, or the images directly inside folders) into
-    ``output``; returns the number of maps written."""
+    ``output``; returns the number of maps written.
+
+    The maps come from ``checkpoint`` (PyTorch) or from ``model``, a file written by ``export``
+    (``.onnx``: onnxruntime; otherwise TorchScript); exactly one of the two is given."""
+    if (checkpoint is None) == (model is None):
+        raise OptionError("give one of --checkpoint and --model")
     if workers < 0:
         raise OptionError(f"--workers must be >= 0, got {workers}")
+    if model is not None:
+        if backbone is not None:
+            raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
+        if amp != "off":
+            raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+        if is_onnx(model):
+            require_onnxruntime()
     if crf:
         require_crf()
     out = Path(output)
@@ -36,7 +54,10 @@ def predict(
         raise OptionError(f"--output {out} exists and is not a folder")
     pairs = plan_outputs(collect_inputs(inputs), out)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = build_model(read_trained_weights(checkpoint, backbone), device)
+    if model is not None:
+        to_maps = _from_exported(model, device)
+    else:
+        to_maps = _from_checkpoint(checkpoint, backbone, device, amp)
     out.mkdir(parents=True, exist_ok=True)
     loader = torch.utils.data.DataLoader(
         ImageFiles([src for src, _ in pairs]),
@@ -46,12 +67,23 @@ def predict(
         worker_init_fn=init_loader_worker,
     )
     for (_, dst), image in zip(pairs, loader):
-        saliency = predict_maps(model, image[None].to(device), amp)[0]
+        saliency = to_maps(image[None].to(device))[0]
         if crf:
             saliency = crf_refine(image, saliency)
         save_map(dst, saliency)
     print(f"wrote {len(pairs)} map(s) to {out}")
     return len(pairs)
+
+
+def _from_checkpoint(checkpoint: str | None, backbone: str | None, device: torch.device, amp: str) -> MapFunction:
+    assert checkpoint is not None
+    model = build_model(read_trained_weights(checkpoint, backbone), device)
+    return lambda images: predict_maps(model, images, amp)
+
+
+def _from_exported(path: str, device: torch.device) -> MapFunction:
+    run = load_exported(path, device)
+    return lambda images: to_8bit_maps(run(images))
 
 
 def collect_inputs(inputs: Iterable[str]) -> list[Path]:

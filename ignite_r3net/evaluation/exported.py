@@ -1,0 +1,172 @@
+"""A model written by ``export``: its contract, and running the file with onnxruntime or TorchScript.
+
+The contract of every exported file (written into the file as metadata, and in the README):
+
+* input ``image``: RGB ``uint8`` ``(N, 3, H, W)``, 0..255; batch, height and width are dynamic;
+* output ``saliency``: ``float32`` ``(N, 1, H, W)``, probabilities in 0..1 at the input's size;
+* the ImageNet normalisation is inside the graph; ``round(saliency * 255)`` is the 8-bit map that
+  ``predict`` writes.
+
+``predict --model`` runs such a file through :func:`load_exported`. onnxruntime is an optional
+extra: without it an ``.onnx`` model fails with one line telling how to install it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ..errors import OptionError, error_line
+
+__all__ = [
+    "INPUT_NAME",
+    "OUTPUT_NAME",
+    "METADATA_FILE",
+    "ONNXRUNTIME_MISSING",
+    "ExportedModel",
+    "contract",
+    "is_onnx",
+    "load_exported",
+    "quiet_torchscript",
+    "read_metadata",
+    "require_onnxruntime",
+]
+
+INPUT_NAME = "image"
+OUTPUT_NAME = "saliency"
+METADATA_FILE = "ignite_r3net.json"  # the TorchScript ``_extra_files`` entry holding the contract
+ONNXRUNTIME_MISSING = "--model FILE.onnx needs onnxruntime: pip install 'ignite_r3net[onnx]'"
+
+# A callable taking a uint8 batch (N, 3, H, W) and returning float (N, 1, H, W) in 0..1.
+ExportedModel = Callable[[torch.Tensor], torch.Tensor]
+
+
+def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, str]:
+    """The metadata written into every exported file (ONNX ``metadata_props``, TorchScript
+    ``_extra_files``): what goes in, what comes out, and where the weights came from."""
+    return {
+        "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
+        "backbone": backbone,
+        "source": Path(source).name,
+        "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
+        "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
+        "preprocessing": "inside the graph: x / 255, minus mean (0.485, 0.456, 0.406), divided by "
+        "std (0.229, 0.224, 0.225)",
+        "map": "the 8-bit map that predict writes is round(saliency * 255)",
+        "exported_by": exported_by,
+    }
+
+
+def is_onnx(path: str | Path) -> bool:
+    """Whether ``path`` names an ONNX file (by its suffix; anything else is taken as TorchScript)."""
+    return Path(path).suffix.lower() == ".onnx"
+
+
+def require_onnxruntime() -> ModuleType:
+    """The ``onnxruntime`` module, or a one-line ``OptionError`` saying how to get it.
+
+    Commands call this before any work, so a missing extra fails at once."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise OptionError(ONNXRUNTIME_MISSING) from None
+    return onnxruntime
+
+
+def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> ExportedModel:
+    """The exported model in ``path`` (``.onnx``: onnxruntime; otherwise TorchScript) as a callable
+    from a uint8 ``(N, 3, H, W)`` batch to float ``(N, 1, H, W)`` saliency on the batch's device.
+
+    ``threads`` sets onnxruntime's intra-op threads (TorchScript uses torch's). Raises
+    ``OptionError`` (one line naming the file) when the file is missing, unreadable or does not
+    take uint8 images."""
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError(f"--model {path} does not exist")
+    if is_onnx(path):
+        return _load_onnx(path, torch.device(device), threads)
+    return _load_torchscript(path, torch.device(device))
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The contract stored in an exported file (empty when it has none)."""
+    path = Path(path)
+    if is_onnx(path):
+        ort = require_onnxruntime()
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return dict(session.get_modelmeta().custom_metadata_map)
+    extra = {METADATA_FILE: ""}
+    with quiet_torchscript():
+        torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+    return json.loads(extra[METADATA_FILE]) if extra[METADATA_FILE] else {}
+
+
+def _load_onnx(path: Path, device: torch.device, threads: int | None) -> ExportedModel:
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise here
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():  # onnxruntime-gpu
+        providers.insert(0, "CUDAExecutionProvider")
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
+        raise OptionError(f"cannot load ONNX model {path}: {error_line(e)}") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(uint8)" or len(inputs[0].shape) != 4 or len(outputs) != 1:
+        found = ", ".join(f"{i.name} {i.type} {i.shape}" for i in inputs)
+        raise OptionError(
+            f"--model {path} does not take one uint8 (N, 3, H, W) image batch (its inputs: {found}); "
+            "export it with `python run.py export`"
+        )
+    input_name, output_name = inputs[0].name, outputs[0].name
+
+    def run(images: torch.Tensor) -> torch.Tensor:
+        array = images.detach().to("cpu", torch.uint8).contiguous().numpy()
+        saliency = session.run([output_name], {input_name: array})[0]
+        return torch.from_numpy(saliency).to(images.device)
+
+    return run
+
+
+def _load_torchscript(path: Path, device: torch.device) -> ExportedModel:
+    try:
+        with quiet_torchscript():
+            module = torch.jit.load(str(path), map_location=device)
+    except Exception as e:  # torch raises RuntimeError and others for files that are not TorchScript
+        raise OptionError(f"cannot load TorchScript model {path}: {_torchscript_load_reason(e)}") from None
+    module.eval()
+
+    @torch.no_grad()
+    def run(images: torch.Tensor) -> torch.Tensor:
+        return module(images.to(device))
+
+    return run
+
+
+def _torchscript_load_reason(e: BaseException) -> str:
+    text = str(e)
+    if "constants.pkl" in text or "data.pkl" in text:  # a zip written by torch.save, not by torch.jit.save
+        return "it is a PyTorch file but not TorchScript (a checkpoint goes with --checkpoint)"
+    if "central directory" in text or "zip archive" in text:
+        return "it is not a readable TorchScript file (corrupt, truncated, or another format)"
+    return error_line(e)
+
+
+@contextlib.contextmanager
+def quiet_torchscript() -> Iterator[None]:
+    """Silence torch's deprecation warning on every ``torch.jit`` call inside the block (torch 2.14
+    deprecates TorchScript in favour of ``torch.export``; it is still what libtorch C++ and mobile
+    apps load, so the format is offered, without a warning per call)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=FutureWarning)
+        yield
