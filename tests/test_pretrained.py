@@ -108,7 +108,12 @@ def test_torchvision_weights_come_from_torchs_cache(tmp_path, monkeypatch):
     "source, backbone, expected",
     [
         # the paper's backbone: its default is timm's ImageNet-1k ResNeXt on the Hugging Face hub
-        ("imagenet", "resnext101_32x4d", "--pretrained imagenet: hf-hub:timm/resnext101_32x4d.gluon_in1k"),
+        (
+            "imagenet",
+            "resnext101_32x4d",
+            "--pretrained imagenet (the ImageNet-1k weights of resnext101_32x4d, "
+            "hf-hub:timm/resnext101_32x4d.gluon_in1k): model.safetensors is not in the Hugging Face cache",
+        ),
         (f"hf-hub:{TIMM_REPO}", "resnet18", f"--pretrained hf-hub:{TIMM_REPO}: model.safetensors is not in"),
         ("IMAGENET9K", "resnet18", "--pretrained IMAGENET9K: not a torchvision weights name of resnet18"),
     ],

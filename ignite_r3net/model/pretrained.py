@@ -69,16 +69,18 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
     ``none``. Raises ``OptionError`` (one line: what was tried, the cache, the ways out)."""
     if source == NONE:
         return None
+    what = f"--pretrained {source}"
     if source == IMAGENET:
         source = backbone_spec(backbone).imagenet
-    if is_file_source(source):
+        what += f" (the ImageNet-1k weights of {backbone}, {source})"
+    if source.startswith(HF_PREFIX):  # before the file test: a repository id holds a "/"
+        path = _fetch_from_hub(source[len(HF_PREFIX) :], what)
+    elif is_file_source(source):
         path = Path(source).expanduser().resolve()
         if not path.is_file():
-            raise OptionError(f"--pretrained {source}: no such file")
-    elif source.startswith(HF_PREFIX):
-        path = _fetch_from_hub(source[len(HF_PREFIX) :])
+            raise OptionError(f"{what}: no such file")
     else:
-        path = _fetch_from_torchvision(backbone, source)
+        path = _fetch_from_torchvision(backbone, source, what)
     return Weights(source=source, file=str(path), sha256=sha256_of(path))
 
 
@@ -100,13 +102,12 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _fetch_from_hub(repo_id: str) -> Path:
+def _fetch_from_hub(repo_id: str, what: str) -> Path:
     """The weights file of a Hugging Face Hub model repository, from the hub's cache or downloaded
     into it (huggingface_hub locks its cache, so concurrent launching processes download once)."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-    what = f"--pretrained {HF_PREFIX}{repo_id}"
     offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
     for filename in HF_FILES:
         try:
@@ -126,12 +127,11 @@ def _fetch_from_hub(repo_id: str) -> Path:
     raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
 
 
-def _fetch_from_torchvision(backbone: str, name: str) -> Path:
+def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
     """torchvision's weights ``name`` for ``backbone``, from torch's hub cache or downloaded into it."""
     import torch.hub
     from torchvision.models import get_model_weights
 
-    what = f"--pretrained {name}"
     tv_name = backbone_spec(backbone).torchvision_name
     if tv_name is None:
         raise OptionError(
