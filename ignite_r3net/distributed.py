@@ -1,4 +1,4 @@
-"""Start the workers: spawn, join a torchrun group, or run in-process, all through ``idist.Parallel``.
+"""Start the workers: spawn, join a torchrun or srun group, or run in-process, all through ``idist.Parallel``.
 
 Every worker runs the same ``fn(local_rank, arg)`` (training and evaluation alike). A failure in
 any worker becomes one ``WorkerFailed`` line naming the rank and the cause (the traceback goes to
@@ -15,7 +15,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -239,8 +238,7 @@ def _report_failures(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         fn(local_rank, arg)
-        if idist.get_world_size() > 1:
-            _exit_together()
+        _release_worker_state()
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - every failure must end the job with a clear line
@@ -252,18 +250,21 @@ def _report_failures(
         raise WorkerFailed(f"rank {rank} failed: {type(e).__name__}: {message}{where}") from None
 
 
-def _exit_together() -> None:
-    """End a finished worker of a multi-process job: wait for every rank, then leave at once.
+def _release_worker_state() -> None:
+    """Free what ``fn`` built before ignite destroys the process group, which it does as soon as
+    this worker entry returns (``idist.finalize()`` in a spawned worker, ``Parallel.__exit__``
+    under torchrun and srun).
 
-    Tearing the process group and DDP down in the interpreter's shutdown sometimes aborts a
-    worker in C++ ("terminate called without an active exception") after all work is done, which
-    would turn a successful run into a failed job; everything is written and flushed by now.
+    The Engine's handlers form reference cycles that hold the DDP model and the DataLoaders. Left
+    to the cyclic garbage collector, they outlive ``destroy_process_group()``: the DDP Reducer keeps
+    the gloo ProcessGroup alive, so it is never destroyed and its threads (``pt_gloo_runloop``,
+    ``gloo_tcp_loop``) are never joined, and the Reducer itself is freed only by the last
+    collection inside ``Py_FinalizeEx``, with the interpreter already being torn down (seen with gdb
+    in torchrun workers). Collected here, the group's last reference is the one
+    ``destroy_process_group()`` drops: it is destroyed and its threads joined in the main thread
+    with the interpreter alive, and the DataLoader iterators shut their workers down normally.
     """
-    gc.collect()  # the Engine's reference cycles hold the DataLoader: free it so its workers stop cleanly
-    idist.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    gc.collect()
 
 
 def _save_traceback(folder: str | None, rank: int) -> str:

@@ -110,6 +110,15 @@ def raise_on_rank_one(local_rank: int, config) -> None:
     idist.barrier()
 
 
+def sum_ranks(local_rank: int, arg) -> None:
+    """A worker body for launcher tests: one collective that needs every rank."""
+    import ignite.distributed as idist
+
+    total = idist.all_reduce(float(idist.get_rank()))
+    world = idist.get_world_size()
+    assert total == world * (world - 1) / 2, total
+
+
 def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     """The nine metrics of (pred, gt) uint8 arrays computed by PySODMetrics itself."""
     import pytest

@@ -187,6 +187,48 @@ def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     assert "raise OSError" in (tmp_path / "error-rank1.log").read_text()
 
 
+LAUNCH_SCRIPT = """
+import atexit, os, sys
+sys.path[:0] = [{repo!r}, {tests!r}]
+from helpers import sum_ranks
+from ignite_r3net.distributed import LaunchSpec, free_port, launch
+if __name__ == "__main__":  # spawned workers import this module
+    atexit.register(lambda: print("atexit ran", flush=True))
+    launch(sum_ranks, None, LaunchSpec(nproc=int(sys.argv[1]), backend="gloo", master_port=free_port()))
+    print("after launch", os.environ.get("RANK", "-"), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["spawn", "one process", "torchrun"])
+def test_launch_returns_normally_and_atexit_handlers_run(tmp_path, how):
+    """No os._exit anywhere: the launching process (and every torchrun worker) goes on after
+    ``launch()`` and exits through the interpreter's normal shutdown."""
+    script = tmp_path / "launch_then_print.py"
+    script.write_text(LAUNCH_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests")))
+    command = {
+        "spawn": [sys.executable, str(script), "2"],
+        "one process": [sys.executable, str(script), "1"],
+        "torchrun": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            "1",
+        ],
+    }[how]
+    proc = subprocess.run(command, env=cpu_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    ranks = ["0", "1"] if how == "torchrun" else ["-"]
+    said = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+    assert sorted(line.split()[-1] for line in lines if line.startswith("after launch")) == ranks, said
+    assert lines.count("atexit ran") == len(ranks), said
+    assert "terminate called" not in proc.stderr, said
+
+
 def _descendants_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
