@@ -13,6 +13,11 @@
 # number of nodes is fixed (NNODES), not a range.
 
 set -euo pipefail
+# Each attempt gets its own rendezvous store. By default torchrun's agent shares the first round's
+# TCPStore with every later round, and the restarted workers' process group reads its peers'
+# addresses from it without a per-attempt prefix, so a restarted rank can pick up a dead peer's
+# address and fail to connect ("Gloo connectFullMesh failed ... Connection refused").
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 NNODES="${NNODES:-1}"
 NPROC="${NPROC:-8}"
 RDZV_HOST="${RDZV_HOST:-localhost}"

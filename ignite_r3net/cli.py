@@ -372,6 +372,7 @@ def run_compare(args: argparse.Namespace) -> int:
         backend=args.backend,
         master_port=args.master_port,
     )
+    return 0
 
 
 # ------------------------------------------------------------------------------------- data tools

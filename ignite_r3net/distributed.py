@@ -28,7 +28,7 @@ import ignite.distributed as idist
 import torch
 
 from .config import TrainConfig
-from .errors import WorkerFailed, error_line
+from .errors import WorkerFailed, error_line, warn
 from .slurm import SlurmTask, slurm_task
 
 T = TypeVar("T")
@@ -127,6 +127,7 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
     if spec.joins():
         if task is not None:
             _set_rank_variables_from_slurm(task, spec)
+        _warn_if_restarts_share_a_store()
         return idist.Parallel(backend=backend, timeout=timeout)  # joins: must not spawn
     if spec.spawns():
         return idist.Parallel(
@@ -139,6 +140,24 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
             timeout=timeout,
         )
     return idist.Parallel(backend=None)
+
+
+def _warn_if_restarts_share_a_store() -> None:
+    """torchrun restarts failed workers (``--max-restarts``) with the same rendezvous store by
+    default: its agent creates one TCPStore in the first round and shares it with every later one
+    (``DynamicRendezvousHandler``'s TCPStore sharing), and the restarted workers' process group
+    reads its peers' addresses from it without a per-attempt prefix. A restarted rank can then read
+    the address a dead peer published in the previous attempt and fail with "Gloo connectFullMesh
+    failed ... Connection refused" (seen here about one restart in three). torch's opt-out,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for the torchrun process, gives each attempt its own store."""
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        if env.get("RANK") == "0" and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            warn(
+                "torchrun --max-restarts with its shared rendezvous store: a restarted group can read the dead "
+                "attempt's addresses and fail to connect; run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                "(examples/torchrun_elastic.sh does)"
+            )
 
 
 def _set_rank_variables_from_slurm(task: SlurmTask, spec: LaunchSpec) -> None:
