@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import matplotlib
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from .report import atomic_output
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 #: Line colours (matplotlib's tab10), in the order methods are given; after ten the styles change.
 COLOURS = (
@@ -66,6 +67,10 @@ def plot_fm(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -
 
 
 def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    # imported here, not at the top: matplotlib costs ~0.4 s to import, and every process of every
+    # command (training's spawned workers too) imports this module through the CLI
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="tight")
     ax = fig.add_subplot()
     ax.set_title(title)
@@ -79,6 +84,8 @@ def save_figure(fig: Figure, stem: Path) -> list[Path]:
     """Write ``fig`` as ``stem.png`` and ``stem.svg``, each atomically; the SVG carries no date and
     fixed element ids, so equal curves give equal files."""
     paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
+    import matplotlib  # see _figure
+
     with matplotlib.rc_context({"svg.hashsalt": "ignite_r3net"}):
         for path in paths:
             kind = path.suffix[1:]
