@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ignite_r3net.data import (
     make_synthetic_dataset,
     normalize_image,
     sample_seed,
+    stop_workers,
 )
 from ignite_r3net.training.step import prepare_batch
 
@@ -97,3 +99,36 @@ def test_eval_loader_full_resolution_unpadded(synthetic: tuple[Path, Path]) -> N
     assert sorted(names) == [f"syn_{i:05d}" for i in range(5)]
     item = SaliencyEvalSet(val)[0]
     assert item["mask"].max() == 255 and item["name"] == "syn_00000" and item["index"] == 0
+
+
+def test_workers_are_forked_even_in_a_spawned_rank(synthetic: tuple[Path, Path]) -> None:
+    """A rank started by ``idist.Parallel`` inherits spawn as its start method; its DataLoader
+    workers must not start fresh interpreters (seconds of imports each, at every validation)."""
+    train, val = synthetic
+    loaders = [
+        build_train_loader(train, crop=32, rotate=0, batch_size=2, workers=1)[0],
+        build_eval_loader(val, workers=1),
+        build_eval_loader(val, workers=0),
+    ]
+    assert [
+        loader.multiprocessing_context and loader.multiprocessing_context.get_start_method() for loader in loaders
+    ] == [
+        "fork",
+        "fork",
+        None,
+    ]
+
+
+def test_persistent_workers_stop_at_once_when_asked(synthetic: tuple[Path, Path]) -> None:
+    """At the end of training the loader is still held in the Engine's reference cycles; left to
+    the garbage collector its workers would each wait out a 5 s status check."""
+    train, _ = synthetic
+    loader, sampler = build_train_loader(train, crop=32, rotate=0, batch_size=2, workers=2, persistent_workers=True)
+    sampler.set_epoch(0)
+    next(iter(loader))
+    workers = list(loader._iterator._workers)
+    assert all(w.is_alive() for w in workers)
+    started = time.monotonic()
+    stop_workers(loader)
+    assert not any(w.is_alive() for w in workers) and time.monotonic() - started < 2
+    stop_workers(loader)  # a second call (or a loader without workers) is harmless

@@ -10,6 +10,8 @@ from .loader import (
     build_train_loader,
     collate_train,
     init_loader_worker,
+    stop_workers,
+    worker_context,
 )
 from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
@@ -53,5 +55,7 @@ __all__ = [
     "collate_train",
     "build_train_loader",
     "init_loader_worker",
+    "stop_workers",
+    "worker_context",
     "build_eval_loader",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ..data import IMAGE_EXTS, init_loader_worker, load_image
+from ..data import IMAGE_EXTS, init_loader_worker, load_image, worker_context
 from ..errors import OptionError
 from ..inference import predict_maps, to_8bit_maps
 from ..model import build_model, read_trained_weights
@@ -65,6 +65,7 @@ def predict(
         num_workers=workers,
         collate_fn=_first,
         worker_init_fn=init_loader_worker,
+        multiprocessing_context=worker_context(workers),
     )
     for (_, dst), image in zip(pairs, loader):
         saliency = to_maps(image[None].to(device))[0]

@@ -17,7 +17,7 @@ from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data import build_eval_loader, build_train_loader
+from ..data import build_eval_loader, build_train_loader, stop_workers
 from ..model import R3Net, load_backbone_weights, load_model_state
 from .handlers import (
     TrainLog,
@@ -85,10 +85,13 @@ def training(local_rank: int, config: TrainConfig) -> None:
         attach_validation(trainer, model, val_loader, config, log, tb, device)
     attach_progress_bar(trainer)
 
-    if resumed_from is None:
-        trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
-    else:
-        trainer.run(loader)
+    try:
+        if resumed_from is None:
+            trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
+        else:
+            trainer.run(loader)
+    finally:
+        stop_workers(loader)
 
 
 def create_trainer(
