@@ -30,6 +30,41 @@ TINY_TRAIN = [
 ]
 
 
+# for runs in the test's own process (``cli.main``): the smallest crop the backbone takes
+SMALL_TRAIN = [a if a != "64" else "32" for a in TINY_TRAIN]
+
+# the shared 2-process reference run (conftest.py ``reference_run``): 12 training pairs are 3
+# iterations per epoch for 2 ranks x 2 images, so the checkpoints at 5 and 10 fall mid-epoch
+REFERENCE_ITERS, REFERENCE_EVERY = 12, 5
+
+
+def reference_args(train: Path, val: Path, out: Path) -> list[str]:
+    """The reference run's options: 2 processes, DataLoader workers and rotation on, validation
+    on one image (fewer images than ranks: rank 1's shard is empty)."""
+    return [
+        "--nproc",
+        "2",
+        "--data",
+        str(train),
+        "--val-data",
+        str(val),
+        "--output-dir",
+        str(out),
+        "--iters",
+        str(REFERENCE_ITERS),
+        "--checkpoint-every",
+        str(REFERENCE_EVERY),
+        "--keep",
+        "5",
+        "--master-port",
+        str(free_port()),
+        *TINY_TRAIN[: TINY_TRAIN.index("--workers")],
+        "--workers",
+        "2",
+        *TINY_TRAIN[TINY_TRAIN.index("--workers") + 2 :],
+    ]
+
+
 SLURM_VARS = tuple(
     f"SLURM_{name}" for name in ("JOB_ID", "PROCID", "LOCALID", "NTASKS", "JOB_NODELIST", "JOB_NUM_NODES", "STEP_ID")
 )

@@ -9,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", IGNITE_R3NET_BENCH_CACHE=str(tmp_path / "cache"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset, run_cli
+from helpers import REPO, SMALL_TRAIN, cpu_env, make_tiny_dataset
 from safetensors.torch import save_file
 from torchvision.models import resnet18
 
@@ -43,7 +43,9 @@ def data(tmp_path_factory):
     return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=6, n_val=3)
 
 
+@pytest.mark.slow
 def test_hf_hub_weights_land_in_the_backbone_offline(tmp_path):
+    """In a process of its own, as a run would: HF_HOME and HF_HUB_OFFLINE from the environment."""
     state = make_hf_cache(tmp_path / "hf")
     script = textwrap.dedent(f"""
         import torch
@@ -73,13 +75,15 @@ def test_hf_hub_weights_land_in_the_backbone_offline(tmp_path):
     assert len(state) > 100
 
 
-def test_a_run_records_its_weights_in_config_and_log(data, tmp_path):
+def test_a_run_records_its_weights_in_config_and_log(data, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
     make_hf_cache(tmp_path / "hf")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))  # as HF_HOME does
     train, _ = data
     out = tmp_path / "run"
     args = ["--data", str(train), "--output-dir", str(out), "--iters", "1", "--checkpoint-every", "1"]
-    tiny = [a if a != "none" else f"hf-hub:{TIMM_REPO}" for a in TINY_TRAIN]
-    run_cli([*args, *tiny], env=cpu_env(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1"))
+    assert main([*args, *SMALL_TRAIN, "--pretrained", f"hf-hub:{TIMM_REPO}"]) == 0
     weights = json.loads((out / "config.json").read_text())["weights"]
     assert weights["source"] == f"hf-hub:{TIMM_REPO}"
     assert weights["file"].endswith("model.safetensors") and len(weights["sha256"]) == 64
@@ -135,29 +139,29 @@ def test_weights_that_cannot_be_had_are_one_line_before_anything_is_written(
     assert not out.exists()
 
 
-def test_init_from_starts_a_new_run_from_a_finished_runs_weights(data, tmp_path):
-    train, val = data
-    common = ["--data", str(train), "--val-data", str(val), *TINY_TRAIN]
-    first = tmp_path / "first"
-    run_cli([*common, "--output-dir", str(first), "--iters", "3", "--checkpoint-every", "3"])
-    # longer than the finished run, in a folder of its own: iteration 1, fresh optimiser and schedule
+def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):
+    """Fine-tuning from the reference run's last checkpoint (2 processes, 12 iterations): a new run
+    in a folder of its own, from iteration 1 with a fresh optimiser and schedule."""
+    finished = reference_run.out / "checkpoint_12.pt"
+    common = ["--data", str(reference_run.train), "--val-data", str(reference_run.val), *SMALL_TRAIN]
     second = tmp_path / "second"
-    run_cli([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(first / "checkpoint_3.pt")])
-    first_log = (first / "train.log").read_text().splitlines()
+    assert main([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(finished)]) == 0
+    first_log = (reference_run.out / "train.log").read_text().splitlines()
     second_log = (second / "train.log").read_text().splitlines()
     # validation before training scores the weights the run starts from: those of the first run's end
-    final = next(line for line in first_log if line.startswith("[val iter 3]"))
+    final = next(line for line in first_log if line.startswith("[val iter 12]"))
     start = next(line for line in second_log if line.startswith("[val iter 0]"))
     assert start.split("]", 1)[1] == final.split("]", 1)[1]
     assert any(line.startswith("[iter 1]") for line in second_log)
-    assert any("initial weights: whole model" in line and "checkpoint_3.pt" in line for line in second_log)
+    assert any("initial weights: whole model" in line and "checkpoint_12.pt" in line for line in second_log)
     record = json.loads((second / "config.json").read_text())
-    assert record["init_from"].endswith("checkpoint_3.pt") and record["weights"]["source"] == "init-from"
+    assert record["init_from"] == str(finished) and record["weights"]["source"] == "init-from"
 
     # a backbone that does not match the weights, and two sources of weights, are refused
-    init = ["--output-dir", str(tmp_path / "x"), "--init-from", str(first / "checkpoint_3.pt")]
-    wrong = run_cli([*common, *init, "--backbone", "resnet34"], check=False)
-    assert wrong.returncode == 2 and "holds an R3Net with backbone resnet18, not resnet34" in wrong.stderr
-    both = run_cli([*common, *init, "--pretrained", "IMAGENET1K_V1"], check=False)
-    assert both.returncode == 2 and "--init-from and --pretrained both give" in both.stderr
+    init = ["--output-dir", str(tmp_path / "x"), "--init-from", str(finished)]
+    capsys.readouterr()
+    assert main([*common, *init, "--backbone", "resnet34"]) == 2
+    assert "holds an R3Net with backbone resnet18, not resnet34" in capsys.readouterr().err
+    assert main([*common, *init, "--pretrained", "IMAGENET1K_V1"]) == 2
+    assert "--init-from and --pretrained both give" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -1,6 +1,7 @@
-"""A 2-process run killed with SIGKILL mid-epoch and resumed with --resume auto, and a torchrun
-run whose rank 1 dies once and is restarted by torchrun, both end with exactly the model of the
-same run never interrupted (DataLoader workers and augmentation on)."""
+"""Runs that survive crashes: a 2-process run killed with SIGKILL mid-epoch and resumed with
+``--resume auto``, and a torchrun run whose rank 1 dies once and is restarted by torchrun, both end
+with exactly the model of the shared reference run, never interrupted (DataLoader workers and
+augmentation on; see conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,49 +13,13 @@ import time
 
 import pytest
 import torch
-from helpers import REPO, cpu_env, free_port, log_iterations, make_tiny_dataset, run_cli
+from helpers import REFERENCE_EVERY, REFERENCE_ITERS, REPO, cpu_env, log_iterations, reference_args
 
-pytestmark = pytest.mark.timeout(400)
+from ignite_r3net import cli
 
-ITERS, EVERY = 30, 7
-COMMON = [
-    "--pretrained",
-    "none",
-    "--backbone",
-    "resnet18",
-    "--crop",
-    "64",
-    "--batch-size",
-    "2",
-    "--workers",
-    "2",
-    "--rotate",
-    "10",
-    "--iters",
-    str(ITERS),
-    "--checkpoint-every",
-    str(EVERY),
-    "--keep",
-    "2",
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-
-def _train_args(data, out):
-    return [*COMMON, "--nproc", "2", "--data", str(data), "--output-dir", str(out), "--master-port", str(free_port())]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    # 20 images / (2 ranks x 2) = 5 iterations per epoch
-    return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=20)[0]
-
-
-@pytest.fixture(scope="module")
-def reference(data, tmp_path_factory):
-    """The uninterrupted run: its final checkpoint and its log."""
-    ref = tmp_path_factory.mktemp("ref")
-    run_cli(_train_args(data, ref), timeout=300)
-    return ref
+ITERS = REFERENCE_ITERS
 
 
 def _assert_same_final_model(ref, out) -> None:
@@ -65,6 +30,17 @@ def _assert_same_final_model(ref, out) -> None:
         assert torch.equal(tensor, got["model"][name]), name
     for a, b in zip(expected["optimizer"]["state"].values(), got["optimizer"]["state"].values()):
         assert torch.equal(a["momentum_buffer"], b["momentum_buffer"])
+
+
+def _without(args: list[str], *options: str) -> list[str]:
+    """``args`` less the given options and their values."""
+    kept, skip = [], False
+    for arg in args:
+        if skip or arg in options:
+            skip = not skip
+            continue
+        kept.append(arg)
+    return kept
 
 
 def _start_and_kill_after(args: list[str], log_path, iteration: int, timeout: float = 200) -> None:
@@ -91,17 +67,20 @@ def _start_and_kill_after(args: list[str], log_path, iteration: int, timeout: fl
         proc.wait()
 
 
-def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(data, reference, tmp_path):
-    ref, killed = reference, tmp_path / "killed"
-    _start_and_kill_after(_train_args(data, killed), killed / "train.log", iteration=10)
+def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(reference_run, tmp_path, capfd):
+    ref, killed = reference_run.out, tmp_path / "killed"
+    args = reference_args(reference_run.train, reference_run.val, killed)
+    _start_and_kill_after(args, killed / "train.log", iteration=REFERENCE_EVERY + 2)
     saved = sorted(int(p.stem.split("_")[1]) for p in killed.glob("checkpoint_*.pt"))
-    assert saved and max(saved) < ITERS
-    resume_at = max(saved)
-    assert resume_at % 5 != 0, "the checkpoint should land mid-epoch"
+    assert saved == [REFERENCE_EVERY], saved
+    resume_at = REFERENCE_EVERY
+    assert resume_at % 3 != 0, "the checkpoint should land mid-epoch (3 iterations per epoch)"
 
-    resumed = run_cli([*_train_args(data, killed), "--resume", "auto"], timeout=300)
+    # the resumed run: this process launches it (its ranks are spawned processes, as always)
+    assert cli.main([*args, "--resume", "auto"]) == 0
+    _, err = capfd.readouterr()
     # the killed run left its lock; it is gone, so the resume takes it over and says so
-    assert "taking over the lock of run" in resumed.stderr and "which no longer exists" in resumed.stderr
+    assert "taking over the lock of run" in err and "which no longer exists" in err
 
     log = (killed / "train.log").read_text()
     assert f"resumed from {killed / f'checkpoint_{resume_at}.pt'} at iteration {resume_at}" in log
@@ -111,15 +90,22 @@ def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(data, reference
         if line.startswith("[iter "):
             resumed_lines[int(line[6 : line.index("]")])] = line
     assert sorted(resumed_lines) == list(range(resume_at + 1, ITERS + 1))
+    # the same learning rate and the same losses: the same samples with the same augmentation
     assert all(resumed_lines[i] == ref_lines[i] for i in resumed_lines)
+    assert sorted(p.name for p in killed.glob("checkpoint_*.pt")) == sorted(p.name for p in ref.glob("checkpoint_*.pt"))
     _assert_same_final_model(ref, killed)
 
 
-def test_torchrun_restarts_a_failed_rank_and_the_run_ends_as_if_uninterrupted(data, reference, tmp_path):
+def test_torchrun_restarts_a_failed_rank_and_the_run_ends_as_if_uninterrupted(reference_run, tmp_path):
     """``torchrun --max-restarts 1`` with ``--resume auto`` (examples/torchrun_elastic.sh): rank 1
-    is SIGKILLed once after the first checkpoint; torchrun restarts every worker, which resume."""
-    out, marker = tmp_path / "elastic", tmp_path / "rank1-died"
-    args = [*COMMON, "--data", str(data), "--output-dir", str(out), "--resume", "auto"]
+    is SIGKILLed once after the first checkpoint; torchrun restarts every worker, which resume.
+    The ranks join torchrun's group (nothing is spawned) and nothing is written outside the run's
+    folder."""
+    out, marker, cwd = tmp_path / "elastic", tmp_path / "rank1-died", tmp_path / "cwd"
+    cwd.mkdir()
+    # torchrun gives the ranks and the port
+    args = _without(reference_args(reference_run.train, reference_run.val, out), "--nproc", "--master-port")
+    args.extend(["--resume", "auto"])
     proc = subprocess.run(
         [
             sys.executable,
@@ -133,7 +119,7 @@ def test_torchrun_restarts_a_failed_rank_and_the_run_ends_as_if_uninterrupted(da
             str(REPO / "tests" / "fault_once.py"),
             *args,
         ],
-        cwd=REPO,
+        cwd=cwd,
         # as examples/torchrun_elastic.sh: each attempt its own rendezvous store (distributed.py says why)
         env=cpu_env(FAULT_MARKER=str(marker), FAULT_OUTPUT=str(out), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"),
         capture_output=True,
@@ -142,6 +128,9 @@ def test_torchrun_restarts_a_failed_rank_and_the_run_ends_as_if_uninterrupted(da
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert marker.exists(), "rank 1 never died: the test proved nothing"
+    assert not list(cwd.iterdir()), "nothing is written outside the output directory"
+    assert "Spawn function" not in proc.stderr
     log = (out / "train.log").read_text()
-    assert "resumed from" in log and f"[iter {ITERS}]" in log
-    _assert_same_final_model(reference, out)
+    assert "world size 2" in log and "resumed from" in log and f"[iter {ITERS}]" in log
+    assert f"[val iter {ITERS}] mae " in log  # rank 1's validation shard is empty
+    _assert_same_final_model(reference_run.out, out)

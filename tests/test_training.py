@@ -1,5 +1,8 @@
-"""End-to-end training in real processes (CPU, gloo): the log, checkpoints, TensorBoard, poly LR,
-resume, and the three ways to launch (spawn, torchrun, two nodes on loopback)."""
+"""End-to-end training: what ``python run.py --nproc 2`` writes (the log, checkpoints, TensorBoard,
+poly LR, validation), resume refusals, and two nodes on loopback.
+
+Most tests read the shared reference run (conftest.py); the exact resume after a kill and the
+torchrun launch are in test_resume_exact.py, the SLURM launches in test_slurm.py."""
 
 from __future__ import annotations
 
@@ -9,69 +12,46 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars, run_cli
+from helpers import (
+    REFERENCE_EVERY,
+    REFERENCE_ITERS,
+    REPO,
+    TINY_TRAIN,
+    cpu_env,
+    free_port,
+    log_iterations,
+    read_scalars,
+    reference_args,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from ignite_r3net import cli
 from ignite_r3net.training.optim import poly_lr
 
 pytestmark = pytest.mark.timeout(300)
 
-ITERS = 12
+ITERS = REFERENCE_ITERS
+SAVED = [REFERENCE_EVERY, 2 * REFERENCE_EVERY, ITERS]  # 5, 10 and the last iteration
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    train, _ = make_tiny_dataset(root, n=10)
-    return train
-
-
-@pytest.fixture(scope="module")
-def two_proc_run(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("run2")
-    proc = run_cli(
-        [
-            "--nproc",
-            "2",
-            "--data",
-            str(data),
-            "--val-data",
-            str(data.parent / "val"),
-            "--output-dir",
-            str(out),
-            "--iters",
-            str(ITERS),
-            "--checkpoint-every",
-            "5",
-            "--keep",
-            "5",
-            "--master-port",
-            str(free_port()),
-            *TINY_TRAIN,
-        ]
-    )
-    return out, proc
-
-
-def test_log_has_config_and_one_line_per_iteration(two_proc_run):
-    out, proc = two_proc_run
+def test_log_has_config_and_one_line_per_iteration(reference_run):
+    out, proc = reference_run.out, reference_run.proc
     log = (out / "train.log").read_text()
     assert log.startswith("configuration: {")
     assert "world size 2, 2 images per process, global batch 4" in log
-    assert "note: backbone from random weights" in log  # no --pretrained: the log says so
+    assert "note: backbone from random weights" in log  # --pretrained none: the log says so
     lines = log_iterations(out / "train.log")
     assert sorted(lines) == list(range(1, ITERS + 1))
     # rank 0 alone writes: each iteration appears exactly once
     assert sum(line.startswith("[iter ") for line in log.splitlines()) == ITERS
-    assert "[iter 12]" in proc.stdout
-    cfg = (out / "config.json").read_text()
-    assert '"nproc": 2' in cfg and '"iters": 12' in cfg
+    assert f"[iter {ITERS}]" in proc.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["nproc"] == 2 and config["iters"] == ITERS and config["workers"] == 2
 
 
-def test_checkpoints_exactly_at_chosen_iterations(two_proc_run):
-    out, _ = two_proc_run
-    names = sorted(p.name for p in out.glob("checkpoint_*.pt"))
-    assert names == ["checkpoint_10.pt", "checkpoint_12.pt", "checkpoint_5.pt"]
+def test_checkpoints_exactly_at_chosen_iterations(reference_run):
+    out = reference_run.out
+    assert sorted(p.name for p in out.glob("checkpoint_*.pt")) == sorted(f"checkpoint_{i}.pt" for i in SAVED)
     assert not list(out.glob(".tmp-*"))
     state = torch.load(out / "checkpoint_10.pt", map_location="cpu", weights_only=True)
     assert set(state) >= {"trainer", "model", "optimizer", "lr_scheduler", "loss_meter"}
@@ -79,8 +59,8 @@ def test_checkpoints_exactly_at_chosen_iterations(two_proc_run):
     assert not any(k.startswith("module.") for k in state["model"])
 
 
-def test_tensorboard_has_losses_and_poly_lr_for_both_groups(two_proc_run):
-    out, _ = two_proc_run
+def test_tensorboard_has_losses_and_poly_lr_for_both_groups(reference_run):
+    out = reference_run.out
     scalars = read_scalars(out / "tb")
     for tag in ["train/total", "train/loss0", "train/loss6", "train/images_per_s"]:
         assert sorted(scalars[tag]) == list(range(1, ITERS + 1)), tag
@@ -88,61 +68,22 @@ def test_tensorboard_has_losses_and_poly_lr_for_both_groups(two_proc_run):
     for it in range(1, ITERS + 1):
         assert scalars["lr/group_0"][it] == pytest.approx(poly_lr(2e-3, it, ITERS, 0.9), rel=1e-6)
         assert scalars["lr/group_1"][it] == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), rel=1e-6)
-    assert sorted(scalars["val/maxF"]) == [0, 5, 10, 12]  # before training, at checkpoints, at the end
-    assert set(scalars["val/mae"]) == {0, 5, 10, 12}
+    validated = [0, *SAVED]  # before training, at checkpoints, at the end
+    assert sorted(scalars["val/maxF"]) == validated and sorted(scalars["val/mae"]) == validated
     acc = EventAccumulator(str(out / "tb"), size_guidance={"images": 0, "tensors": 0})
     acc.Reload()
-    assert [e.step for e in acc.Images("val/side_outputs")] == [0, 5, 10, 12]
-    assert [e.step for e in acc.Tensors("val/pr_curve")] == [0, 5, 10, 12]
+    assert [e.step for e in acc.Images("val/side_outputs")] == validated
+    assert [e.step for e in acc.Tensors("val/pr_curve")] == validated
     # the best checkpoint holds the model of the best validation after training started
-    best_it = max((it for it in (5, 10, 12)), key=lambda it: scalars["val/maxF"][it])
+    best_it = max(SAVED, key=lambda it: scalars["val/maxF"][it])
     [best] = out.glob("best_model_*.pt")
     assert best.name == f"best_model_{best_it}_maxF={scalars['val/maxF'][best_it]:.4f}.pt"
 
 
-def test_log_lr_column_is_the_poly_formula(two_proc_run):
-    out, _ = two_proc_run
-    for it, line in log_iterations(out / "train.log").items():
+def test_log_lr_column_is_the_poly_formula(reference_run):
+    for it, line in log_iterations(reference_run.out / "train.log").items():
         lr = float(line.rsplit("[lr ", 1)[1].rstrip("]"))
         assert lr == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), abs=1e-13)
-
-
-def test_resume_continues_at_the_right_iteration_with_the_same_lr(two_proc_run, data, tmp_path):
-    ref_out, _ = two_proc_run
-    # a copy of the run as it stood at iteration 5
-    (tmp_path / "checkpoint_5.pt").write_bytes((ref_out / "checkpoint_5.pt").read_bytes())
-    run_cli(
-        [
-            "--nproc",
-            "2",
-            "--data",
-            str(data),
-            "--output-dir",
-            str(tmp_path),
-            "--iters",
-            str(ITERS),
-            "--checkpoint-every",
-            "5",
-            "--keep",
-            "5",
-            "--resume",
-            "auto",
-            "--master-port",
-            str(free_port()),
-            *TINY_TRAIN,
-        ]
-    )
-    lines = log_iterations(tmp_path / "train.log")
-    assert sorted(lines) == list(range(6, ITERS + 1))
-    assert "at iteration 5" in (tmp_path / "train.log").read_text()
-    ref = log_iterations(ref_out / "train.log")
-    for it in lines:  # same lr, and the same losses: the same samples with the same augmentation
-        assert lines[it] == ref[it]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_*.pt")) == [
-        "checkpoint_10.pt",
-        "checkpoint_12.pt",
-        "checkpoint_5.pt",
-    ]
 
 
 def _validation_line(log_path, iteration: int) -> dict[str, str]:
@@ -151,28 +92,22 @@ def _validation_line(log_path, iteration: int) -> dict[str, str]:
     return dict(zip(words[::2], words[1::2]))
 
 
-def test_validation_scores_the_model_the_checkpoint_holds(two_proc_run, data, tmp_path):
+def test_validation_scores_the_model_the_checkpoint_holds(reference_run, tmp_path):
     """Both ranks validate with rank 0's BatchNorm statistics (each rank's own drift after a step),
     so the logged score is that of the saved model, as `evaluate` computes it."""
-    out, _ = two_proc_run
+    out = reference_run.out
     logged = _validation_line(out / "train.log", ITERS)
     result = tmp_path / "eval.json"
-    run_cli(
-        [
-            "evaluate",
-            "--checkpoint",
-            str(out / f"checkpoint_{ITERS}.pt"),
-            "--data",
-            str(data.parent / "val"),
-            "--workers",
-            "0",
-            "--json",
-            str(result),
-        ]
-    )
+    checkpoint = out / f"checkpoint_{ITERS}.pt"
+    args = ["evaluate", "--checkpoint", str(checkpoint), "--data", str(reference_run.val), "--workers", "0"]
+    assert cli.main([*args, "--json", str(result)]) == 0
     [values] = json.loads(result.read_text()).values()
     for key in ("mae", "maxF", "Sm", "maxE", "wF"):
         assert f"{values[key]:.4f}" == logged[key], key
+
+
+def _resume_args(run, out) -> list[str]:
+    return [*reference_args(run.train, run.val, out), "--resume", "auto"]
 
 
 @pytest.mark.parametrize(
@@ -183,133 +118,34 @@ def test_validation_scores_the_model_the_checkpoint_holds(two_proc_run, data, tm
         (["--lr", "0.01"], "--lr 0.01 (checkpoint: 0.001)"),
     ],
 )
-def test_resume_with_a_changed_recipe_is_refused_before_any_work(two_proc_run, data, tmp_path, change, expected):
+def test_resume_with_a_changed_recipe_is_refused_before_any_work(reference_run, tmp_path, capsys, change, expected):
     """ignite would keep the checkpoint's schedule and epoch length (a finished run resumed with more
     iterations would restart at learning rate 0): the options must match the run's."""
-    ref_out, _ = two_proc_run
-    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
-    args = [
-        "--nproc",
-        "2",
-        "--data",
-        str(data),
-        "--output-dir",
-        str(tmp_path),
-        "--iters",
-        str(ITERS),
-        "--checkpoint-every",
-        "5",
-        "--keep",
-        "5",
-        "--resume",
-        "auto",
-        "--master-port",
-        str(free_port()),
-        *TINY_TRAIN,
-        *change,
-    ]
-    proc = run_cli(args, check=False)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    err = proc.stderr.strip()
-    assert err.startswith("error: --resume ") and expected in err and "Traceback" not in err, err
+    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((reference_run.out / f"checkpoint_{ITERS}.pt").read_bytes())
+    assert cli.main([*_resume_args(reference_run, tmp_path), *change]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --resume ") and expected in err and len(err.splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"], "nothing written"
 
 
-def test_resuming_a_finished_run_does_nothing(two_proc_run, data, tmp_path):
-    ref_out, _ = two_proc_run
-    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((ref_out / f"checkpoint_{ITERS}.pt").read_bytes())
-    proc = run_cli(
-        [
-            "--nproc",
-            "2",
-            "--data",
-            str(data),
-            "--output-dir",
-            str(tmp_path),
-            "--iters",
-            str(ITERS),
-            "--checkpoint-every",
-            "5",
-            "--keep",
-            "5",
-            "--resume",
-            "auto",
-            *TINY_TRAIN,
-        ]
-    )
-    assert f"is at iteration {ITERS} of {ITERS}; nothing to do" in proc.stdout
-    assert "Spawn function" not in proc.stderr, "no worker was started"
+def test_resuming_a_finished_run_does_nothing(reference_run, tmp_path, capfd):
+    (tmp_path / f"checkpoint_{ITERS}.pt").write_bytes((reference_run.out / f"checkpoint_{ITERS}.pt").read_bytes())
+    assert cli.main(_resume_args(reference_run, tmp_path)) == 0
+    out, err = capfd.readouterr()
+    assert f"is at iteration {ITERS} of {ITERS}; nothing to do" in out
+    assert "Spawn function" not in err, "no worker was started"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint_{ITERS}.pt"]
 
 
-def test_torchrun_launch_joins_the_group_without_spawning(data, tmp_path):
-    out = tmp_path / "out"
-    one_image = tmp_path / "val1"  # fewer validation images than ranks: rank 1's shard is empty
-    one_image.mkdir()
-    for suffix in (".jpg", ".png"):
-        src = sorted(data.glob("*" + suffix))[0]
-        (one_image / src.name).write_bytes(src.read_bytes())
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-        str(REPO / "run.py"),
-        "--data",
-        str(data),
-        "--val-data",
-        str(one_image),
-        "--output-dir",
-        str(out),
-        "--iters",
-        "4",
-        "--checkpoint-every",
-        "4",
-        *TINY_TRAIN,
-    ]
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = subprocess.run(cmd, cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not list(cwd.iterdir()), "nothing is written outside the output directory"
-    assert "Spawn function" not in proc.stderr
-    assert "world size 2" in (out / "train.log").read_text()
-    assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
-    assert (out / "checkpoint_4.pt").is_file()
-    assert "[val iter 4] mae " in (out / "train.log").read_text()
-
-
-def test_two_nodes_on_loopback(data, tmp_path):
+@pytest.mark.slow
+def test_two_nodes_on_loopback(reference_data, tmp_path):
     port = str(free_port())
     outs = [tmp_path / "node0", tmp_path / "node1"]
+    node = ["--nnodes", "2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", port]
+    train = ["--data", str(reference_data[0]), "--iters", "2", "--checkpoint-every", "1", *TINY_TRAIN]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO / "run.py"),
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(rank),
-                "--nproc",
-                "1",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                port,
-                "--data",
-                str(data),
-                "--output-dir",
-                str(out),
-                "--iters",
-                "4",
-                "--checkpoint-every",
-                "2",
-                *TINY_TRAIN,
-            ],
+            [sys.executable, str(REPO / "run.py"), *node, "--node-rank", str(rank), "--output-dir", str(out), *train],
             cwd=REPO,
             env=cpu_env(),
             stdout=subprocess.PIPE,
@@ -326,7 +162,7 @@ def test_two_nodes_on_loopback(data, tmp_path):
     for p, (_, err) in zip(procs, results):
         assert p.returncode == 0, err[-3000:]
     assert "world size 2" in (outs[0] / "train.log").read_text()
-    assert sorted(p.name for p in outs[0].glob("checkpoint_*.pt")) == ["checkpoint_2.pt", "checkpoint_4.pt"]
+    assert sorted(p.name for p in outs[0].glob("checkpoint_*.pt")) == ["checkpoint_1.pt", "checkpoint_2.pt"]
     # rank 1 writes nothing: no log, no checkpoints, no TensorBoard
     assert not list(outs[1].glob("checkpoint_*")) and not (outs[1] / "train.log").exists()
     assert not (outs[1] / "tb").exists()
