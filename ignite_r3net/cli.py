@@ -4,6 +4,10 @@
 Argument parsing only: each command's options, then one entry function per command. The ``train``
 options are generated from ``TrainConfig``, so every recipe field has a flag whose ``--help`` shows
 its default. A ``UserError`` from any command becomes one ``error: ...`` line.
+
+The options need no torch (their choices come from torch-free modules) and each entry function
+imports its command's code, so ``--help`` answers at once and a process imports only what its
+command needs (``train``'s launching process: the checks and the launcher, not the Engine).
 """
 
 from __future__ import annotations
@@ -17,15 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .config import TrainConfig
-from .data.tools import check_data, make_data
-from .distributed import Terminated
-from .errors import OptionError, UserError, error_line
-from .evaluation import evaluate_checkpoint, evaluate_maps, export_model, predict
-from .evaluation.compare import DEFAULT_METRICS, InferenceOptions, compare
-from .evaluation.export import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .errors import OptionError, Terminated, UserError, error_line
+from .evaluation.export_formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .evaluation.report import DEFAULT_METRICS
 from .metrics import METRIC_KEYS
 from .model import BACKBONES
-from .training import train
 
 Handler = Callable[[argparse.Namespace], int]
 CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
@@ -109,6 +109,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from .training import train  # each command's code is imported when it runs: see the module docstring
+
     train(config_from_args(args))
     return 0
 
@@ -221,6 +223,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from .evaluation.export import export_model
+
     export_model(args.checkpoint, args.format, args.output, backbone=args.backbone, opset=args.opset)
     return 0
 
@@ -237,6 +241,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation.evaluate import evaluate_checkpoint, evaluate_maps
+
     if args.maps is not None:
         if args.gt is None:
             raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
@@ -269,6 +275,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from .evaluation.predict import predict
+
     predict(
         args.checkpoint,
         args.input,
@@ -359,6 +367,8 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from .evaluation.compare import InferenceOptions, compare
+
     compare(
         args.datasets,
         args.methods,
@@ -402,11 +412,15 @@ def add_check_data(sub: argparse._SubParsersAction) -> None:
 
 
 def run_make_data(args: argparse.Namespace) -> int:
+    from .data.tools import make_data
+
     make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
     return 0
 
 
 def run_check_data(args: argparse.Namespace) -> int:
+    from .data.tools import check_data
+
     return check_data(args.folders)
 
 

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .errors import OptionError
 
-AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""``--amp`` choices and the autocast dtype each one means."""
+AMP_MODES = ("off", "bf16", "fp16")
+"""``--amp`` choices (the autocast dtype of each: ``inference.AMP_DTYPES``)."""
 
 # options that count something: at least 1
 _POSITIVE = ("iters", "batch_size", "crop", "checkpoint_every", "keep", "log_every", "nproc", "nnodes")
@@ -81,7 +79,7 @@ class TrainConfig:
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )
     # speed
-    amp: str = _opt("off", "mixed precision", choices=("off", "bf16", "fp16"))
+    amp: str = _opt("off", "mixed precision", choices=AMP_MODES)
     channels_last: bool = _opt(False, "use channels_last memory format for the model and inputs")
     compile: bool = _opt(False, "torch.compile the model")
     # distribution

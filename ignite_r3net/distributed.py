@@ -28,7 +28,7 @@ import ignite.distributed as idist
 import torch
 
 from .config import TrainConfig
-from .errors import WorkerFailed, error_line, warn
+from .errors import Terminated, WorkerFailed, error_line, warn
 from .slurm import SlurmTask, slurm_task
 
 T = TypeVar("T")
@@ -36,10 +36,6 @@ T = TypeVar("T")
 rank_zero_only = idist.one_rank_only(rank=0)
 """Decorator: run the wrapped function on rank 0 only, the one place rank-0-only work is decided
 (files, TensorBoard, the console). Every rank still calls it, so it never hides a collective."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: the job is stopped (its ranks too) rather than left running."""
 
 
 def under_torchrun() -> bool:

@@ -43,6 +43,10 @@ class ExportError(UserError):
     exit_code = 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the job is stopped (its ranks too) rather than left running."""
+
+
 class WorkerFailed(UserError):
     """A worker of a running job failed: one line naming the rank and the cause (exit code 1)."""
 

@@ -12,8 +12,10 @@ from ignite.engine import Engine, Events
 from ignite.metrics import Metric
 from torch import nn
 
-from .config import AMP_DTYPES
 from .data import normalize_image
+
+AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The autocast dtype of each ``--amp`` choice (``config.AMP_MODES``), in training and inference."""
 
 
 @torch.no_grad()

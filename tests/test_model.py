@@ -8,6 +8,7 @@ from torchvision.models import resnet18
 
 from ignite_r3net.errors import OptionError
 from ignite_r3net.model import BACKBONES, R3Net, build_backbone, load_backbone_weights, resolve_weights
+from ignite_r3net.model.r3net import NUM_PARAMETERS
 
 # The authors' release (ResNeXt-101 32x4d backbone) has exactly this many trainable parameters.
 ORIGINAL_PARAMETER_COUNT = 56_156_126
@@ -25,6 +26,15 @@ def small_model() -> R3Net:
 
 def test_parameter_count_matches_original() -> None:
     assert _trainable(R3Net("resnext101_32x4d")) == ORIGINAL_PARAMETER_COUNT
+
+
+def test_recorded_parameter_counts() -> None:
+    """``NUM_PARAMETERS`` (the start-up disk-space check, which builds no model) is every model's count."""
+    assert set(NUM_PARAMETERS) == set(BACKBONES)
+    for backbone, recorded in NUM_PARAMETERS.items():
+        with torch.device("meta"):
+            model = R3Net(backbone)
+        assert sum(p.numel() for p in model.parameters()) == recorded, backbone
 
 
 def test_head_module_names(small_model: R3Net) -> None:

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -63,6 +61,11 @@ class JointCropFlip:
         c = self.crop
         h, w = image.shape[-2:]
         if h < c or w < c:
+            # torchvision where it resizes: the launching process of `train` imports this package
+            # for its data checks, and torchvision (with torch._dynamo) would cost it a second
+            from torchvision.transforms import InterpolationMode
+            from torchvision.transforms.v2 import functional as TF
+
             # antialias=True mirrors PIL, which filters when a side shrinks during the resize.
             image = TF.resize(image, [c, c], interpolation=InterpolationMode.BILINEAR, antialias=True)
             # NEAREST_EXACT samples pixel centres like PIL's NEAREST, keeping mask and image aligned.

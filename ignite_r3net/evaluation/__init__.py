@@ -1,8 +1,6 @@
-"""After training: ``evaluate`` (checkpoints or saved maps), ``predict``, ``compare`` and ``export``."""
+"""After training: ``evaluate`` (checkpoints or saved maps), ``predict``, ``compare`` and ``export``.
 
-from .compare import InferenceOptions, compare
-from .evaluate import evaluate_checkpoint, evaluate_maps
-from .export import export_model
-from .predict import predict
-
-__all__ = ["InferenceOptions", "compare", "evaluate_checkpoint", "evaluate_maps", "export_model", "predict"]
+Each command is in the module of its name (``evaluate.evaluate_checkpoint``, ``predict.predict``,
+``compare.compare``, ``export.export_model``); this package imports none of them, so that the command
+line builds its options (from ``report`` and ``export_formats``) without importing torch.
+"""

@@ -23,15 +23,23 @@ from ..data import assert_dataset_ok, list_pairs, split_dirs
 from ..distributed import LaunchSpec, under_torchrun
 from ..errors import DataError, OptionError, note, warn
 from ..metrics import METRIC_KEYS
-from ..model import read_trained_weights
+from ..model.trained import read_trained_weights
 from . import scoring
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
 from .plots import plot_fm, plot_pr
-from .report import build_table, check_writable_file, table_csv, table_latex, table_markdown, write_json, write_text
+from .report import (
+    DEFAULT_METRICS,
+    build_table,
+    check_writable_file,
+    table_csv,
+    table_latex,
+    table_markdown,
+    write_json,
+    write_text,
+)
 
-DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # the columns papers print
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 

@@ -24,7 +24,7 @@ from ..distributed import LaunchSpec, free_port, launch, rank_zero_only, under_t
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
-from ..model import TrainedWeights, build_model, read_trained_weights
+from ..model.trained import TrainedWeights, build_model, read_trained_weights
 from .crf import crf_refine, require_crf
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .report import check_writable_file, report

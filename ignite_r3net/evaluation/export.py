@@ -35,7 +35,8 @@ from torch import nn
 from .. import __version__
 from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
-from ..model import build_model, read_trained_weights
+from ..model.trained import build_model, read_trained_weights
+from .export_formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .exported import (
     INPUT_NAME,
     METADATA_FILE,
@@ -55,10 +56,6 @@ __all__ = [
     "export_model",
 ]
 
-FORMATS = ("onnx", "torchscript")
-SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
-DEFAULT_OPSET = 18  # the oldest the exporter writes natively: the widest choice of runtimes
-OPSETS = range(18, 24)  # 18..23: torch's exporter writes these
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
 

@@ -11,7 +11,7 @@ import torch
 from ..data import IMAGE_EXTS, init_loader_worker, load_image, worker_context
 from ..errors import OptionError
 from ..inference import predict_maps, to_8bit_maps
-from ..model import build_model, read_trained_weights
+from ..model.trained import build_model, read_trained_weights
 from .crf import crf_refine, require_crf
 from .exported import is_onnx, load_exported, require_onnxruntime
 from .maps import output_path, save_map

@@ -81,6 +81,9 @@ def check_writable_file(path: str | None, option: str) -> None:
 
 # ------------------------------------------------------------------------- comparison tables
 
+#: ``compare``'s table columns unless ``--metrics`` says otherwise: the ones papers print.
+DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")
+
 #: Metrics where a lower value is better; every other metric is better higher.
 LOWER_IS_BETTER = frozenset({"mae"})
 _LATEX_NAMES = {  # math mode

@@ -8,9 +8,23 @@
 * :mod:`.structure`: the S-measure from the same histograms;
 * :mod:`.weighted_f`: the weighted F-measure, one map at a time on the CPU with
   ``scipy.ndimage``'s distance transform (the one PySODMetrics calls);
-* :mod:`.saliency`: the ``Metric``: input handling, exact sums, ``compute`` / ``curves``.
+* :mod:`.saliency`: the ``Metric``: input handling, exact sums, ``compute`` / ``curves``;
+* :mod:`.keys`: ``METRIC_KEYS``, the names of its numbers.
+
+``SaliencyMetrics`` (torch, ignite, scipy) is imported when first used (PEP 562): the command line
+lists ``METRIC_KEYS`` without it.
 """
 
-from .saliency import METRIC_KEYS, SaliencyMetrics
+from typing import Any
+
+from .keys import METRIC_KEYS
 
 __all__ = ["METRIC_KEYS", "SaliencyMetrics"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "SaliencyMetrics":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .saliency import SaliencyMetrics
+
+    return SaliencyMetrics

@@ -17,9 +17,6 @@ from . import histogram as H
 from .structure import smeasure
 from .weighted_f import weighted_fmeasure
 
-#: Keys of the dict returned by :meth:`SaliencyMetrics.compute`, in reporting order.
-METRIC_KEYS = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
-
 Maps = torch.Tensor | Sequence[torch.Tensor]
 
 # Per-image values summed into one float64 vector: name -> length (256: one per threshold t).

@@ -1,22 +1,101 @@
-"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018).
+"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018), and its backbone: a
+ResNet / ResNeXt exposed as the five stages R3Net taps.
 
 The head mirrors the authors' release module for module (same Sequential
 indices, same conv biases, one shared PReLU slope per activation), so an
 original checkpoint's head keys load unchanged; only the backbone keys are
 renamed (see weights.py).
+
+All backbones are built from torchvision's ``ResNet`` class, so a torchvision (or timm) ImageNet
+state_dict maps onto them with a one-line key rename (``conv1.*`` -> ``layer0.conv1.*``). Building
+one downloads nothing: ``pretrained.py`` fetches and loads weights.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ignite_r3net.model.backbones import build_backbone
+from .backbones import backbone_spec
+
+if TYPE_CHECKING:
+    from torchvision.models.resnet import ResNet
 
 HEAD_CHANNELS = 256
 REFINE_CHANNELS = 128
 NUM_REFINEMENTS = 6
+
+# R3Net's parameter count per backbone, for the disk-space check before training starts: building
+# the model to count them, even on the meta device, would import torchvision into the launching
+# process (about a second). tests/test_model.py checks each number against the model.
+NUM_PARAMETERS = {
+    "resnext101_32x4d": 56_156_126,
+    "resnext101_32x8d": 100_769_758,
+    "resnext50_32x4d": 37_007_326,
+    "resnet101": 56_527_582,
+    "resnet50": 37_535_454,
+    "resnet34": 28_676_574,
+    "resnet18": 18_568_414,
+}
+
+
+class Backbone(nn.Module):
+    """Five feature stages of a ResNet: ``layer0`` (stem) and ``layer1..layer4``.
+
+    ``channels`` gives the output channels of each stage, so a head can size
+    its convolutions for any backbone.
+    """
+
+    def __init__(self, resnet: ResNet) -> None:
+        super().__init__()
+        self.layer0 = nn.Sequential(
+            OrderedDict(
+                conv1=resnet.conv1,
+                bn1=resnet.bn1,
+                relu=resnet.relu,
+                maxpool=resnet.maxpool,
+            )
+        )
+        self.layer1 = resnet.layer1
+        self.layer2 = resnet.layer2
+        self.layer3 = resnet.layer3
+        self.layer4 = resnet.layer4
+        expansion = resnet.layer1[0].expansion  # 4 for Bottleneck, 1 for BasicBlock
+        self.channels: tuple[int, ...] = (64,) + tuple(c * expansion for c in (64, 128, 256, 512))
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Return the five stage outputs, finest first."""
+        features = []
+        for stage in (self.layer0, self.layer1, self.layer2, self.layer3, self.layer4):
+            x = stage(x)
+            features.append(x)
+        return features
+
+
+def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
+    """A randomly initialised backbone (``pretrained.load_backbone_weights`` loads weights into it)."""
+    # torchvision (about a second, with torch._dynamo) when a model is built: the launching process
+    # of `train` imports this module for its checks but builds no model unless it checks weights
+    from torchvision.models import resnet
+
+    spec = backbone_spec(name)
+    block = getattr(resnet, spec.block)
+    model = resnet.ResNet(block, list(spec.layers), groups=spec.groups, width_per_group=spec.width_per_group)
+    return Backbone(model)
+
+
+def num_parameters(backbone: str) -> int:
+    """R3Net's parameter count for ``backbone``: ``NUM_PARAMETERS``'s, else counted on a model built
+    on the meta device."""
+    if backbone in NUM_PARAMETERS:
+        return NUM_PARAMETERS[backbone]
+    with torch.device("meta"):
+        model = R3Net(backbone)
+    return sum(p.numel() for p in model.parameters())
 
 
 def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:

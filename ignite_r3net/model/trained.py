@@ -98,7 +98,7 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     # conv2 of the first block is (width, width / groups, 3, 3) with width = groups * width_per_group
     groups, per_group = conv2.shape[0] // conv2.shape[1], conv2.shape[1]
     for name, spec in BACKBONES.items():
-        if tuple(layers) != tuple(spec.layers) or (spec.block.__name__ == "Bottleneck") != bottleneck:
+        if tuple(layers) != tuple(spec.layers) or (spec.block == "Bottleneck") != bottleneck:
             continue
         if not bottleneck or (spec.groups, spec.width_per_group) == (groups, per_group):
             return name

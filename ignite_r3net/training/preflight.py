@@ -18,15 +18,9 @@ from ..config import TrainConfig
 from ..data import assert_dataset_ok, ensure_synthetic, list_pairs
 from ..distributed import LaunchSpec, default_backend
 from ..errors import CheckpointError, DataError, OptionError, UserError, error_line
-from ..model import (
-    BACKBONES,
-    R3Net,
-    Weights,
-    build_backbone,
-    load_backbone_weights,
-    resolve_weights,
-)
-from ..model.pretrained import IMAGENET, NONE, sha256_of
+from ..model.backbones import BACKBONES
+from ..model.pretrained import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
+from ..model.r3net import build_backbone, num_parameters
 from ..model.trained import check_fits, find_backbone
 from ..run_lock import LOCK_NAME, RunLock
 from .resume import check_resume_compatible, resolve_resume
@@ -141,13 +135,6 @@ def check_fresh_output_dir(config: TrainConfig) -> None:
         )
 
 
-def count_parameters(backbone: str) -> int:
-    """R3Net's parameter count without allocating weights (built on the meta device)."""
-    with torch.device("meta"):
-        model = R3Net(backbone=backbone)
-    return sum(p.numel() for p in model.parameters())
-
-
 def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
     """Fetch (once per node, before any worker starts) and check the weights a fresh run starts
     from: ``--init-from``'s whole model, else ``--pretrained``'s backbone; record them in
@@ -198,7 +185,7 @@ def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:
     """The start-up checks that need the (claimed) output folder, in order; returns the config with
     data paths and weights resolved and the iteration the run starts from (that of the checkpoint
     it resumes, else 0)."""
-    check_disk_space(config, count_parameters(config.backbone))
+    check_disk_space(config, num_parameters(config.backbone))
     check_fresh_output_dir(config)
     config, checkpoint = resolve_resume(config)
     config = resolve_initial_weights(config)

@@ -9,8 +9,8 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
-from ..config import AMP_DTYPES
 from ..data import DeviceAugment
+from ..inference import AMP_DTYPES
 
 
 def prepare_batch(

@@ -7,7 +7,6 @@ import os
 from ..config import TrainConfig
 from ..distributed import LaunchSpec, launch
 from .preflight import check_environment, claimed_output_dir, preflight
-from .trainer import training
 
 
 def train(config: TrainConfig) -> None:
@@ -26,4 +25,13 @@ def train(config: TrainConfig) -> None:
         spec = LaunchSpec.of(config)
         if spec.is_leader():
             config.save(os.path.join(config.output_dir, "config.json"))
-        launch(training, config, spec)
+        launch(train_worker, config, spec)
+
+
+def train_worker(local_rank: int, config: TrainConfig) -> None:
+    """What every worker runs: ``trainer.training``."""
+    # imported in the workers only: the launching process checks and spawns, and the Engine's
+    # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
+    from .trainer import training
+
+    training(local_rank, config)
