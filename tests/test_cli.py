@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO, cpu_env, make_tiny_dataset
 
 # what the workers import and the launching process must not: each costs it a second or more
@@ -38,6 +39,7 @@ def test_options_and_help_import_no_torch() -> None:
         assert "usage: python run.py" in proc.stdout
 
 
+@pytest.mark.slow
 def test_training_launcher_imports_nothing_only_workers_need(tmp_path) -> None:
     """``python run.py --nproc 2 ...`` up to the spawn: the checks run, the worker function and the
     config are pickled as spawning does, and no worker-only package is imported."""

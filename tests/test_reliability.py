@@ -97,6 +97,7 @@ class _StateHolder:
         self.state = state
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint_intact(tmp_path):
     good = {"w": torch.arange(1000.0)}
     torch.save(good, tmp_path / "checkpoint_1.pt")
@@ -175,6 +176,7 @@ def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path, capsys)
 # ---------------------------------------------------------------- failures across ranks
 
 
+@pytest.mark.slow
 def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     from helpers import raise_on_rank_one
 
@@ -328,7 +330,7 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
     out = tmp_path / "out"
     proc = _start_long_run(data, out, workers=2)
     try:
-        _wait_for_iterations(proc, out, 2)
+        _wait_for_iterations(proc, out, 1)
         sent = time.monotonic()
         if target == "launcher":
             os.kill(proc.pid, sig)
