@@ -78,6 +78,8 @@ def _train(
         str(crop),
         "--backbone",
         backbone,
+        "--pretrained",
+        "none",  # the compute does not depend on the weights; no download
         "--workers",
         "0",
         "--checkpoint-every",
