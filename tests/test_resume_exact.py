@@ -34,12 +34,10 @@ def _assert_same_final_model(ref, out) -> None:
 
 def _without(args: list[str], *options: str) -> list[str]:
     """``args`` less the given options and their values."""
-    kept, skip = [], False
-    for arg in args:
-        if skip or arg in options:
-            skip = not skip
-            continue
-        kept.append(arg)
+    kept = list(args)
+    for option in options:
+        at = kept.index(option)
+        del kept[at : at + 2]
     return kept
 
 
