@@ -97,7 +97,9 @@ class TrainConfig:
         None, "address of node 0; default: the first node of SLURM_JOB_NODELIST under srun, else 127.0.0.1"
     )
     master_port: int | None = _opt(
-        None, "rendezvous port on node 0; default: 15000 + the last 4 digits of SLURM_JOB_ID under srun, else 29500"
+        None,
+        "rendezvous port on node 0; default: 15000 + the last 4 digits of SLURM_JOB_ID under srun, a free port "
+        "on a single node, else 29500",
     )
     dist_timeout: int = _opt(600, "seconds a collective may wait for a peer before the job fails")
     # recorded at start-up (not options): the weights the run started from, {source, file, sha256}

@@ -64,7 +64,7 @@ class LaunchSpec:
     nnodes: int = 1
     node_rank: int = 0
     master_addr: str | None = None  # default: SLURM's first node, else 127.0.0.1
-    master_port: int | None = None  # default: derived from SLURM's job id, else 29500
+    master_port: int | None = None  # default: derived from SLURM's job id; one node: a free port; else 29500
     dist_timeout: int = 600
     traceback_dir: str | None = None
 
@@ -132,10 +132,16 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
             nnodes=task.ntasks if task else spec.nnodes,
             node_rank=task.procid if task else spec.node_rank,
             master_addr=spec.master_addr or (task.master_addr() if task else "127.0.0.1"),
-            master_port=spec.master_port or (task.default_port if task else 29500),
+            master_port=spec.master_port or (task.default_port if task else _default_port(spec.nnodes)),
             timeout=timeout,
         )
     return idist.Parallel(backend=None)
+
+
+def _default_port(nnodes: int) -> int:
+    """One node: a free port, so that two runs on one host do not both take torch's 29500; several
+    nodes started by hand must agree on a port without talking: 29500, as torchrun."""
+    return free_port() if nnodes == 1 else 29500
 
 
 def _warn_if_restarts_share_a_store() -> None:

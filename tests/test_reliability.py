@@ -197,10 +197,12 @@ sys.path[:0] = [{repo!r}, {tests!r}]
 from helpers import sum_ranks
 from ignite_r3net.distributed import LaunchSpec, free_port, launch
 if __name__ == "__main__":  # spawned workers import this module
-    atexit.register(lambda: print("atexit ran", flush=True))
+    # one write(2) per line: torchrun's workers share the pipe, and print() may write a line in
+    # two calls that interleave with the other worker's
+    atexit.register(lambda: os.write(1, b"atexit ran\\n"))
     for nproc in map(int, sys.argv[1:]):
         launch(sum_ranks, None, LaunchSpec(nproc=nproc, backend="gloo", master_port=free_port()))
-        print("after launch", nproc, os.environ.get("RANK", "-"), flush=True)
+        os.write(1, f"after launch {{nproc}} {{os.environ.get('RANK', '-')}}\\n".encode())
 """
 
 

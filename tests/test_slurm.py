@@ -110,6 +110,17 @@ def test_srun_options_that_cannot_work_are_refused(data, tmp_path, monkeypatch, 
     assert "--nnodes and --node-rank come from SLURM under srun" in capsys.readouterr().err
 
 
+def test_ports_when_none_is_given():
+    """One node: a free port each time (two runs on one host must not both take torch's 29500);
+    nodes started by hand share 29500; under srun the port comes from the job id."""
+    from ignite_r3net.distributed import LaunchSpec, parallel_for
+
+    one_node = [parallel_for(LaunchSpec(nproc=2, backend="gloo"))._spawn_params["master_port"] for _ in range(2)]
+    assert 29500 not in one_node and all(1024 < port < 65536 for port in one_node)
+    two_nodes = parallel_for(LaunchSpec(nproc=1, nnodes=2, backend="gloo"))._spawn_params["master_port"]
+    assert two_nodes == 29500
+
+
 @pytest.mark.parametrize(
     "nodelist, first",
     [("node7", "node7"), ("gpu[03-05,9],cpu1", "gpu03"), ("a1,b[2-3]", "a1"), ("rack1-n[12,14]-ib", "rack1-n12-ib")],
