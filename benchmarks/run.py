@@ -6,7 +6,8 @@
 Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu. See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
-``--quick`` runs everything in under 3 minutes on 2 CPU cores.
+``--quick`` makes each benchmark short, for a first look; the full run is less noisy (about 13
+minutes on 2 CPU cores: see README.md).
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def format_line(name: str, r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs: all benchmarks in < 3 min on 2 CPU cores")
+    parser.add_argument("--quick", action="store_true", help="short runs for a first look (the full run is less noisy)")
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: seconds, not figures
     parser.add_argument("--data", type=Path, help="training folder in MSRA10K layout (default: cached synthetic set)")
     parser.add_argument("--json", type=Path, help="write every figure, the machine and the command line here")

@@ -143,16 +143,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--json", metavar="FILE", help="also write the numbers as JSON keyed by data set name")
     _add_model_options(ev)
     ev.add_argument("--save-maps", metavar="OUT", help="write each map as OUT/<dataset>/<stem>.png")
-    ev.add_argument(
-        "--nproc", type=int, default=1, help="processes to spawn (one per GPU with NCCL, CPU processes with gloo)"
-    )
-    ev.add_argument(
-        "--backend",
-        choices=("nccl", "gloo"),
-        default=None,
-        help="distributed backend; default: nccl when CUDA is available, else gloo",
-    )
-    ev.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
+    _add_process_options(ev, "processes to spawn (one per GPU with NCCL, CPU processes with gloo)")
     ev.set_defaults(handler=run_evaluate)
 
 
@@ -227,6 +218,18 @@ def run_export(args: argparse.Namespace) -> int:
 
     export_model(args.checkpoint, args.format, args.output, backbone=args.backbone, opset=args.opset)
     return 0
+
+
+def _add_process_options(parser: argparse.ArgumentParser, nproc_help: str) -> None:
+    """``--nproc``, ``--backend`` and ``--master-port`` of the commands that spread work over processes."""
+    parser.add_argument("--nproc", type=int, default=1, help=nproc_help)
+    parser.add_argument(
+        "--backend",
+        choices=("nccl", "gloo"),
+        default=None,
+        help="distributed backend; default: nccl when CUDA is available, else gloo",
+    )
+    parser.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -350,19 +353,9 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
     )
     cmp.add_argument("--digits", type=int, default=3, help="decimals in the tables (ranks use the printed values)")
     _add_model_options(cmp)
-    cmp.add_argument(
-        "--nproc",
-        type=int,
-        default=1,
-        help="processes for scoring (and for checkpoint inference); the numbers are those of one process",
+    _add_process_options(
+        cmp, "processes for scoring (and for checkpoint inference); the numbers are those of one process"
     )
-    cmp.add_argument(
-        "--backend",
-        choices=("nccl", "gloo"),
-        default=None,
-        help="distributed backend; default: nccl when CUDA is available, else gloo",
-    )
-    cmp.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
     cmp.set_defaults(handler=run_compare)
 
 

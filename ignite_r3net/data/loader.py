@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import multiprocessing
 import signal
 import sys
 from pathlib import Path
@@ -165,9 +164,7 @@ def worker_context(workers: int) -> str | None:
     at every validation (measured: 5-6 s per validation with 2 workers on 2 CPU cores). Workers
     only decode and crop on the CPU, so forking them is safe, also after CUDA is initialised.
     """
-    if workers > 0 and "fork" in multiprocessing.get_all_start_methods() and sys.platform.startswith("linux"):
-        return "fork"
-    return None
+    return "fork" if workers > 0 and sys.platform.startswith("linux") else None
 
 
 def stop_workers(loader: DataLoader) -> None:
