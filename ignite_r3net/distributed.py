@@ -192,8 +192,24 @@ def _slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
         os.environ.update(saved)
 
 
+def freeze_long_lived_objects() -> None:
+    """Exempt every object alive now from the cyclic garbage collector, for the rest of the process.
+
+    Called once the heavy imports are done, by the launching process and by each worker: torch,
+    torchvision and ignite leave about a million objects that live until the process ends. Every
+    full collection walks all of them, and the interpreter runs several at shutdown: that alone
+    made each process take 1.0-1.3 s to exit here (0.3 s frozen), which every launch paid once per
+    process. ``gc.freeze`` is CPython's tool for this; it also keeps forked DataLoader workers from
+    copying the pages those objects live on. The collection first leaves only live objects to
+    freeze; what the run creates afterwards (the Engine's cycles included) is collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed."""
+    freeze_long_lived_objects()
     _quiet_resource_tracker()
     # "Terminating process N via signal SIGTERM" when a rank fails: our one-line error says why
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)

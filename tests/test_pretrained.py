@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, SMALL_TRAIN, cpu_env, make_tiny_dataset
+from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset
 from safetensors.torch import save_file
 from torchvision.models import resnet18
 
@@ -83,7 +83,7 @@ def test_a_run_records_its_weights_in_config_and_log(data, tmp_path, monkeypatch
     train, _ = data
     out = tmp_path / "run"
     args = ["--data", str(train), "--output-dir", str(out), "--iters", "1", "--checkpoint-every", "1"]
-    assert main([*args, *SMALL_TRAIN, "--pretrained", f"hf-hub:{TIMM_REPO}"]) == 0
+    assert main([*args, *TINY_TRAIN, "--pretrained", f"hf-hub:{TIMM_REPO}"]) == 0
     weights = json.loads((out / "config.json").read_text())["weights"]
     assert weights["source"] == f"hf-hub:{TIMM_REPO}"
     assert weights["file"].endswith("model.safetensors") and len(weights["sha256"]) == 64
@@ -143,7 +143,7 @@ def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, 
     """Fine-tuning from the reference run's last checkpoint (2 processes, 12 iterations): a new run
     in a folder of its own, from iteration 1 with a fresh optimiser and schedule."""
     finished = reference_run.out / "checkpoint_12.pt"
-    common = ["--data", str(reference_run.train), "--val-data", str(reference_run.val), *SMALL_TRAIN]
+    common = ["--data", str(reference_run.train), "--val-data", str(reference_run.val), *TINY_TRAIN]
     second = tmp_path / "second"
     assert main([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(finished)]) == 0
     first_log = (reference_run.out / "train.log").read_text().splitlines()

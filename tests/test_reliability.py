@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from helpers import REPO, SMALL_TRAIN, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, make_tiny_dataset, read_scalars
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
@@ -25,7 +25,7 @@ from ignite_r3net.checkpoint_io import (
 )
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DataError
+from ignite_r3net.data import DataError, stop_workers
 from ignite_r3net.distributed import LaunchSpec, launch
 from ignite_r3net.errors import CheckpointError, WorkerFailed, error_line
 from ignite_r3net.training.handlers import attach_checkpointing
@@ -162,7 +162,7 @@ def test_a_checkpoint_carrying_a_pickled_callable_is_refused_not_run(tmp_path, c
 
 
 def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path, capsys):
-    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2", *SMALL_TRAIN]
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2", *TINY_TRAIN]
     assert main(args) == 0
     newest = tmp_path / "checkpoint_4.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
@@ -246,9 +246,12 @@ class _BrokenImages(torch.utils.data.Dataset):
 
 def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     """PyTorch re-raises a worker's error with a 15-line wrapper; the user sees the original line."""
-    loader = torch.utils.data.DataLoader(_BrokenImages(), num_workers=1)
-    with pytest.raises(DataError) as raised:
-        next(iter(loader))
+    loader = torch.utils.data.DataLoader(_BrokenImages(), num_workers=1, persistent_workers=True)
+    try:
+        with pytest.raises(DataError) as raised:
+            next(iter(loader))
+    finally:
+        stop_workers(loader)  # left to the garbage collector, its worker would wait out a 5 s check
     assert str(raised.value).startswith("Caught DataError in DataLoader worker")
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import SMALL_TRAIN, log_iterations, make_tiny_dataset
+from helpers import TINY_TRAIN, log_iterations, make_tiny_dataset
 
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.cli import main
@@ -24,7 +24,7 @@ def data(tmp_path_factory):
 def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
     # three steps in all: CPU fp16 is emulated, ~5 s a step whatever the crop
     args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "2", "--checkpoint-every", "1"]
-    args += ["--amp", "fp16", "--channels-last", *SMALL_TRAIN]
+    args += ["--amp", "fp16", "--channels-last", *TINY_TRAIN]
     assert main(args) == 0
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["amp"] == "fp16" and config["channels_last"] is True
@@ -43,6 +43,6 @@ def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
 
 def test_bf16_with_dataloader_workers(data, tmp_path):
     args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "2", "--checkpoint-every", "2"]
-    assert main([*args, "--amp", "bf16", *SMALL_TRAIN, "--workers", "2"]) == 0
+    assert main([*args, "--amp", "bf16", *TINY_TRAIN, "--workers", "2"]) == 0
     assert "scaler" not in load_checkpoint(tmp_path / "checkpoint_2.pt")
     assert json.loads((tmp_path / "config.json").read_text())["workers"] == 2

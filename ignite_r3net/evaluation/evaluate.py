@@ -20,7 +20,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ..data import assert_dataset_ok, build_eval_loader
-from ..distributed import LaunchSpec, free_port, launch, rank_zero_only, under_torchrun
+from ..distributed import LaunchSpec, free_port, freeze_long_lived_objects, launch, rank_zero_only, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
@@ -107,6 +107,7 @@ def evaluate_checkpoint(
 
 def _evaluate_worker(local_rank: int, job: EvalJob) -> None:
     """Runs on every rank: score each data set on this rank's shard; rank 0 reports."""
+    freeze_long_lived_objects()
     device = idist.device()
     model = build_model(job.weights or read_trained_weights(job.checkpoint, job.backbone), device)
     rows = {name: _evaluate_dataset(model, device, name, folder, job) for name, folder in job.datasets}

@@ -41,7 +41,7 @@ import torch
 
 from .. import __version__
 from ..data import load_mask
-from ..distributed import LaunchSpec, free_port, launch, rank_zero_only
+from ..distributed import LaunchSpec, free_port, freeze_long_lived_objects, launch, rank_zero_only
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from .maps import load_saliency_map, score_maps
 from .report import write_json
@@ -192,6 +192,7 @@ def _one_thread() -> Iterator[None]:
 
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
     """Runs on every rank: score this rank's share of each cell's images; rank 0 stores the entry."""
+    freeze_long_lived_objects()
     with _one_thread():
         _score_share(job)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..config import TrainConfig
-from ..distributed import LaunchSpec, launch
+from ..distributed import LaunchSpec, freeze_long_lived_objects, launch
 from .preflight import check_environment, claimed_output_dir, preflight
 
 
@@ -34,4 +34,5 @@ def train_worker(local_rank: int, config: TrainConfig) -> None:
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .trainer import training
 
+    freeze_long_lived_objects()
     training(local_rank, config)
