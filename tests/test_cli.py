@@ -39,6 +39,20 @@ def test_options_and_help_import_no_torch() -> None:
         assert "usage: python run.py" in proc.stdout
 
 
+def test_data_commands_import_no_torch(tmp_path) -> None:
+    """``make-data`` and ``check-data`` (the quick start's first step) need only PIL and numpy."""
+    code = (
+        "import sys\n"
+        "from ignite_r3net import cli\n"
+        "assert cli.main(sys.argv[1:]) == 0 and cli.main(['check-data', sys.argv[3] + '/train']) == 0\n"
+        "print([m for m in ('torch', 'torchvision', 'scipy', 'ignite') if m in sys.modules])\n"
+    )
+    proc = _python(code, "make-data", "--out", str(tmp_path), "--train", "4", "--val", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+    assert len(list((tmp_path / "train").glob("*.png"))) == 4
+
+
 @pytest.mark.slow
 def test_training_launcher_imports_nothing_only_workers_need(tmp_path) -> None:
     """``python run.py --nproc 2 ...`` up to the spawn: the checks run, the worker function and the

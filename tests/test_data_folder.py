@@ -285,7 +285,7 @@ def test_unreadable_image_error_names_file(tmp_path: Path) -> None:
 def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path, monkeypatch) -> None:
     """A CMYK JPEG goes to PIL (Adobe's inverted-ink convention) even when an RGB JPEG thumbnail sits
     in an application segment before its frame header; a plain RGB JPEG stays with torchvision."""
-    from ignite_r3net.data import folder
+    from ignite_r3net.data import decode
 
     buf = io.BytesIO()
     Image.fromarray(_rgb(16, 16, seed=5)).save(buf, format="JPEG")
@@ -300,8 +300,8 @@ def test_a_cmyk_jpeg_is_recognised_past_an_embedded_rgb_thumbnail(tmp_path: Path
     rgb_path.write_bytes(thumbnail)
 
     opened = []
-    pil_open = folder._pil_open
-    monkeypatch.setattr(folder, "_pil_open", lambda p: opened.append(Path(p).name) or pil_open(p))
+    pil_open = decode._pil_open
+    monkeypatch.setattr(decode, "_pil_open", lambda p: opened.append(Path(p).name) or pil_open(p))
     with Image.open(path) as img:  # the header read that decides PIL's conversion
         assert img.mode == "CMYK" and img.size == (32, 24)
         expected = np.asarray(img.convert("RGB")).astype(int)

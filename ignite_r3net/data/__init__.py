@@ -1,61 +1,58 @@
-"""Data: pair listing and checks, decoding, synthetic data, augmentation, resumable sampling."""
+"""Data: pair listing and checks, decoding, synthetic data, augmentation, resumable sampling.
+
+Listing, checking and generating data need only PIL and numpy. The names that need torch are
+imported from their module when first used (PEP 562), so that ``make-data`` and ``check-data``
+start without importing torch.
+"""
+
+from importlib import import_module
+from typing import Any
 
 from ..errors import DataError
 from .checks import assert_dataset_ok, check_dataset
-from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, load_image, load_mask, split_dirs
-from .loader import (
-    SaliencyEvalSet,
-    SaliencyTrainSet,
-    build_eval_loader,
-    build_train_loader,
-    collate_train,
-    init_loader_worker,
-    stop_workers,
-    worker_context,
-)
-from .sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
+from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, split_dirs
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
-from .transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    DeviceAugment,
-    JointCropFlip,
-    device_augment,
-    draw_angle,
-    normalize_image,
-    rotate_batch,
-)
+
+_LAZY = {  # name -> the module that defines it
+    "load_image": "decode",
+    "load_mask": "decode",
+    "SaliencyEvalSet": "loader",
+    "SaliencyTrainSet": "loader",
+    "build_eval_loader": "loader",
+    "build_train_loader": "loader",
+    "collate_train": "loader",
+    "init_loader_worker": "loader",
+    "stop_workers": "loader",
+    "worker_context": "loader",
+    "EvalShardSampler": "sampler",
+    "ResumableDistributedSampler": "sampler",
+    "sample_seed": "sampler",
+    "IMAGENET_MEAN": "transforms",
+    "IMAGENET_STD": "transforms",
+    "DeviceAugment": "transforms",
+    "JointCropFlip": "transforms",
+    "device_augment": "transforms",
+    "draw_angle": "transforms",
+    "normalize_image": "transforms",
+    "rotate_batch": "transforms",
+}
 
 __all__ = [
+    "DataError",
     "IMAGE_EXTS",
     "MASK_EXTS",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "DataError",
     "list_pairs",
     "split_dirs",
-    "load_image",
-    "load_mask",
     "check_dataset",
     "assert_dataset_ok",
     "make_synthetic_dataset",
     "synthetic_paths",
     "ensure_synthetic",
-    "JointCropFlip",
-    "draw_angle",
-    "rotate_batch",
-    "normalize_image",
-    "device_augment",
-    "DeviceAugment",
-    "ResumableDistributedSampler",
-    "EvalShardSampler",
-    "sample_seed",
-    "SaliencyTrainSet",
-    "SaliencyEvalSet",
-    "collate_train",
-    "build_train_loader",
-    "init_loader_worker",
-    "stop_workers",
-    "worker_context",
-    "build_eval_loader",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_LAZY[name]}", __name__), name)

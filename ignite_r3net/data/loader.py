@@ -12,7 +12,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from ..errors import DataError
-from .folder import list_pairs, load_image, load_mask
+from .decode import load_image, load_mask
+from .folder import list_pairs
 from .sampler import EvalShardSampler, ResumableDistributedSampler
 from .transforms import JointCropFlip, draw_angle
 
