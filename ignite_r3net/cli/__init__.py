@@ -1,0 +1,84 @@
+"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``,
+``make-data``, ``check-data``.
+
+Argument parsing only: each command's options and entry function live in the module of this package
+named for it (``train``, ``evaluation``, ``compare``, ``data``); ``common`` holds the options several
+share. The ``train`` options are generated from ``TrainConfig``, so every recipe field has a flag whose
+``--help`` shows its default. A ``UserError`` from any command becomes one ``error: ...`` line.
+
+The options need no torch (their choices come from torch-free modules) and each entry function
+imports its command's code, so ``--help`` answers at once and a process imports only what its
+command needs (``train``'s launching process: the checks and the launcher, not the Engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import Terminated, UserError, error_line
+from .common import HelpFormatter
+from .compare import add_compare
+from .data import add_check_data, add_make_data
+from .evaluation import add_evaluate, add_export, add_predict
+from .train import add_train
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog=_program_name(),
+        description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
+        "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (add_train, add_evaluate, add_predict, add_compare, add_export, add_make_data, add_check_data):
+        add(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
+        command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
+    return parser
+
+
+def _program_name() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name == "ignite-r3net" else "python run.py"
+
+
+def _with_default_command(argv: Sequence[str]) -> list[str]:
+    """Insert ``train`` when the command line starts with an option (or is empty)."""
+    argv = list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "train")
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(_with_default_command(sys.argv[1:] if argv is None else argv))
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
+    except UserError as e:
+        print(f"error: {error_line(e) if not _lists_problems(e) else e}", file=sys.stderr)
+        return e.exit_code
+
+
+def _lists_problems(e: UserError) -> bool:
+    """A data error that lists one problem per line is printed whole."""
+    return "\n  - " in str(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

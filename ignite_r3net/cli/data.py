@@ -1,0 +1,41 @@
+"""``make-data`` and ``check-data``: the synthetic data set and the data set scan (no torch)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_make_data(sub: argparse._SubParsersAction) -> None:
+    make = sub.add_parser(
+        "make-data",
+        help="write the generated synthetic saliency data set",
+        description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
+    )
+    make.add_argument("--out", required=True, help="output folder")
+    make.add_argument("--train", type=int, default=400, help="number of training pairs")
+    make.add_argument("--val", type=int, default=60, help="number of validation pairs")
+    make.add_argument("--seed", type=int, default=2018, help="generator seed (same seed, same files)")
+    make.set_defaults(handler=run_make_data)
+
+
+def add_check_data(sub: argparse._SubParsersAction) -> None:
+    check = sub.add_parser(
+        "check-data",
+        help="scan a data set and report every problem by file name",
+        description="Scan image/mask pairs (headers only) and list every problem.",
+    )
+    check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
+    check.set_defaults(handler=run_check_data)
+
+
+def run_make_data(args: argparse.Namespace) -> int:
+    from ..data.tools import make_data
+
+    make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
+    return 0
+
+
+def run_check_data(args: argparse.Namespace) -> int:
+    from ..data.tools import check_data
+
+    return check_data(args.folders)
