@@ -176,7 +176,8 @@ def format_line(name: str, r: dict[str, Any]) -> str:
     if name == "engine":
         return (
             f"engine: bare {r['bare_it_per_s']:.2f} it/s, ignite {r['ignite_it_per_s']:.2f} it/s, "
-            f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}"
+            f"ratio {r['ratio']:.3f}{_goal(name, r['ratio'])}; Engine and handlers "
+            f"{r['framework_ms_per_iter']:.2f} ms/iteration ({100 * r['framework_share']:.2f}% of the ignite run)"
         )
     if name == "metrics":
         return (

@@ -51,13 +51,14 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
             "ours_full_cpu_samples_per_s",
             "full_cpu_speedup",
         ),
-        "engine": ("bare_it_per_s", "ignite_it_per_s", "ratio"),
+        "engine": ("bare_it_per_s", "ignite_it_per_s", "ratio", "framework_ms_per_iter", "framework_share"),
     }.items():
         for key in keys:
             assert report[name][key] > 0, (name, key, report[name])
     profile = report["pipeline"]["worker_profile_ms_per_sample"]
     assert set(profile) == {"decode_jpeg_png", "crop_flip", "collate", "worker_total"}
     assert all(v > 0 for v in profile.values()), profile
+    assert 0 < report["engine"]["framework_share"] < 1
     assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -229,11 +230,17 @@ def test_launch_returns_normally_and_atexit_handlers_run(tmp_path, how):
 
 
 def _descendants_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan that has
+    exited waits for init to reap it, which this machine's init does only every second or two."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ")"
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 class _BrokenImages(torch.utils.data.Dataset):
