@@ -229,16 +229,45 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
+_terminating = threading.Event()
+"""Set once this process received SIGTERM: what fails from then on fails because of it."""
+
+
 def _raise_on_sigterm() -> Any:
     """Turn SIGTERM into ``Terminated`` for the duration of the job (by default it would end this
-    process at once and leave the spawned ranks training as orphans); returns the old handler."""
+    process at once and leave the spawned ranks training as orphans); returns the old handler.
+
+    The same signal often ends this process's DataLoader workers too: torchrun, SLURM and systemd
+    signal a rank's whole process group. PyTorch's DataLoader watches its workers with a SIGCHLD
+    handler that raises "DataLoader worker ... is killed by signal: Terminated" wherever the main
+    thread is, in a ``finally`` clause or a ``__del__`` as well, so that error would replace
+    ``Terminated`` (or print as an ignored exception). Once the job is ending that watch has nothing
+    left to report, so the handler replaces it first, with a handler that does nothing rather than
+    the default: a SIGCHLD already pending would otherwise raise "Signal 17 ignored due to race
+    condition" (Python's word for a pending signal whose Python handler has gone).
+    """
     if threading.current_thread() is not threading.main_thread():
         return None
+    _terminating.clear()
 
     def terminate(signum: int, frame: Any) -> None:
+        _terminating.set()
+        signal.signal(signal.SIGCHLD, _ignore_signal)
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, terminate)
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    pass
+
+
+def raise_if_terminated() -> None:
+    """Raise ``Terminated`` if this process received SIGTERM during ``launch``. A signal handler
+    that runs inside a ``__del__`` or a fork hook cannot raise: Python prints "Exception ignored"
+    and goes on, so the training loop checks here too."""
+    if _terminating.is_set():
+        raise Terminated()
 
 
 def _quiet_resource_tracker() -> None:
@@ -281,10 +310,26 @@ def _report_failures(
     except BaseException as e:  # noqa: BLE001 - every failure must end the job with a clear line
         if isinstance(e, SystemExit) and not e.code:
             raise
+        if _terminating.is_set():
+            # after SIGTERM (a worker of a torchrun or srun group): a peer or a DataLoader worker
+            # that the same signal ended is no failure of this rank; ``Terminated`` may also have
+            # been swallowed where Python cannot raise (a fork hook), leaving only this error
+            raise Terminated() from None
         rank = idist.get_rank()
         where = _save_traceback(traceback_dir, rank)
-        message = error_line(e, default="")
+        message = _peer_lost_line(error_line(e, default=""))
         raise WorkerFailed(f"rank {rank} failed: {type(e).__name__}: {message}{where}") from None
+
+
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer")
+
+
+def _peer_lost_line(message: str) -> str:
+    """gloo's words for a peer that went away (a source path, an address, "GLHF!") in a line that
+    says what happened; the traceback file keeps gloo's own."""
+    if any(words in message for words in _PEER_LOST):
+        return "lost the connection to another rank, which failed or was stopped (its own error says why)"
+    return message
 
 
 def _release_worker_state() -> None:

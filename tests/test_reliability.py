@@ -28,8 +28,8 @@ from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DataError, stop_workers
 from ignite_r3net.distributed import LaunchSpec, launch
-from ignite_r3net.errors import CheckpointError, WorkerFailed, error_line
-from ignite_r3net.training.handlers import attach_checkpointing
+from ignite_r3net.errors import CheckpointError, Terminated, WorkerFailed, error_line
+from ignite_r3net.training.handlers import attach_checkpointing, attach_stop_on_sigterm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -192,6 +192,52 @@ def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     assert "raise OSError" in (tmp_path / "error-rank1.log").read_text()
 
 
+class _SignalsWhileCollected:
+    """Sends SIGTERM to this process from its ``__del__``, where Python cannot raise: the handler's
+    ``Terminated`` is printed as an ignored exception and the program goes on."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _train_until_stopped(local_rank, iterations: list[int]) -> None:
+    def step(engine, batch):
+        if engine.state.iteration == 2:
+            _SignalsWhileCollected()  # collected at once
+
+    engine = Engine(step)
+    attach_stop_on_sigterm(engine)
+    engine.add_event_handler(Events.ITERATION_COMPLETED, lambda e: iterations.append(e.state.iteration))
+    engine.run(range(100), max_epochs=1)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the ignored Terminated
+def test_a_sigterm_python_could_not_raise_still_stops_training_at_the_next_iteration():
+    iterations: list[int] = []
+    with pytest.raises(Terminated):
+        launch(_train_until_stopped, iterations, LaunchSpec(nproc=1))  # in this process
+    assert iterations == [1], "the run stops at the end of the iteration the signal arrived in"
+
+
+def _lose_a_peer(local_rank, arg) -> None:
+    raise RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:7079: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the "
+        "application. Check the logs of the remote worker before reporting an error. GLHF!"
+    )
+
+
+def test_a_rank_that_lost_a_peer_says_so_in_words(tmp_path):
+    """What a torchrun or srun rank reports when another rank died under it: gloo's message for it
+    names a source file and an address; the line names what happened."""
+    with pytest.raises(WorkerFailed) as failure:
+        launch(_lose_a_peer, None, LaunchSpec(nproc=1, traceback_dir=str(tmp_path)))
+    assert str(failure.value).startswith(
+        "rank 0 failed: RuntimeError: lost the connection to another rank, which failed or was stopped"
+    )
+    assert "pair.cc" not in str(failure.value) and "pair.cc:545" in (tmp_path / "error-rank0.log").read_text()
+
+
 LAUNCH_SCRIPT = """
 import atexit, os, sys
 sys.path[:0] = [{repo!r}, {tests!r}]
@@ -263,13 +309,13 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 
 
-def _start_long_run(data, out, workers: int) -> subprocess.Popen:
-    """A 2-process training run far longer than any test waits, in its own process group."""
+def _start_long_run(data, out, workers: int, nproc: int = 2) -> subprocess.Popen:
+    """A training run far longer than any test waits, in its own process group."""
     args = [
         sys.executable,
         str(REPO / "run.py"),
         "--nproc",
-        "2",
+        str(nproc),
         "--data",
         str(data),
         "--output-dir",
@@ -327,20 +373,23 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "target, sig, code, said",
+    "target, sig, code, said, nproc",
     [
         # Ctrl-C in a terminal
-        ("process group", signal.SIGINT, 130, "interrupted"),
+        ("process group", signal.SIGINT, 130, "interrupted", 2),
         # kill PID; kill -INT PID takes the same path (``Terminated`` is a ``KeyboardInterrupt``)
-        ("launcher", signal.SIGTERM, 143, "terminated"),
+        ("launcher", signal.SIGTERM, 143, "terminated", 2),
+        # how torchrun, SLURM and systemd stop a rank that is its own process: SIGTERM to it and to
+        # its DataLoader workers at once (their deaths are no failure of the run)
+        ("process group", signal.SIGTERM, 143, "terminated", 1),
     ],
 )
-def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target, sig, code, said):
+def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_path, target, sig, code, said, nproc):
     """Ctrl-C reaches the process group; ``kill -INT`` / ``kill`` (an IDE's stop button, a scheduler)
     the launcher only. Every rank and DataLoader worker stops within seconds, and the job says so
     in one line."""
     out = tmp_path / "out"
-    proc = _start_long_run(data, out, workers=2)
+    proc = _start_long_run(data, out, workers=2, nproc=nproc)
     try:
         _wait_for_iterations(proc, out, 1)
         sent = time.monotonic()
@@ -355,7 +404,7 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err[-2000:]
     assert err.strip().splitlines()[-1] == said
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Exception ignored" not in err, err[-3000:]
     assert took < 10, f"the job took {took:.1f} s to stop"
     assert max(log_iterations(out / "train.log")) < 500
 

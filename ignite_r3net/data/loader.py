@@ -143,14 +143,20 @@ def build_train_loader(
     return loader, sampler
 
 
-def build_eval_loader(root: str | Path, num_replicas: int = 1, rank: int = 0, workers: int = 0) -> DataLoader:
-    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard."""
+def build_eval_loader(
+    root: str | Path, num_replicas: int = 1, rank: int = 0, workers: int = 0, persistent_workers: bool = False
+) -> DataLoader:
+    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard.
+
+    ``persistent_workers`` (validation during training, which runs the loader again and again) keeps
+    the same workers from one pass to the next; ``stop_workers`` ends them."""
     dataset = SaliencyEvalSet(root)
     return DataLoader(
         dataset,
         batch_size=1,
         sampler=EvalShardSampler(len(dataset), num_replicas, rank),
         num_workers=workers,
+        persistent_workers=persistent_workers and workers > 0,
         worker_init_fn=init_loader_worker,
         multiprocessing_context=worker_context(workers),
     )

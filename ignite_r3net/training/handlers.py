@@ -20,7 +20,7 @@ from ignite.handlers import Checkpoint, LRScheduler
 
 from ..checkpoint_io import SafeDiskSaver, list_checkpoints
 from ..config import TrainConfig
-from ..distributed import rank_zero_only
+from ..distributed import raise_if_terminated, rank_zero_only
 from .meters import LOSS_NAMES, LossMeter
 
 
@@ -158,6 +158,12 @@ def attach_close_on_failure(trainer: Engine, *closables: Any) -> None:
         raise e
 
     trainer.add_event_handler(Events.EXCEPTION_RAISED, on_exception)
+
+
+def attach_stop_on_sigterm(trainer: Engine) -> None:
+    """End the run at the next iteration when SIGTERM's ``Terminated`` was swallowed where it arrived
+    (a ``__del__``); else a scheduler's stop would go unheard until its SIGKILL."""
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda _: raise_if_terminated())
 
 
 def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:

@@ -29,6 +29,7 @@ from .handlers import (
     attach_poly_lr,
     attach_progress_bar,
     attach_sampler_epoch,
+    attach_stop_on_sigterm,
     attach_tensorboard,
     attach_train_log,
 )
@@ -80,12 +81,17 @@ def training(local_rank: int, config: TrainConfig) -> None:
     _check_same_start(trainer.state.iteration)
     log.open(_header(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
+    loaders = [loader]
     if config.val_data:
+        # persistent: a validation does not fork its workers again, and they are stopped below
+        # rather than by the garbage collector (see ``stop_workers``)
         val_loader = build_eval_loader(
-            config.val_data, num_replicas=world_size, rank=rank, workers=min(config.workers, 2)
+            config.val_data, num_replicas=world_size, rank=rank, workers=min(config.workers, 2), persistent_workers=True
         )
         attach_validation(trainer, model, val_loader, config, log, tb, device)
+        loaders.append(val_loader)
     attach_progress_bar(trainer)
+    attach_stop_on_sigterm(trainer)
 
     try:
         if resumed_from is None:
@@ -93,7 +99,8 @@ def training(local_rank: int, config: TrainConfig) -> None:
         else:
             trainer.run(loader)
     finally:
-        stop_workers(loader)
+        for each in loaders:
+            stop_workers(each)
 
 
 def create_trainer(
