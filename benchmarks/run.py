@@ -6,8 +6,8 @@
 Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu. See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
-``--quick`` makes each benchmark short, for a first look; the full run is less noisy (17 minutes
-on a 2-core VM in the run README.md's table comes from).
+``--quick`` makes each benchmark short, for a first look; the full run is less noisy (8 minutes
+15 s on the 2-core VM of the run README.md's table comes from).
 """
 
 from __future__ import annotations
