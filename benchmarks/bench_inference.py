@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from ignite_r3net.data import normalize_image
-from ignite_r3net.evaluation.export import export_model
-from ignite_r3net.evaluation.exported import load_exported
+from ignite_r3net.export.runtime import load_exported
+from ignite_r3net.export.writer import export_model
 from ignite_r3net.inference import predict_maps, to_8bit_maps
 from ignite_r3net.model import R3Net, build_model, read_trained_weights
 

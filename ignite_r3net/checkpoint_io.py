@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from ignite.handlers import DiskSaver
 
-from .distributed import rank_zero_only
+from .distributed.ranks import rank_zero_only
 from .errors import CheckpointError, error_line, load_error_reason
 
 logger = logging.getLogger(__name__)

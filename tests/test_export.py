@@ -22,8 +22,8 @@ from PIL import Image
 
 from ignite_r3net import cli
 from ignite_r3net.data import normalize_image
-from ignite_r3net.evaluation import export
-from ignite_r3net.evaluation.exported import METADATA_FILE, ONNXRUNTIME_MISSING, read_metadata
+from ignite_r3net.export import writer as export
+from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING, read_metadata
 from ignite_r3net.model import R3Net, build_model, read_trained_weights
 
 # both differ from the size traced (64x96) and checked at export (45x71); the first is below the

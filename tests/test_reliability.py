@@ -27,7 +27,8 @@ from ignite_r3net.checkpoint_io import (
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DataError, stop_workers
-from ignite_r3net.distributed import LaunchSpec, launch
+from ignite_r3net.distributed.launch import launch
+from ignite_r3net.distributed.topology import LaunchSpec
 from ignite_r3net.errors import CheckpointError, Terminated, WorkerFailed, error_line
 from ignite_r3net.training.handlers import attach_checkpointing, attach_stop_on_sigterm
 
@@ -242,7 +243,8 @@ LAUNCH_SCRIPT = """
 import atexit, os, sys
 sys.path[:0] = [{repo!r}, {tests!r}]
 from helpers import sum_ranks
-from ignite_r3net.distributed import LaunchSpec, free_port, launch
+from ignite_r3net.distributed.launch import launch
+from ignite_r3net.distributed.topology import LaunchSpec, free_port
 if __name__ == "__main__":  # spawned workers import this module
     # one write(2) per line: torchrun's workers share the pipe, and print() may write a line in
     # two calls that interleave with the other worker's

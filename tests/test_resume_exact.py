@@ -118,7 +118,7 @@ def test_torchrun_restarts_a_failed_rank_and_the_run_ends_as_if_uninterrupted(re
             *args,
         ],
         cwd=cwd,
-        # as examples/torchrun_elastic.sh: each attempt its own rendezvous store (distributed.py says why)
+        # as examples/torchrun_elastic.sh: each attempt its own rendezvous store (distributed/topology.py says why)
         env=cpu_env(FAULT_MARKER=str(marker), FAULT_OUTPUT=str(out), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"),
         capture_output=True,
         text=True,

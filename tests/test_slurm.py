@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, TINY_TRAIN, cpu_env, log_iterations, make_tiny_dataset
 
 from ignite_r3net.cli import main
-from ignite_r3net.slurm import first_host
+from ignite_r3net.distributed.slurm import first_host
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -113,7 +113,8 @@ def test_srun_options_that_cannot_work_are_refused(data, tmp_path, monkeypatch, 
 def test_ports_when_none_is_given():
     """One node: a free port each time (two runs on one host must not both take torch's 29500);
     nodes started by hand share 29500; under srun the port comes from the job id."""
-    from ignite_r3net.distributed import LaunchSpec, parallel_for
+    from ignite_r3net.distributed.launch import parallel_for
+    from ignite_r3net.distributed.topology import LaunchSpec
 
     one_node = [parallel_for(LaunchSpec(nproc=2, backend="gloo"))._spawn_params["master_port"] for _ in range(2)]
     assert 29500 not in one_node and all(1024 < port < 65536 for port in one_node)

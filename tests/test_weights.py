@@ -15,7 +15,7 @@ from ignite_r3net.model import (
     load_backbone_weights,
     load_model_state,
 )
-from ignite_r3net.model.weights import backbone_state_dict_from_any
+from ignite_r3net.model.key_layouts import backbone_state_dict_from_any
 
 # ---------------------------------------------------------------- reference: original layout
 # A re-creation of the module *structure* of the authors' torch7-converted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..evaluation.report import DEFAULT_METRICS
+from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
 from .common import add_model_options, add_process_options, add_protocol_option
 

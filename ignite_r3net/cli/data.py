@@ -29,13 +29,13 @@ def add_check_data(sub: argparse._SubParsersAction) -> None:
 
 
 def run_make_data(args: argparse.Namespace) -> int:
-    from ..data.tools import make_data
+    from ..data.commands import make_data
 
     make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
     return 0
 
 
 def run_check_data(args: argparse.Namespace) -> int:
-    from ..data.tools import check_data
+    from ..data.commands import check_data
 
     return check_data(args.folders)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import OptionError
-from ..evaluation.export_formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .common import BACKBONE_HELP, CHECKPOINT_HELP, add_model_options, add_process_options, add_protocol_option
 
 
@@ -99,7 +99,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..evaluation.export import export_model
+    from ..export.writer import export_model
 
     export_model(args.checkpoint, args.format, args.output, backbone=args.backbone, opset=args.opset)
     return 0

@@ -19,26 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs, split_dirs
-from ..distributed import LaunchSpec, under_torchrun
+from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import DataError, OptionError, note, warn
 from ..metrics import METRIC_KEYS
-from ..model.trained import read_trained_weights
+from ..model.trained_model import read_trained_weights
+from ..output_paths import check_writable_file
 from . import scoring
+from .comparison_table import DEFAULT_METRICS, build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
 from .plots import plot_fm, plot_pr
-from .report import (
-    DEFAULT_METRICS,
-    build_table,
-    check_writable_file,
-    table_csv,
-    table_latex,
-    table_markdown,
-    write_json,
-    write_text,
-)
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
@@ -205,13 +198,14 @@ def _dataset_folder(source: Path, dataset: str) -> Path | None:
     exact = source / dataset
     if exact.is_dir():
         return exact
-    loose = [p for p in sorted(source.iterdir()) if p.is_dir() and _loose(p.name) == _loose(dataset)]
+    loose = [p for p in sorted(source.iterdir()) if p.is_dir() and _name_key(p.name) == _name_key(dataset)]
     if len(loose) > 1:
         raise OptionError(f"{source}: {', '.join(p.name for p in loose)} could each be the maps of {dataset}")
     return loose[0] if loose else None
 
 
-def _loose(name: str) -> str:
+def _name_key(name: str) -> str:
+    """A folder name as compared with a data set name: lower case, letters and digits only."""
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
@@ -264,10 +258,10 @@ def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bo
 # ---------------------------------------------------------------------------- checkpoint methods
 
 
-Stale = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
+StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
-def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> Stale:
+def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> StaleMaps:
     """The data sets whose maps must be (re)made; checks them (the images can be found, the data set
     and the checkpoint can be read) before any work."""
     stale = []
@@ -293,7 +287,7 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
 
 def _make_maps(
     method: Method,
-    stale: Stale,
+    stale: StaleMaps,
     root: Path,
     options: InferenceOptions,
     spec: tuple[int, str | None, int | None],

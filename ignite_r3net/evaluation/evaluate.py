@@ -20,14 +20,18 @@ import torch
 from ignite.engine import Engine, Events
 
 from ..data import assert_dataset_ok, build_eval_loader
-from ..distributed import LaunchSpec, free_port, freeze_long_lived_objects, launch, rank_zero_only, under_torchrun
+from ..distributed.launch import launch
+from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.ranks import rank_zero_only
+from ..distributed.topology import LaunchSpec, free_port, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
-from ..model.trained import TrainedWeights, build_model, read_trained_weights
+from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..output_paths import check_writable_file
 from .crf import crf_refine, require_crf
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
-from .report import check_writable_file, report
+from .metrics_table import report
 
 Row = dict[str, float]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .report import atomic_output
+from ..atomic_files import atomic_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,10 +10,10 @@ import torch
 
 from ..data import IMAGE_EXTS, init_loader_worker, load_image, worker_context
 from ..errors import OptionError
+from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..inference import predict_maps, to_8bit_maps
-from ..model.trained import build_model, read_trained_weights
+from ..model.trained_model import build_model, read_trained_weights
 from .crf import crf_refine, require_crf
-from .exported import is_onnx, load_exported, require_onnxruntime
 from .maps import output_path, save_map
 
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
@@ -63,7 +63,7 @@ def predict(
         ImageFiles([src for src, _ in pairs]),
         batch_size=1,
         num_workers=workers,
-        collate_fn=_first,
+        collate_fn=_only_image,
         worker_init_fn=init_loader_worker,
         multiprocessing_context=worker_context(workers),
     )
@@ -141,5 +141,5 @@ class ImageFiles(torch.utils.data.Dataset):
         return load_image(self.paths[index])
 
 
-def _first(batch: list[torch.Tensor]) -> torch.Tensor:
+def _only_image(batch: list[torch.Tensor]) -> torch.Tensor:
     return batch[0]

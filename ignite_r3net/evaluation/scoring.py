@@ -40,11 +40,14 @@ import ignite.distributed as idist
 import torch
 
 from .. import __version__
+from ..atomic_files import write_json
 from ..data import load_mask
-from ..distributed import LaunchSpec, free_port, freeze_long_lived_objects, launch, rank_zero_only
+from ..distributed.launch import launch
+from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.ranks import rank_zero_only
+from ..distributed.topology import LaunchSpec, free_port
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from .maps import load_saliency_map, score_maps
-from .report import write_json
 
 __all__ = [
     "CACHE_FORMAT",
@@ -137,7 +140,7 @@ def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> N
 
 # ------------------------------------------------------------------------------------- scoring
 
-Cell = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
+LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 @dataclass
@@ -148,12 +151,12 @@ class ScoreJob:
     protocol: str
 
 
-def score_cells(cells: list[Cell], cache: Path, protocol: str, spec: LaunchSpec) -> list[dict[str, Any]]:
+def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec) -> list[dict[str, Any]]:
     """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``), scoring the ones
     ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
-    todo: dict[str, Cell] = {}  # by key: two methods given the same maps are scored once
+    todo: dict[str, LabelledFiles] = {}  # by key: two methods given the same maps are scored once
     for key, cell in zip(keys, cells):
         if key not in todo and read_entry(cache, key) is None:
             todo[key] = cell

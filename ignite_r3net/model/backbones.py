@@ -2,7 +2,7 @@
 and their ImageNet weights.
 
 Plain data, without torch: the command line lists the names in ``--help``. ``r3net.build_backbone``
-builds one (the five stages R3Net taps); ``pretrained.py`` fetches and loads weights.
+builds one (the five stages R3Net taps); ``backbone_weights.py`` fetches and loads weights.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ ResNet / ResNeXt exposed as the five stages R3Net taps.
 The head mirrors the authors' release module for module (same Sequential
 indices, same conv biases, one shared PReLU slope per activation), so an
 original checkpoint's head keys load unchanged; only the backbone keys are
-renamed (see weights.py).
+renamed (see key_layouts.py).
 
 All backbones are built from torchvision's ``ResNet`` class, so a torchvision (or timm) ImageNet
 state_dict maps onto them with a one-line key rename (``conv1.*`` -> ``layer0.conv1.*``). Building
-one downloads nothing: ``pretrained.py`` fetches and loads weights.
+one downloads nothing: ``backbone_weights.py`` fetches and loads weights.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Backbone(nn.Module):
 
 
 def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
-    """A randomly initialised backbone (``pretrained.load_backbone_weights`` loads weights into it)."""
+    """A randomly initialised backbone (``backbone_weights.load_backbone_weights`` loads weights into it)."""
     # torchvision (about a second, with torch._dynamo) when a model is built: the launching process
     # of `train` imports this module for its checks but builds no model unless it checks weights
     from torchvision.models import resnet

@@ -20,7 +20,8 @@ from ignite.handlers import Checkpoint, LRScheduler
 
 from ..checkpoint_io import SafeDiskSaver, list_checkpoints
 from ..config import TrainConfig
-from ..distributed import raise_if_terminated, rank_zero_only
+from ..distributed.ranks import rank_zero_only
+from ..distributed.signals import raise_if_terminated
 from .meters import LOSS_NAMES, LossMeter
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import ignite.distributed as idist
 import torch
 
-from ..distributed import rank_zero_only
+from ..distributed.ranks import rank_zero_only
 
 LOSS_NAMES = ("total",) + tuple(f"loss{i}" for i in range(7))
 _NEVER = float("inf")

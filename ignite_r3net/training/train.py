@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 from ..config import TrainConfig
-from ..distributed import LaunchSpec, freeze_long_lived_objects, launch
-from .preflight import check_environment, claimed_output_dir, preflight
+from ..distributed.launch import launch
+from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.topology import LaunchSpec
+from .output_dir import claimed_output_dir
+from .preflight import check_environment, preflight
 
 
 def train(config: TrainConfig) -> None:

@@ -18,9 +18,9 @@ from ignite.utils import manual_seed
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader, stop_workers
-from ..model.pretrained import load_backbone_weights
+from ..model.backbone_weights import load_backbone_weights
+from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
-from ..model.weights import load_model_state
 from .handlers import (
     TrainLog,
     attach_checkpointing,

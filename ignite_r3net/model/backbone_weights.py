@@ -31,7 +31,7 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
 from .backbones import backbone_spec
-from .weights import backbone_state_dict_from_any, strict_load
+from .key_layouts import backbone_state_dict_from_any, strict_load
 
 NONE = "none"
 IMAGENET = "imagenet"

@@ -35,9 +35,9 @@ from torch import nn
 from .. import __version__
 from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
-from ..model.trained import build_model, read_trained_weights
-from .export_formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
-from .exported import (
+from ..model.trained_model import build_model, read_trained_weights
+from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .runtime import (
     INPUT_NAME,
     METADATA_FILE,
     OUTPUT_NAME,

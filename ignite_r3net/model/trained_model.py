@@ -21,8 +21,8 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..errors import OptionError, error_line
 from .backbones import BACKBONES
+from .key_layouts import load_model_state, to_our_layout
 from .r3net import R3Net
-from .weights import load_model_state, to_our_layout
 
 
 @dataclass

@@ -1,0 +1,12 @@
+"""Running one function on many processes: spawned, under torchrun or srun, or in-process.
+
+* ``launch``: ``launch(fn, arg, spec)`` runs ``fn(local_rank, arg)`` on every worker through
+  ``idist.Parallel``;
+* ``topology``: ``LaunchSpec`` (how many processes, where the rendezvous is) and what torchrun or
+  srun already decided for this process;
+* ``slurm``: what ``srun`` tells a task;
+* ``signals``: SIGTERM and Ctrl-C stop the whole job;
+* ``failures``: a failed worker becomes one ``error: rank N failed: ...`` line;
+* ``process_setup``: per-process settings every launcher and worker applies;
+* ``ranks``: ``rank_zero_only``, the one place rank-0-only work is decided.
+"""

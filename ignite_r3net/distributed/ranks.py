@@ -1,0 +1,9 @@
+"""Which rank does what: rank-0-only work goes through ``rank_zero_only``, nowhere else."""
+
+from __future__ import annotations
+
+import ignite.distributed as idist
+
+rank_zero_only = idist.one_rank_only(rank=0)
+"""Decorator: run the wrapped function on rank 0 only (files, TensorBoard, the console). Every rank
+still calls it, so it never hides a collective."""

@@ -1,0 +1,79 @@
+"""Signals: SIGTERM and Ctrl-C stop the whole job, its spawned ranks and DataLoader workers included.
+
+By default SIGTERM ends the launching process at once and leaves spawned ranks training as
+orphans; during a job it becomes ``Terminated`` (a ``KeyboardInterrupt``), handled like Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+import time
+from typing import Any
+
+from ..errors import Terminated
+
+_terminating = threading.Event()
+"""Set once this process received SIGTERM: what fails from then on fails because of it."""
+
+
+def raise_on_sigterm() -> Any:
+    """Turn SIGTERM into ``Terminated`` until the returned previous handler is restored.
+
+    torchrun, SLURM and systemd signal a rank's DataLoader workers too. PyTorch's SIGCHLD handler
+    would then raise "DataLoader worker ... killed by signal" wherever the main thread is (a
+    ``finally``, a ``__del__``) in place of ``Terminated``, so SIGCHLD is given a handler that
+    does nothing first (not SIG_DFL: a pending SIGCHLD would print "Signal 17 ignored")."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _terminating.clear()
+
+    def terminate(signum: int, frame: Any) -> None:
+        _terminating.set()
+        signal.signal(signal.SIGCHLD, _ignore_signal)
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, terminate)
+
+
+def restore_sigterm(previous: Any) -> None:
+    """Put back the SIGTERM handler ``raise_on_sigterm`` replaced (None: it replaced none)."""
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    pass
+
+
+def terminating() -> bool:
+    """Whether this process received SIGTERM during the job."""
+    return _terminating.is_set()
+
+
+def raise_if_terminated() -> None:
+    """Raise ``Terminated`` if this process received SIGTERM during the job. A signal handler that
+    runs inside a ``__del__`` or a fork hook cannot raise (Python prints "Exception ignored"), so
+    the training loop checks here too."""
+    if _terminating.is_set():
+        raise Terminated()
+
+
+def ignore_interrupts_in_worker() -> None:
+    """Ctrl-C reaches the whole process group; the launching process ends the job by terminating
+    its spawned ranks, which would otherwise each print a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_children(grace: float = 5.0) -> None:
+    """End the processes this one started (an interrupt that reached only the launching process,
+    e.g. ``kill -INT``, would otherwise leave the ranks training): SIGTERM, then SIGKILL."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()

@@ -1,0 +1,147 @@
+"""Where the workers run: how many processes, on which nodes, and where they meet.
+
+``LaunchSpec`` holds the distribution options (``--nproc``, ``--nnodes``, ``--master-addr``, ...)
+and reads them together with what torchrun or srun already decided for this process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from ..config import TrainConfig
+from ..errors import warn
+from .slurm import SlurmTask, slurm_task
+
+
+def under_torchrun() -> bool:
+    """True when a launcher such as torchrun already set up this process's rank."""
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def free_port() -> int:
+    """A TCP port free on this host now, for a rendezvous on one node."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Where and how many workers run: the distribution options of ``TrainConfig`` and ``evaluate``,
+    read together with what torchrun or srun already decided for this process."""
+
+    nproc: int = 1
+    backend: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None  # default: SLURM's first node, else 127.0.0.1
+    master_port: int | None = None  # default: derived from SLURM's job id; one node: a free port; else 29500
+    dist_timeout: int = 600
+    traceback_dir: str | None = None
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> LaunchSpec:
+        return cls(
+            config.nproc,
+            config.backend,
+            config.nnodes,
+            config.node_rank,
+            config.master_addr,
+            config.master_port,
+            config.dist_timeout,
+            config.output_dir,
+        )
+
+    @property
+    def slurm(self) -> SlurmTask | None:
+        return None if under_torchrun() else slurm_task()
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job: torchrun's WORLD_SIZE, SLURM's tasks x nproc, else nproc x nnodes."""
+        if under_torchrun():
+            return int(os.environ["WORLD_SIZE"])
+        task = self.slurm
+        return (task.ntasks if task else self.nnodes) * self.nproc
+
+    def spawns(self) -> bool:
+        """Whether this process starts worker processes (rather than being, or joining, one)."""
+        if under_torchrun():
+            return False
+        if self.slurm is not None:
+            return self.nproc > 1  # one task per node: it spawns that node's workers
+        return self.nproc * self.nnodes > 1
+
+    def joins(self) -> bool:
+        """Whether this process is one rank of a group another launcher started (torchrun, srun)."""
+        task = self.slurm
+        return under_torchrun() or (task is not None and self.nproc == 1 and task.ntasks > 1)
+
+    def is_leader(self) -> bool:
+        """Whether this launching process is the one that writes the job's shared files
+        (config.json, the run lock, clean-up): node 0's, or the first rank's under torchrun or srun."""
+        task = self.slurm
+        if task is not None:
+            return task.procid == 0
+        return self.node_rank == 0 and os.environ.get("RANK", "0") == "0"
+
+
+def default_port(nnodes: int) -> int:
+    """One node: a free port, so that two runs on one host do not both take torch's 29500; several
+    nodes started by hand must agree on a port without talking: 29500, as torchrun."""
+    return free_port() if nnodes == 1 else 29500
+
+
+def warn_if_restarts_share_a_store() -> None:
+    """Warn when torchrun restarts workers (``--max-restarts``) with its shared rendezvous store:
+    the restarted group reads its peers' addresses from that store without a per-attempt prefix,
+    can find a dead peer's address and fails with "Gloo connectFullMesh failed". torch's opt-out,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, gives each attempt its own store."""
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        if env.get("RANK") == "0" and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            warn(
+                "torchrun --max-restarts with its shared rendezvous store: a restarted group can read the dead "
+                "attempt's addresses and fail to connect; run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                "(examples/torchrun_elastic.sh does)"
+            )
+
+
+def set_rank_variables_from_slurm(task: SlurmTask, spec: LaunchSpec) -> None:
+    """torch's rendezvous variables from SLURM's (``--master-addr``/``--master-port`` win), set
+    before joining: ignite then checks they agree with SLURM's and uses this address and port."""
+    os.environ.update(
+        RANK=str(task.procid),
+        LOCAL_RANK=str(task.localid),
+        WORLD_SIZE=str(task.ntasks),
+        MASTER_ADDR=spec.master_addr or task.master_addr(),
+        MASTER_PORT=str(spec.master_port or task.default_port),
+    )
+
+
+@contextmanager
+def slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
+    """Spawned workers must not see SLURM's variables: ignite's worker set-up reads any
+    ``SLURM_JOB_ID`` as "ranks come from SLURM" and refuses the rank the spawner gives it
+    (``setup_env_vars``: "Arguments rank and world_size should not be specified with SLURM").
+    The children copy the environment when they start, so it is restored right after."""
+    if task is None:
+        yield
+        return
+    saved = {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}
+    for key in saved:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
