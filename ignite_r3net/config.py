@@ -82,6 +82,12 @@ class TrainConfig:
         1, "write a log line (and sync the loss meters across ranks) every N iterations", rule=POSITIVE_COUNT
     )
     val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
+    progress: bool = option(
+        True,
+        "show the run's progress on rank 0: one bar over --iters (continuing from a resumed iteration) with "
+        "images/s, elapsed time and ETA on a terminal, a plain line every 10%% when stderr is a file (SLURM "
+        "logs); --no-progress shows none (train.log has the ETA either way)",
+    )
     resume: str | None = option(
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )

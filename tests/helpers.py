@@ -111,16 +111,28 @@ def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) ->
     return make_synthetic_dataset(root, n_train=n, n_val=n_val, size=(64, 90), seed=seed)
 
 
-LOG_LINE = re.compile(r"^\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\]$")
+# a training log line: the recipe's part (equal in a resumed and an uninterrupted run), then this
+# run's images/s and ETA
+LOG_LINE = re.compile(
+    r"^(\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\])(, \[images/s [^]]*\])?(, \[eta [^]]*\])?$"
+)
+
+
+def without_timing(line: str) -> str:
+    """A training log line without this run's images/s and ETA."""
+    m = LOG_LINE.match(line)
+    assert m, line
+    return m.group(1)
 
 
 def log_iterations(log_path: Path) -> dict[int, str]:
-    """Training log lines by iteration (a later line for the same iteration wins, as after a resume)."""
+    """Training log lines by iteration, without their timing (a later line for the same iteration
+    wins, as after a resume)."""
     lines = {}
     for line in Path(log_path).read_text(encoding="utf-8").splitlines():
         m = LOG_LINE.match(line)
         if m:
-            lines[int(m.group(1))] = line
+            lines[int(m.group(2))] = m.group(1)
     return lines
 
 

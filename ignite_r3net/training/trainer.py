@@ -79,7 +79,6 @@ def training(local_rank: int, config: TrainConfig) -> None:
         )
         attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
-    attach_progress_bar(trainer)
     attach_stop_on_sigterm(trainer)
 
     try:
@@ -126,7 +125,8 @@ def create_trainer(
     attach_loss_meter(trainer, meter, config.batch_size, config)
     attach_train_log(trainer, log, optimizer, config)
     tb = attach_tensorboard(trainer, optimizer, config)
-    attach_close_on_failure(trainer, log, tb)
+    progress = attach_progress_bar(trainer, config, config.batch_size * idist.get_world_size())
+    attach_close_on_failure(trainer, progress, log, tb)
     return TrainerParts(trainer, to_save, tb)
 
 

@@ -17,8 +17,10 @@ from torchvision.utils import make_grid
 from ..checkpoint_io import SafeDiskSaver
 from ..config import TrainConfig
 from ..data import normalize_image
+from ..distributed.ranks import is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..progress import Progress
 from .handlers import TrainLog, every_or_last
 
 BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
@@ -51,10 +53,12 @@ def attach_validation(
 
     def validate(engine: Engine) -> None:
         use_rank0_buffers(model)
-        values = score_shard(evaluator, val_loader, metric)
+        iteration = engine.state.iteration
+        shown = config.progress and is_rank_zero()
+        with Progress(len(val_loader.dataset), f"validate {iteration}", "image", enabled=shown, transient=True) as bar:
+            values = score_shard(evaluator, val_loader, metric, bar)
         evaluator.state.metrics.update(values)  # what the best-model checkpointer reads
         precision, recall = metric.pr_curve()  # a collective: every rank
-        iteration = engine.state.iteration
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
         if tb is not None:
             log_validation_to_tensorboard(tb, values, precision, recall, model, val_loader.dataset, iteration)
