@@ -3,7 +3,7 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu. See benchmarks/README.md.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu, scan. See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
 ``--quick`` makes each benchmark short, for a first look; the full run is less noisy (8 minutes
@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "gpu")
-GOALS = {"pipeline": 3.5, "engine": 0.97, "metrics": 2.5, "scaling": 1.7, "inference": None, "gpu": None}
+NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "gpu", "scan")
+GOALS = {"pipeline": 3.5, "engine": 0.97, "metrics": 2.5, "scaling": 1.7, "inference": None, "gpu": None, "scan": None}
 
 # per benchmark: settings for the full run, --quick and the hidden --tiny (tests)
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
@@ -59,6 +59,12 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": {"backbone": "resnet18", "size": (48, 64), "images": 1, "repeats": 1, "threads": (1,)},
     },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
+    # the 10,000 pairs (a relaunch must scan them in at most 1 s)
+    "scan": {
+        "full": {"pairs": 10_000, "repeats": 2},
+        "quick": {"pairs": 2000},
+        "tiny": {"pairs": 50, "repeats": 1, "warm_runs": 1},
+    },
 }
 
 
@@ -145,6 +151,12 @@ def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_gpu(**s)
 
 
+def run_scan(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_scan import bench_scan
+
+    return bench_scan(**s)
+
+
 RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "pipeline": run_pipeline,
     "engine": run_engine,
@@ -152,6 +164,7 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "scaling": run_scaling,
     "inference": run_inference,
     "gpu": run_gpu,
+    "scan": run_scan,
 }
 
 
@@ -189,6 +202,11 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         return (
             f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
             f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}"
+        )
+    if name == "scan":
+        return (
+            f"scan: {r['settings']['pairs']} pairs, cold (no scan cache) {r['cold_s']:.2f} s, warm (a relaunch) "
+            f"{r['warm_s']:.3f} s, ratio {r['ratio']:.1f}x"
         )
     if name == "inference":
         from bench_inference import format_inference

@@ -9,7 +9,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..config import TrainConfig
-from ..data import assert_dataset_ok, ensure_synthetic, list_pairs
+from ..data import assert_dataset_ok, ensure_synthetic
 from ..distributed.topology import LaunchSpec
 from ..errors import DataError, OptionError
 
@@ -24,13 +24,14 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
             train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
         config = dataclasses.replace(config, data=str(train_dir), val_data=config.val_data or str(val_dir))
         min_size = None  # its small images are meant to be resized up to any crop, as the seed does
+    listed = {}
     for option, folder, smallest in (("--data", config.data, min_size), ("--val-data", config.val_data, None)):
         if folder:
             try:
-                assert_dataset_ok(folder, min_size=smallest)
+                listed[option] = assert_dataset_ok(folder, min_size=smallest)
             except DataError as e:
                 raise DataError(f"{option}: {e}") from None
-    pairs = len(list_pairs(config.data))
+    pairs = len(listed["--data"])
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise OptionError(
