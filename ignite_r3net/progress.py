@@ -17,7 +17,10 @@ import math
 import sys
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Iterable, Iterator
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 PLAIN_STEP = 10
 """Percent of the work between two plain lines when stderr is not a terminal."""
@@ -124,6 +127,12 @@ class Progress:
         done = min(self.n, self.total)
         line = f"{self.desc}: {done}/{self.total} {self.unit}s ({100 * done // self.total}%), {self.status()}"
         print(line, file=self.stream, flush=True)
+
+    def counted(self, items: Iterable[T], step: int = 1) -> Iterator[T]:
+        """``items``, with ``step`` more units done after each."""
+        for item in items:
+            yield item
+            self.update(step)
 
     def close(self) -> None:
         """End the bar (kept on the screen unless ``transient``)."""

@@ -14,7 +14,7 @@ from ..errors import DataError
 from .folder import _scan
 from .scan_cache import Finding, ScanCache, collector_paused
 
-__all__ = ["check_dataset", "assert_dataset_ok"]
+__all__ = ["check_dataset", "assert_dataset_ok", "image_size"]
 
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSED = {5, 6, 7, 8}  # orientations that swap width and height
@@ -31,23 +31,42 @@ def _tail_is_jpeg_eoi(path: Path) -> bool:
     return tail.endswith(b"\xff\xd9")
 
 
+def _header(path: Path) -> tuple[str, tuple[int, int]]:
+    """The format and the (width, height) in display (EXIF) orientation, from the header alone;
+    PIL raises on a file it cannot read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Image.open(path) as img:
+            fmt = img.format
+            w, h = img.size
+            try:
+                orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
+            except Exception:
+                orientation = 1
+    return fmt, ((h, w) if orientation in _TRANSPOSED else (w, h))
+
+
+def image_size(path: str | Path) -> tuple[int, int] | None:
+    """(height, width) of the image in ``path`` as decoding gives it (EXIF orientation applied),
+    from its header; None when the header cannot be read."""
+    try:
+        w, h = _header(Path(path))[1]
+    except Exception:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
+        return None
+    return h, w
+
+
 def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
     """Return ((width, height) in display orientation, problem) without decoding pixels."""
     try:
         if path.stat().st_size == 0:
             return None, f"empty file: {path}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(path) as img:
-                fmt = img.format
-                w, h = img.size
-                try:
-                    orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
-                except Exception:
-                    orientation = 1
-            if fmt == "PNG":
-                # verify() walks the chunks and checks CRCs without inflating the pixels; it must
-                # come straight after open, hence the second (header-only) open.
+        fmt, size = _header(path)
+        if fmt == "PNG":
+            # verify() walks the chunks and checks CRCs without inflating the pixels; it must
+            # come straight after open, hence the second (header-only) open.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 with Image.open(path) as again:
                     again.verify()
     except Image.UnidentifiedImageError:
@@ -56,9 +75,7 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
         return None, f"unreadable or truncated file: {path} ({exc})"
     if fmt in ("JPEG", "MPO") and not _tail_is_jpeg_eoi(path):
         return None, f"truncated JPEG (no end-of-image marker): {path}"
-    if orientation in _TRANSPOSED:
-        w, h = h, w
-    return (w, h), None
+    return size, None
 
 
 def _code_version() -> str:

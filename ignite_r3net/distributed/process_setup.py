@@ -6,6 +6,9 @@ import gc
 import logging
 import os
 
+import ignite.distributed as idist
+import torch
+
 
 def freeze_long_lived_objects() -> None:
     """Exempt every object alive now from the cyclic garbage collector for the rest of the process.
@@ -29,3 +32,11 @@ def quiet_launcher_logs() -> None:
     current = os.environ.get("PYTHONWARNINGS", "")
     if quiet not in current.split(","):
         os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
+
+
+def share_cpu_cores() -> None:
+    """On the CPU, one torch thread pool per process of its share of the cores: processes on one
+    host share them, and N pools of full size would fight (``OMP_NUM_THREADS`` wins when set)."""
+    if idist.device().type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        local = max(idist.get_nproc_per_node(), 1)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))

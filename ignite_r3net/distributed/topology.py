@@ -10,7 +10,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -65,9 +65,11 @@ class LaunchSpec:
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate`` or ``compare``: one node, and a free port unless
-        ``--master-port`` is given, also under srun (SLURM's derived port is the training run's)."""
-        return cls(processes.nproc, processes.backend, master_port=processes.master_port or free_port())
+        """The workers of ``evaluate``, ``predict`` or ``compare``: spawned on this node, meeting on a
+        free port unless ``--master-port`` is given (also under srun, whose derived port is the
+        training run's); or the ranks of torchrun or srun, which join as training's do."""
+        spec = cls(processes.nproc, processes.backend, master_port=processes.master_port)
+        return spec if spec.joins() or spec.master_port else replace(spec, master_port=free_port())
 
     @property
     def slurm(self) -> SlurmTask | None:

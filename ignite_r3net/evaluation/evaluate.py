@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import ignite.distributed as idist
 import torch
@@ -22,7 +23,7 @@ from ignite.engine import Engine, Events
 from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
-from ..distributed.ranks import rank_zero_only
+from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
@@ -30,6 +31,7 @@ from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file
+from ..progress import Progress
 from .crf import crf_refine, require_crf
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
@@ -107,10 +109,15 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     device = idist.device()
     assert options.checkpoint is not None and options.data and options.names
     model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    rows = {
-        name: _evaluate_dataset(model, device, name, folder, options)
-        for name, folder in zip(options.names, options.data)
-    }
+    rank, world = idist.get_rank(), idist.get_world_size()
+    loaders = [build_eval_loader(folder, world, rank, options.inference.workers) for folder in options.data]
+    total = sum(len(loader.dataset) for loader in loaders)
+    desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
+    with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:
+        rows = {
+            name: _evaluate_dataset(model, device, name, loader, options, progress)
+            for name, loader in zip(options.names, loaders)
+        }
     _report_rows(rows, options)
 
 
@@ -122,9 +129,8 @@ def _report_rows(rows: dict[str, Row], options: EvaluateOptions) -> None:
 
 
 def _evaluate_dataset(
-    model: torch.nn.Module, device: torch.device, name: str, folder: str, options: EvaluateOptions
+    model: torch.nn.Module, device: torch.device, name: str, loader: Any, options: EvaluateOptions, progress: Progress
 ) -> Row:
-    loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), options.inference.workers)
     evaluator = create_evaluator(model, device, options.inference.amp)
     # handlers run in the order they are added: refine, then save, then score the refined map
     if options.inference.crf:
@@ -133,7 +139,7 @@ def _evaluate_dataset(
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)
     metric = SaliencyMetrics(device=device, protocol=options.protocol)
     attach_scoring(evaluator, metric)
-    values = score_shard(evaluator, loader, metric)
+    values = score_shard(evaluator, loader, metric, progress)
     return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}
 
 
@@ -173,7 +179,8 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
     metric = SaliencyMetrics(protocol=options.protocol)
-    resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
+    with Progress(len(match.pairs), "evaluate", "map", enabled=options.progress) as progress:
+        resized = score_maps(progress.counted([(m, k) for _, m, k in match.pairs]), metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()

@@ -8,7 +8,7 @@ from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
 from .fields import Rule, check_fields, group, option
-from .shared import InferenceOptions, ProcessOptions, protocol_option
+from .shared import InferenceOptions, ProcessOptions, progress_option, protocol_option
 
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 
@@ -55,6 +55,7 @@ class CompareOptions:
         ProcessOptions,
         nproc="processes for scoring (and for checkpoint inference); the numbers are those of one process",
     )
+    progress: bool = progress_option()
 
     def validate(self) -> None:
         """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
