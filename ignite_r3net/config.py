@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import BACKENDS
+from .options.shared import BACKENDS, TRACKERS
 
 AMP_MODES = ("off", "bf16", "fp16")
 """``--amp`` choices (the autocast dtype of each: ``inference.AMP_DTYPES``)."""
@@ -91,6 +91,17 @@ class TrainConfig:
     resume: str | None = option(
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )
+    tracker: list[str] = option(
+        default_factory=list,
+        help="also log the run to these experiment trackers (each an extra: pip install -e '.[mlflow]'): what "
+        "TensorBoard gets, the recipe as parameters and the best checkpoint as an artifact. mlflow logs to "
+        "MLFLOW_TRACKING_URI, by default to OUTPUT_DIR/mlruns.db (see: mlflow ui --backend-store-uri "
+        "sqlite:///OUTPUT_DIR/mlruns.db); a resumed run continues its tracker runs. Checked at start-up: a "
+        "missing package or a server that does not answer stops the run before any worker starts",
+        nargs="+",
+        choices=TRACKERS,
+        metavar="NAME",
+    )
     # speed
     amp: str = option("off", "mixed precision", choices=AMP_MODES)
     channels_last: bool = option(False, "use channels_last memory format for the model and inputs")
@@ -121,6 +132,8 @@ class TrainConfig:
     dist_timeout: int = option(600, "seconds a collective may wait for a peer before the job fails", rule=_SECONDS)
     # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
     weights: dict[str, str] | None = field(default=None)
+    # recorded at start-up: the run of each --tracker that rank 0 logs into ({"mlflow": {"run_id": ...}})
+    tracking: dict[str, dict] | None = field(default=None)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

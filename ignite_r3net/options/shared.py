@@ -12,6 +12,7 @@ BACKBONE_HELP = "backbone of the checkpoint; default: config.json beside it, els
 BACKENDS = ("nccl", "gloo")
 PROTOCOLS = ("standard", "r3net")
 INFERENCE_AMP_MODES = ("off", "bf16")
+TRACKERS = ("mlflow", "wandb", "clearml")
 PROGRESS_HELP = (
     "show how far the work has come on rank 0: a bar over the work with its rate, elapsed time and ETA "
     "on a terminal, a plain line every 10%% when stderr is a file (SLURM logs); --no-progress shows none"

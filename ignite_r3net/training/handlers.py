@@ -156,12 +156,12 @@ def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Opti
     trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
 
 
-def attach_close_on_failure(trainer: Engine, *closables: Any) -> None:
-    """On a failure, flush and close ``closables`` (the log, TensorBoard) so that the last lines
-    before it are on disk, then let the failure go on.
+def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
+    """On a failure, flush and close ``closables`` (the log, TensorBoard, trackers; None entries are
+    skipped) so that the last lines before it are on disk, then let the failure go on.
 
-    One handler for all: ignite stops calling EXCEPTION_RAISED handlers at the first that raises,
-    and swallows the exception if none does."""
+    One handler for all, over a list that may grow after this call: ignite stops calling
+    EXCEPTION_RAISED handlers at the first that raises, and swallows the exception if none does."""
 
     def on_exception(engine: Engine, e: BaseException) -> None:
         for closable in closables:

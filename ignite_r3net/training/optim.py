@@ -9,6 +9,9 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..config import TrainConfig
 
+PARAM_GROUPS = ("biases", "weights")
+"""The names of the optimiser's parameter groups, in order (the LR trackers log)."""
+
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
     """SGD with two parameter groups: [0] biases (2x lr, no decay), [1] the rest (lr, weight decay)."""

@@ -10,6 +10,7 @@ from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.topology import LaunchSpec
 from .output_dir import claimed_output_dir
 from .preflight import check_environment, preflight
+from .trackers import prepare_trackers
 
 
 def train(config: TrainConfig) -> None:
@@ -26,7 +27,8 @@ def train(config: TrainConfig) -> None:
             )
             return
         spec = LaunchSpec.of(config)
-        if spec.is_leader():
+        if spec.is_leader():  # rank 0 logs to the trackers: its launching process opens their runs
+            config = prepare_trackers(config)
             config.save(os.path.join(config.output_dir, "config.json"))
         launch(train_worker, config, spec)
 

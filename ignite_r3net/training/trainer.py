@@ -37,15 +37,18 @@ from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
 from .resume import RunRecipe
 from .step import create_train_step
+from .trackers import attach_trackers
 from .validation import attach_validation
 
 
 class TrainerParts(NamedTuple):
-    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger."""
+    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger,
+    and what a failure closes (add to it what is attached later)."""
 
     trainer: Engine
     to_save: dict[str, Any]
     tb: Any
+    closables: list[Any]
 
 
 def training(local_rank: int, config: TrainConfig) -> None:
@@ -64,21 +67,24 @@ def training(local_rank: int, config: TrainConfig) -> None:
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / "train.log")
-    trainer, to_save, tb = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
+    trainer, to_save, tb, closables = create_trainer(
+        model, optimizer, lr_scheduler, sampler, log, config, device, scaler
+    )
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
     log.open(_header(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
-    loaders = [loader]
+    loaders, evaluator = [loader], None
     if config.val_data:
         # persistent: a validation does not fork its workers again, and they are stopped below
         # rather than by the garbage collector (see ``stop_workers``)
         val_loader = build_eval_loader(
             config.val_data, num_replicas=world_size, rank=rank, workers=min(config.workers, 2), persistent_workers=True
         )
-        attach_validation(trainer, model, val_loader, config, log, tb, device)
+        evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
+    closables += attach_trackers(trainer, evaluator, optimizer, config) or []
     attach_stop_on_sigterm(trainer)
 
     try:
@@ -126,8 +132,9 @@ def create_trainer(
     attach_train_log(trainer, log, optimizer, config)
     tb = attach_tensorboard(trainer, optimizer, config)
     progress = attach_progress_bar(trainer, config, config.batch_size * idist.get_world_size())
-    attach_close_on_failure(trainer, progress, log, tb)
-    return TrainerParts(trainer, to_save, tb)
+    closables = [progress, log, tb]
+    attach_close_on_failure(trainer, closables)
+    return TrainerParts(trainer, to_save, tb, closables)
 
 
 def _configure_backend(device: torch.device) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import ignite.distributed as idist
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import Engine, EventEnum, Events
 from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
@@ -25,6 +25,13 @@ from .handlers import TrainLog, every_or_last
 
 BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
 GRID_IMAGES, GRID_TILE = 4, 96
+
+
+class ValidationEvents(EventEnum):
+    """Fired on the validation evaluator once a validation's metrics are in its ``state.metrics``
+    (the trackers log them; ``trainer.state.iteration`` is the step)."""
+
+    SCORED = "validation_scored"
 
 
 def format_metrics(values: dict[str, float], keys: tuple[str, ...] = METRIC_KEYS) -> str:
@@ -45,6 +52,8 @@ def attach_validation(
     # the plain module: DDP's forward would add collectives, and shards may differ in length
     model = getattr(model, "module", model)
     evaluator = create_evaluator(model, device, config.amp)
+    # with a state attribute: ignite's loggers attach only to events that have one
+    evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
     best = _best_checkpointer(model, trainer, config)
@@ -57,7 +66,8 @@ def attach_validation(
         shown = config.progress and is_rank_zero()
         with Progress(len(val_loader.dataset), f"validate {iteration}", "image", enabled=shown, transient=True) as bar:
             values = score_shard(evaluator, val_loader, metric, bar)
-        evaluator.state.metrics.update(values)  # what the best-model checkpointer reads
+        evaluator.state.metrics.update(values)  # what the best-model checkpointer and the trackers read
+        evaluator.fire_event(ValidationEvents.SCORED)
         precision, recall = metric.pr_curve()  # a collective: every rank
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
         if tb is not None:
