@@ -12,7 +12,6 @@ best rate.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_scaling import one_thread_cpu_env
 
 from ignite_r3net.evaluation.predict import collect_inputs
 from ignite_r3net.model import R3Net
@@ -32,13 +32,7 @@ __all__ = ["bench_predict"]
 
 
 def _predict(images: Path, checkpoint: Path, out: Path, nproc: int, timeout: float) -> float:
-    env = dict(
-        os.environ,
-        CUDA_VISIBLE_DEVICES="",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = one_thread_cpu_env()
     cmd = [sys.executable, str(REPO / "run.py"), "predict", "--checkpoint", str(checkpoint), "--input", str(images)]
     cmd += ["--output", str(out), "--nproc", str(nproc), "--workers", "0", "--no-progress", "--backend", "gloo"]
     proc = subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=timeout)

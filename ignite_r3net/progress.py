@@ -114,7 +114,8 @@ class Progress:
         return ", ".join(parts)
 
     def update(self, n: int = 1) -> None:
-        """``n`` more units done."""
+        """``n`` more units done (never beyond ``total``: a rank's count times the ranks may overshoot)."""
+        n = min(n, self.total - self.n) if self.total else n
         self.n += n
         if self._bar is not None:
             self._bar.set_postfix_str(self.status(), refresh=False)
@@ -127,6 +128,11 @@ class Progress:
         done = min(self.n, self.total)
         line = f"{self.desc}: {done}/{self.total} {self.unit}s ({100 * done // self.total}%), {self.status()}"
         print(line, file=self.stream, flush=True)
+
+    def complete(self) -> None:
+        """The whole work done (this rank's share is, and the others' are about to be)."""
+        if self.n < self.total:
+            self.update(self.total - self.n)
 
     def counted(self, items: Iterable[T], step: int = 1) -> Iterator[T]:
         """``items``, with ``step`` more units done after each."""

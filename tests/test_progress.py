@@ -81,3 +81,18 @@ def test_eta_from_the_rate_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
     assert clock.rate(300) == pytest.approx(2.0)  # 100 units in 50 s
     assert clock.eta(300, 1000) == pytest.approx(350.0)  # 700 units left at 2/s
     assert [format_duration(s) for s in (0, 59.6, 61, 3599, 3600 + 62)] == ["0:00", "1:00", "1:01", "59:59", "1:01:02"]
+
+
+def test_a_rank_counting_for_all_ranks_never_passes_the_total() -> None:
+    out = io.StringIO()
+    with Progress(11, "predict", "image", stream=out) as bar:
+        bar.update(8)  # 4 images of rank 0, times 2 ranks
+        bar.update(8)
+        assert bar.n == 11
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("predict: 11/11 images (100%), ")
+    out = io.StringIO()
+    with Progress(10, "evaluate", "image", stream=out) as bar:
+        bar.update(4)
+        bar.complete()  # this rank's share is done
+    assert out.getvalue().splitlines()[-1].startswith("evaluate: 10/10 images (100%)")

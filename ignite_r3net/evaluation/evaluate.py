@@ -118,6 +118,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
             name: _evaluate_dataset(model, device, name, loader, options, progress)
             for name, loader in zip(options.names, loaders)
         }
+        progress.complete()
     _report_rows(rows, options)
 
 

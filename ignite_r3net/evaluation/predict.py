@@ -55,7 +55,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         WorkerFailed: a rank failed (one line naming it).
     """
     options.validate()
-    out = _check_output(options)
+    out = _check_options(options)
     pairs = plan_outputs(collect_inputs(options.inputs), out)
     weights = _check_model(options)
     if weights is not None:  # the backbone the weights fit, whether given or found
@@ -86,8 +86,9 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     return outcome
 
 
-def _check_output(options: PredictOptions) -> Path:
-    """The output folder (not created yet); extras the options need are installed."""
+def _check_options(options: PredictOptions) -> Path:
+    """The extras the options need are installed and the launcher fits them; returns the output
+    folder (not created yet)."""
     if options.model is not None and is_onnx(options.model):
         require_onnxruntime()
     if options.inference.crf:

@@ -66,6 +66,7 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
     start = time.perf_counter()
     with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:
         written, failed = _predict_batches(job, batches, to_maps, device, progress)
+        progress.complete()
     seconds = time.perf_counter() - start
     outcome = {
         "written": int(idist.all_reduce(written)),
