@@ -25,7 +25,7 @@ T = TypeVar("T")
 PLAIN_STEP = 10
 """Percent of the work between two plain lines when stderr is not a terminal."""
 
-_NO_TQDM_LOCK: list[bool] = []
+_TQDM_IN_USE: list[bool] = []  # set once this process drew a bar (and gave tqdm a thread lock)
 
 
 def format_duration(seconds: float) -> str:
@@ -157,7 +157,7 @@ class Progress:
 def console_print(line: str, file: IO[str] | None = None) -> None:
     """Print ``line`` above any bar on the screen (a plain ``print`` would cut through it)."""
     file = file if file is not None else sys.stdout
-    if _NO_TQDM_LOCK:
+    if _TQDM_IN_USE:
         from tqdm import tqdm
 
         tqdm.write(line, file=file)
@@ -176,10 +176,10 @@ def _is_terminal(stream: IO[str]) -> bool:
 def _tqdm_bar(progress: Progress, transient: bool) -> Any:
     from tqdm import tqdm
 
-    if not _NO_TQDM_LOCK:
+    if not _TQDM_IN_USE:
         # tqdm's default lock is a multiprocessing semaphore, which a worker's fast exit would leak
         tqdm.set_lock(threading.RLock())
-        _NO_TQDM_LOCK.append(True)
+        _TQDM_IN_USE.append(True)
     return tqdm(
         total=progress.total,
         initial=progress.n,
