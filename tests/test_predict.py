@@ -262,3 +262,17 @@ def test_n_processes_give_the_maps_of_one_byte_for_byte(tmp_path: Path, checkpoi
     for name in ("spawned", "torchrun"):
         assert _maps(outs[name]) == reference, name
         assert len(list((outs[name] / ".predict").glob("*.rank*.done"))) == 2  # both ranks wrote maps
+
+
+def test_one_predict_per_output_folder(tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    from ignite_r3net.run_lock import RunLock
+
+    images = _folder_of_images(tmp_path / "in", [(20, 30)])
+    out = tmp_path / "out"
+    out.mkdir()
+    with RunLock(out, job="another predict"):  # held by a live process of another job
+        assert _predict(checkpoint, out, images) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --output {out} is in use by another run") and err.endswith("another --output")
+    assert not list(out.glob("*.png"))
+    assert _predict(checkpoint, out, images) == 0 and not (out / ".run.lock").exists()  # released at the end

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields
+from ..run_lock import RunLock
 from .crf import require_crf
 from .map_record import RECORD_DIR, MapRecord, run_description, run_key
 from .maps import output_path
@@ -62,28 +64,47 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     description = run_description(options.model or options.checkpoint, _pixel_settings(options))
     record = MapRecord(out, run_key(description))
-    kept = set() if options.overwrite else record.done(dst.name for _, dst in pairs)
-    todo = [(src, dst) for src, dst in pairs if dst.name not in kept]
     spec = LaunchSpec.on_one_node(options.processes)
-    if spec.is_leader():
-        out.mkdir(parents=True, exist_ok=True)
-        record.begin(description)
-        _announce(len(pairs), len(kept), out, spec)
-    if not todo:
-        return {"written": 0, "kept": len(kept), "failed": [], "seconds": 0.0}
+    with _claimed(out, spec):
+        kept = set() if options.overwrite else record.done(dst.name for _, dst in pairs)
+        todo = [(src, dst) for src, dst in pairs if dst.name not in kept]
+        if spec.is_leader():
+            record.begin(description)
+            _announce(len(pairs), len(kept), out, spec)
+        outcome = _predict_on_workers(options, todo, record.key, weights, spec) if todo else {}
+    outcome = {"written": 0, "failed": [], "seconds": 0.0, **outcome, "kept": len(kept)}
+    if spec.is_leader() and todo:
+        _report(outcome, len(todo), out)
+    return outcome
+
+
+@contextmanager
+def _claimed(out: Path, spec: LaunchSpec) -> Iterator[None]:
+    """The output folder, created and held by this job's leading process (one predict per folder:
+    two would write the same maps and record them under different models)."""
+    if not spec.is_leader():
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out, option="--output"):
+        yield
+
+
+def _predict_on_workers(
+    options: PredictOptions, todo: list[tuple[Path, Path]], key: str, weights: Any, spec: LaunchSpec
+) -> dict[str, Any]:
+    """The maps of ``todo`` made by the workers ``spec`` starts or joins; their outcome."""
+    spawned = spec.spawns()
     job = PredictJob(
         options,
         [os.fspath(src) for src, _ in todo],
         [os.fspath(dst) for _, dst in todo],
-        record.key,
-        weights=None if spec.spawns() else weights,  # a spawned worker reads the file itself
-        outcome_file=os.fspath(out / RECORD_DIR / f"outcome-{os.getpid()}.json") if spec.spawns() else None,
+        key,
+        weights=None if spawned else weights,  # a spawned worker reads the file itself
+        outcome_file=os.fspath(Path(options.output) / RECORD_DIR / f"outcome-{os.getpid()}.json") if spawned else None,
     )
     launch(predict_worker, job, spec)
-    outcome = {**_outcome(job), "kept": len(kept)}
-    if spec.is_leader():
-        _report(outcome, len(todo), out)
-    return outcome
+    return _outcome(job)
 
 
 def _check_options(options: PredictOptions) -> Path:
