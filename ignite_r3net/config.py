@@ -94,14 +94,21 @@ class TrainConfig:
     nnodes: int = _opt(1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)")
     node_rank: int = _opt(0, "rank of this node in a multi-node run started by hand (under srun: from SLURM)")
     master_addr: str | None = _opt(
-        None, "address of node 0; default: the first node of SLURM_JOB_NODELIST under srun, else 127.0.0.1"
+        None,
+        "address of node 0, where the processes of a job of several nodes (or srun tasks) meet; default: "
+        "MASTER_ADDR from the environment, else under srun the first node of SLURM_JOB_NODELIST, else 127.0.0.1 "
+        "(a single node: 127.0.0.1; under torchrun: torchrun's, leave it out)",
     )
     master_port: int | None = _opt(
         None,
-        "rendezvous port on node 0; default: 15000 + the last 4 digits of SLURM_JOB_ID under srun, a free port "
-        "on a single node, else 29500",
+        "rendezvous port on node 0; default: MASTER_PORT from the environment, else under srun 15000 + the last "
+        "4 digits of SLURM_JOB_ID, else 29500 (a single node: a free port; under torchrun: torchrun's)",
     )
-    dist_timeout: int = _opt(600, "seconds a collective may wait for a peer before the job fails")
+    dist_timeout: int = _opt(
+        600,
+        "seconds the processes of a job wait for each other: at the rendezvous (then the job stops with one line "
+        "saying who is missing) and in every collective",
+    )
     # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
     weights: dict[str, str] | None = field(default=None)
 

@@ -23,7 +23,7 @@ from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
-from ..distributed.topology import LaunchSpec, free_port, under_torchrun
+from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
@@ -91,7 +91,7 @@ def evaluate_checkpoint(
             raise OptionError(f"--save-maps {out} exists and is not a folder")
         for name in names:
             (out / name).mkdir(parents=True, exist_ok=True)  # here, so ranks never race on it
-    spec = LaunchSpec(nproc=nproc, backend=backend, master_port=master_port or free_port())
+    spec = LaunchSpec(nproc=nproc, backend=backend, master_port=master_port)
     job = EvalJob(
         checkpoint=str(checkpoint),
         backbone=weights.backbone,
