@@ -111,6 +111,9 @@ class TrainConfig:
     )
     # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
     weights: dict[str, str] | None = field(default=None)
+    # recorded at start-up: what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}
+    # (``data.listing_digest``); every rank of a job must list the same pairs
+    listings: dict[str, str] | None = field(default=None)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

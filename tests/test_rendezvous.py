@@ -245,3 +245,36 @@ def test_sigterm_while_waiting_for_the_rendezvous_ends_the_process_at_once(data,
         assert announced.startswith(
             f"rendezvous: node 1 of 2 joins the gloo group of 2 process(es) at 127.0.0.1:{port}"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_nodes_started_with_different_learning_rates_are_refused_before_any_work(data, tmp_path):
+    """Both "nodes" on loopback, one output folder (node 0 holds its lock): each stops with the line
+    naming --lr and both values, and nothing is written. About 30 s on a busy 2-core machine."""
+    out, port = tmp_path / "out", str(free_port())
+    node = ["--nnodes", "2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", port]
+    procs = [
+        subprocess.Popen(
+            _train_args(data, out, *node, "--node-rank", str(rank), "--lr", lr),
+            env=cpu_env(),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for rank, lr in ((0, "0.001"), (1, "0.01"))
+    ]
+    try:
+        results = [p.communicate(timeout=200) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    expected = (
+        "error: the ranks were started with different options: --lr 0.001 on rank 0, 0.01 on rank 1 (node 1); "
+        "start every node with the same command"
+    )
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 2, err[-3000:]
+        assert err.strip().splitlines()[-1] == expected, err[-3000:]
+    assert not out.exists() or not list(out.iterdir()), "no config.json, train.log, checkpoint or lock"

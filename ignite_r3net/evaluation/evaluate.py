@@ -19,7 +19,8 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
-from ..data import assert_dataset_ok, build_eval_loader
+from ..data import assert_dataset_ok, build_eval_loader, listing_digest
+from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
@@ -50,8 +51,22 @@ class EvalJob:
     amp: str = "off"
     workers: int = 0
     quiet: bool = False  # no table and no "maps written" line (compare reports for itself)
+    listings: list[str] = field(default_factory=list)  # data.listing_digest of each data set
     # the weights already read when the job runs in this process (None: each worker reads the file)
     weights: TrainedWeights | None = field(default=None, repr=False)
+
+    def options_every_rank_shares(self) -> dict[str, str]:
+        """What every rank must be started with alike (each node may write its maps and JSON
+        elsewhere, with other ``--workers``; the checkpoint is compared by its size, not read)."""
+        values = {
+            "--checkpoint": f"{Path(self.checkpoint).stat().st_size} bytes",
+            "--backbone": self.backbone,
+            "--protocol": self.protocol,
+            "--crf": str(self.crf),
+            "--amp": self.amp,
+        }
+        values.update({f"--data {name}": digest for (name, _), digest in zip(self.datasets, self.listings)})
+        return values
 
 
 def evaluate_checkpoint(
@@ -103,6 +118,7 @@ def evaluate_checkpoint(
         amp=amp,
         workers=workers,
         quiet=quiet,
+        listings=[listing_digest(folder) for folder in data],
         # each worker reads the file rather than receive hundreds of MB through a pipe
         weights=None if spec.spawns() or under_torchrun() else weights,
     )
@@ -111,6 +127,7 @@ def evaluate_checkpoint(
 
 def _evaluate_worker(local_rank: int, job: EvalJob) -> None:
     """Runs on every rank: score each data set on this rank's shard; rank 0 reports."""
+    refuse_unless_ranks_agree(job.options_every_rank_shares())
     freeze_long_lived_objects()
     device = idist.device()
     model = build_model(job.weights or read_trained_weights(job.checkpoint, job.backbone), device)
