@@ -16,6 +16,7 @@ import torch
 
 from ..config import TrainConfig
 from ..errors import warn
+from ..options.shared import ProcessOptions
 from .slurm import SlurmTask, slurm_task
 
 
@@ -61,6 +62,14 @@ class LaunchSpec:
             config.dist_timeout,
             config.output_dir,
         )
+
+    @classmethod
+    def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
+        """The workers of ``evaluate`` or ``compare``: one node; the spawned workers meet on a free
+        port unless ``--master-port`` is given, also under srun (SLURM's derived port is the training
+        run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet where those
+        say."""
+        return cls(processes.nproc, processes.backend, master_port=processes.master_port)
 
     @property
     def slurm(self) -> SlurmTask | None:
