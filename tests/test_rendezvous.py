@@ -5,6 +5,7 @@ refuses peers started with other options."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def test_under_slurm_the_environment_s_rendezvous_wins_and_the_options_win_over_
     addr, port, source = expected
     assert (endpoint.addr, endpoint.port) == (addr, port)
     assert source in endpoint.source
+
+
+def test_c10d_forms_the_group_where_the_ranks_met(monkeypatch):
+    """--master-port wins over MASTER_PORT for the meeting, and c10d (which reads the environment)
+    must then connect to the same store, as a client of it."""
+    from ignite_r3net.distributed import launch
+
+    for key, value in _rank_env(1, 1).items():
+        monkeypatch.setenv(key, value)  # MASTER_PORT=1: the environment's port, overridden below
+    met, seen = [], {}
+    monkeypatch.setattr(launch, "meet", lambda meeting: met.append(meeting))
+    monkeypatch.setattr(launch.idist, "initialize", lambda backend, timeout: seen.update(os.environ))
+    monkeypatch.setattr(launch.idist, "finalize", lambda: None)
+    with launch.joined_group(LaunchSpec(backend="gloo", master_port=29321, dist_timeout=7)):
+        pass
+    assert (met[0].endpoint.port, met[0].endpoint.source) == (29321, "MASTER_ADDR from the environment, --master-port")
+    assert seen["MASTER_PORT"] == "29321" and seen["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    assert os.environ["MASTER_PORT"] == "1" and "TORCHELASTIC_USE_AGENT_STORE" not in os.environ
 
 
 def test_torchrun_s_rendezvous_is_not_overridden_by_the_options(tmp_path, monkeypatch, capsys, data):

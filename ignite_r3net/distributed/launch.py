@@ -107,7 +107,9 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
         warn_if_restarts_share_a_store()
         store, variables = None, {}
     else:
-        store, variables = meet(meeting), _USE_MEETING_STORE
+        # c10d reads the address from the environment, which the options may have overridden
+        store = meet(meeting)
+        variables = {**_USE_MEETING_STORE, "MASTER_ADDR": endpoint.addr, "MASTER_PORT": str(endpoint.port)}
     with environment(variables):
         idist.initialize(backend, timeout=datetime.timedelta(seconds=spec.dist_timeout))
         try:
