@@ -120,16 +120,16 @@ def test_a_node_whose_host_never_comes_reports_while_waiting_and_stops_at_the_ti
     port = free_port()
     started = time.monotonic()
     with pytest.raises(RendezvousFailed) as failure:
-        meet(_meeting(1, port, timeout=1))
+        meet(_meeting(1, port, timeout=2))
     assert time.monotonic() - started < 10
     assert str(failure.value) == (
-        f"node 1 waited 1 s for the rendezvous at 127.0.0.1:{port} (world size 4): node 0 is not running, or "
+        f"node 1 waited 2 s for the rendezvous at 127.0.0.1:{port} (world size 4): node 0 is not running, or "
         "the address or port is wrong (--master-addr, --master-port), or a firewall blocks the port"
     )
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == (
         f"rendezvous: node 1 of 2 joins the gloo group of 4 process(es) at 127.0.0.1:{port} (--master-addr, "
-        "--master-port); waiting up to 1 s (--dist-timeout)"
+        "--master-port); waiting up to 2 s (--dist-timeout)"
     )
     waiting = [line for line in lines[1:] if line.startswith("rendezvous: node 1 waited ")]
     assert waiting and all(f"for node 0 to open 127.0.0.1:{port}" in line for line in waiting), lines
