@@ -10,6 +10,7 @@ cannot be read are listed at the end and make the exit code 1; the others' maps 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -95,11 +96,18 @@ def _predict_on_workers(
 ) -> dict[str, Any]:
     """The maps of ``todo`` made by the workers ``spec`` starts or joins; their outcome."""
     spawned = spec.spawns()
+    # the maps to make, by name: each node may see the folders at other paths
+    names = "\n".join(f"{src.name}\t{dst.name}" for src, dst in todo)
     job = PredictJob(
         options,
         [os.fspath(src) for src, _ in todo],
         [os.fspath(dst) for _, dst in todo],
         key,
+        shared={
+            "model and options": key,
+            "--batch-size": str(options.batch_size),
+            "maps to make": f"{len(todo)} (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})",
+        },
         weights=None if spawned else weights,  # a spawned worker reads the file itself
         outcome_file=os.fspath(Path(options.output) / RECORD_DIR / f"outcome-{os.getpid()}.json") if spawned else None,
     )

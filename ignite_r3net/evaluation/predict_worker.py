@@ -23,6 +23,7 @@ import torch
 
 from ..atomic_files import atomic_output, write_json
 from ..data import image_size, init_loader_worker, load_image, worker_context
+from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, share_cpu_cores
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..errors import DataError
@@ -48,6 +49,7 @@ class PredictJob:
     sources: list[str]
     outputs: list[str]
     key: str
+    shared: dict[str, str] = field(default_factory=dict)  # what every rank must be started with alike
     weights: TrainedWeights | None = None  # read by the launching process when the worker runs in it
     outcome_file: str | None = None  # where rank 0 leaves the outcome for a spawning launcher
     outcome: dict[str, Any] = field(default_factory=dict)  # filled in when the worker runs in-process
@@ -55,6 +57,7 @@ class PredictJob:
 
 def predict_worker(local_rank: int, job: PredictJob) -> None:
     """Make this rank's maps; every rank ends knowing the outcome (maps written, failures, time)."""
+    refuse_unless_ranks_agree(job.shared)  # ranks of torchrun or srun, each started by its own command
     freeze_long_lived_objects()
     share_cpu_cores()
     rank, world = idist.get_rank(), idist.get_world_size()
