@@ -2,13 +2,13 @@
 set before any worker starts.
 
 Both sides run what ``train`` runs in its launching process for ``--data DIR``
-(``assert_dataset_ok`` then ``list_pairs``) on the same generated folder of ``pairs`` MSRA10K-style
-pairs (``name.jpg`` + ``name.png``, 64x64: the header scan reads headers, so the image size hardly
-matters). Cold: an empty scan cache (``XDG_CACHE_HOME`` pointed at a fresh folder), so every header
-is read, as on the first launch; warm: the same scan again, with the cache the cold one wrote, as on
-a relaunch. The files were just written, so both find them in the page cache (as the issue's
-figures, measured with a warm page cache). Each of ``repeats`` rounds runs a cold scan, then
-``warm_runs`` warm ones; each side keeps its fastest.
+(``assert_dataset_ok``, then ``listing_digest`` of the pairs it returns) on the same generated
+folder of ``pairs`` MSRA10K-style pairs (``name.jpg`` + ``name.png``, 64x64: the header scan reads
+headers, so the image size hardly matters). Cold: an empty scan cache (``XDG_CACHE_HOME`` pointed
+at a fresh folder), so every header is read, as on the first launch; warm: the same scan again,
+with the cache the cold one wrote, as on a relaunch. The files were just written, so both find
+them in the page cache (as the issue's figures, measured with a warm page cache). Each of
+``repeats`` rounds runs a cold scan, then ``warm_runs`` warm ones; each side keeps its fastest.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ignite_r3net.data import assert_dataset_ok, list_pairs
+from ignite_r3net.data import assert_dataset_ok, listing_digest
 
 __all__ = ["bench_scan", "write_pairs"]
 
@@ -53,15 +53,15 @@ def _timed_scan(folder: Path, cache_home: Path) -> float:
     os.environ["XDG_CACHE_HOME"] = str(cache_home)
     try:
         start = time.perf_counter()
-        assert_dataset_ok(folder)
-        found = len(list_pairs(folder))
+        pairs = assert_dataset_ok(folder)
+        listing_digest(folder, pairs)
         seconds = time.perf_counter() - start
     finally:
         if previous is None:
             os.environ.pop("XDG_CACHE_HOME", None)
         else:
             os.environ["XDG_CACHE_HOME"] = previous
-    if found == 0:
+    if not pairs:
         raise RuntimeError(f"no pairs found in {folder}")
     return seconds
 
