@@ -37,7 +37,7 @@ from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
 from .resume import RunRecipe
 from .step import create_train_step
-from .trackers import attach_trackers
+from .tracker_loggers import attach_trackers
 from .validation import attach_validation
 
 
