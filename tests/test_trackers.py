@@ -172,3 +172,58 @@ def test_without_a_tracking_uri_mlflow_stores_in_the_output_folder(tmp_path: Pat
     run = client.get_run(record["run_id"])
     assert run.data.params["lr"] == "0.005"
     assert run.info.artifact_uri.startswith((out.resolve() / "mlartifacts").as_uri())
+
+
+def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loggers attached through ignite's ``WandBLogger`` (its calls into a stand-in ``wandb``
+    module, recorded): the run opened with the recipe, losses, images/s and named LRs at the log
+    lines, validation metrics at the trainer's iteration, the best checkpoint, the end."""
+    import types
+
+    import torch
+    from ignite.engine import Engine
+
+    from ignite_r3net.metrics import METRIC_KEYS
+    from ignite_r3net.training.meters import LOSS_NAMES
+    from ignite_r3net.training.tracker_loggers import attach_trackers
+    from ignite_r3net.training.validation import ValidationEvents
+
+    calls: list[tuple] = []
+    wandb = types.ModuleType("wandb")
+    wandb.login = lambda **kwargs: True
+    wandb.util = types.SimpleNamespace(generate_id=lambda: "run-id-1")
+    wandb.init = lambda **kwargs: calls.append(("init", kwargs))
+    wandb.log = lambda data, step=None: calls.append(("log", step, dict(data)))
+    wandb.save = lambda path, base_path=None, policy=None: calls.append(("save", Path(path).name, policy))
+    wandb.finish = lambda: calls.append(("finish",))
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    config = prepare_trackers(TrainConfig(output_dir=str(tmp_path), tracker=["wandb"], iters=3, lr=0.01))
+    assert config.tracking == {"wandb": {"id": "run-id-1", "project": "ignite_r3net"}}
+    (tmp_path / "best_model_2_maxF=0.5000.pt").write_bytes(b"weights")
+
+    def step(engine: Engine, batch: int) -> None:  # what the loss meter leaves at a log line
+        engine.state.metrics.update({name: 0.1 * engine.state.iteration for name in LOSS_NAMES}, images_per_s=8.0)
+        if engine.state.iteration == 2:  # a validation
+            evaluator.state.metrics.update({key: 0.5 for key in METRIC_KEYS})
+            evaluator.fire_event(ValidationEvents.SCORED)
+
+    trainer, evaluator = Engine(step), Engine(lambda engine, batch: None)
+    # as attach_validation registers it
+    evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
+    biases, weights = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([{"params": [biases], "lr": 0.02}, {"params": [weights], "lr": 0.01}])
+    assert len(attach_trackers(trainer, evaluator, optimizer, config)) == 1
+    trainer.run(range(3))
+
+    init = calls[0]
+    assert init[0] == "init" and init[1]["id"] == "run-id-1" and init[1]["resume"] == "allow"
+    assert init[1]["config"]["lr"] == "0.01" and init[1]["project"] == "ignite_r3net"
+    logged = [c for c in calls if c[0] == "log"]
+    train = {step: data for _, step, data in logged if "train/total" in data}
+    assert sorted(train) == [1, 2, 3] and train[2]["train/total"] == pytest.approx(0.2)
+    assert train[3]["train/images_per_s"] == 8.0
+    lrs = [data for _, _, data in logged if "lr/biases" in data]
+    assert len(lrs) == 3 and lrs[0] == {"lr/biases": 0.02, "lr/weights": 0.01}
+    (val,) = [(step, data) for _, step, data in logged if "val/maxF" in data]
+    assert val[0] == 2 and val[1]["val/maxF"] == 0.5
+    assert calls[-2:] == [("save", "best_model_2_maxF=0.5000.pt", "now"), ("finish",)]
