@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
 from .options.shared import BACKENDS
@@ -120,7 +121,7 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        write_text(self.to_json() + "\n", path)
 
     def validate(self) -> None:
         """Raise ``OptionError`` naming the first option whose value is wrong whatever the data,

@@ -24,14 +24,14 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import OptionError, warn
+from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file
 from .crf import crf_refine, require_crf
-from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
+from .maps import dataset_names, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
 
 Row = dict[str, float]

@@ -18,7 +18,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, LRScheduler
 
-from ..checkpoint_io import SafeDiskSaver, list_checkpoints
+from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
@@ -172,17 +172,11 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
 
     Files already in the output directory from before a resume count towards ``keep``.
     """
+    saver = SafeDiskSaver(config.output_dir)
     checkpointer = Checkpoint(
-        to_save,
-        SafeDiskSaver(config.output_dir),
-        n_saved=config.keep,
-        global_step_transform=lambda engine, _: engine.state.iteration,
+        to_save, saver, n_saved=config.keep, global_step_transform=lambda engine, _: engine.state.iteration
     )
-    existing = list_checkpoints(config.output_dir)
-    _remove_beyond_keep(existing, config.keep)
-    existing = existing[-config.keep :]
-    if existing:
-        checkpointer.load_state_dict({"_saved": [(it, p.name) for it, p in existing]})
+    continue_rotation(checkpointer, saver, CHECKPOINT_PATTERN)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
 
     @trainer.on(Events.COMPLETED)
@@ -191,13 +185,6 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
             checkpointer(engine)
 
     return checkpointer
-
-
-@rank_zero_only
-def _remove_beyond_keep(existing: list[tuple[int, Path]], keep: int) -> None:
-    # a resume with a smaller --keep: ignite removes one file per save, so trim the excess now
-    for _, path in existing[:-keep]:
-        path.unlink(missing_ok=True)
 
 
 @rank_zero_only

@@ -3,8 +3,6 @@ and a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
@@ -14,14 +12,13 @@ from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
 
-from ..checkpoint_io import SafeDiskSaver
+from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data import normalize_image
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from .handlers import TrainLog, every_or_last
 
-BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
 GRID_IMAGES, GRID_TILE = 4, 96
 
 
@@ -142,20 +139,15 @@ def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, t
 
 
 def _best_checkpointer(model: nn.Module, trainer: Engine, config: TrainConfig) -> Checkpoint:
+    saver = SafeDiskSaver(config.output_dir)
     best = Checkpoint(
         {"model": model},
-        SafeDiskSaver(config.output_dir),
+        saver,
         filename_prefix="best",
         score_function=lambda e: e.state.metrics["maxF"],
         score_name="maxF",
         n_saved=1,
         global_step_transform=lambda *_: trainer.state.iteration,
     )
-    existing = []
-    for p in Path(config.output_dir).glob("best_model_*.pt"):
-        m = BEST_PATTERN.match(p.name)
-        if m:
-            existing.append((float(m.group(2)), p.name))
-    if existing:
-        best.load_state_dict({"_saved": sorted(existing)})
+    continue_rotation(best, saver, BEST_PATTERN)
     return best
