@@ -38,7 +38,7 @@ from ignite_r3net.model import R3Net
 from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses
-from ignite_r3net.training.trainer import create_trainer
+from ignite_r3net.training.worker import create_trainer
 
 __all__ = ["bench_engine", "preload_batches"]
 

@@ -32,10 +32,10 @@ def train(config: TrainConfig) -> None:
 
 
 def train_worker(local_rank: int, config: TrainConfig) -> None:
-    """What every worker runs: ``trainer.training``."""
+    """What every worker runs: ``worker.training``."""
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
-    from .trainer import training
+    from .worker import training
 
     freeze_long_lived_objects()
     training(local_rank, config)
