@@ -190,7 +190,7 @@ def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray
 
 def _write_pair_file(path: Path, data: bytes) -> None:
     # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
-    # durable (fsyncs would double make-data's time): the manifest, written durably last, decides
+    # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
     # whether a set is complete
     with atomic_output(path, durable=False) as tmp:
         tmp.write_bytes(data)

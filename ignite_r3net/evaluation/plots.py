@@ -67,8 +67,8 @@ def plot_fm(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -
 
 
 def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    # imported here, not at the top: matplotlib costs ~0.4 s to import, and every process of every
-    # command (training's spawned workers too) imports this module through the CLI
+    # imported when a figure is drawn: matplotlib is slow to import, and compare imports this module
+    # before checking its inputs, which should answer at once
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="tight")

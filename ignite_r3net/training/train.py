@@ -14,7 +14,22 @@ from .preflight import check_environment, preflight
 
 def train(config: TrainConfig) -> None:
     """Validate ``config``, claim its output folder, resolve its data and weights, write
-    ``config.json`` and train on every worker."""
+    ``config.json`` and train on every worker; everything a user can get wrong is checked here,
+    in the launching process, before any worker starts.
+
+    Args:
+        config: the recipe and the run's options (``--data``, ``--output-dir``, ``--resume``, the
+            distribution options, ...), as the command line or a saved ``config.json`` gives them.
+
+    Raises:
+        OptionError: a wrong option, a folder another run holds or an earlier run's folder without
+            ``--resume``, a ``--resume`` checkpoint that does not continue this recipe, weights that
+            cannot be fetched or do not fit ``--backbone``.
+        DataError: a data set with problems (all of them listed, by file).
+        WorkerFailed: a rank failed during training (one line naming it; its traceback in
+            ``OUTPUT_DIR/error-rankN.log``).
+        KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
+    """
     config.validate()
     check_environment(config)
     with claimed_output_dir(config):
