@@ -21,7 +21,7 @@ the CPU's share per sample is decode, crop and flip. The headline figure is ther
 * ``worker_speedup``: ours, ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when
   a side is smaller than the crop, channels-last crop and flip on uint8, angle drawn) and
   ``collate_train`` (the training DataLoader's collate), versus the whole seed pipeline above;
-* ``full_cpu_speedup`` (secondary): ours plus the batched ``device_augment`` (rotation and
+* ``full_cpu_speedup`` (secondary): ours plus the batched ``DeviceAugment`` (rotation and
   normalisation) run on the CPU as well, the worst case for it (CPU-only training);
 * ``worker_profile_ms_per_sample``: where ours spends its time per sample (JPEG and PNG decode,
   crop/flip with the draws, collate, and the whole worker share), each the best pass over the files.
@@ -46,9 +46,9 @@ from torch.utils.data import default_collate
 from torchvision import transforms
 
 from ignite_r3net.data import (
+    DeviceAugment,
     SaliencyTrainSet,
     collate_train,
-    device_augment,
     list_pairs,
     load_image,
     load_mask,
@@ -221,10 +221,12 @@ def bench_pipeline(
         for b in range(n_batches):
             ours_batch(b)
 
+    augment = DeviceAugment()  # what training runs on the device, here on the CPU
+
     def run_full_cpu() -> None:
         for b in range(n_batches):
             batch = ours_batch(b)
-            device_augment(batch["image"], batch["mask"], batch["angle"])
+            augment(batch["image"], batch["mask"], batch["angle"])
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -232,7 +234,7 @@ def bench_pipeline(
         # warm-up: file cache, lazy imports, allocator
         default_collate([baseline[k % len(pairs)] for k in range(batch_size)])
         batch = ours_batch(0)
-        device_augment(batch["image"], batch["mask"], batch["angle"])
+        augment(batch["image"], batch["mask"], batch["angle"])
         times: dict[str, list[float]] = {"baseline": [], "worker": [], "full_cpu": []}
         for _ in range(repeats):
             for name, fn in (("baseline", run_baseline), ("worker", run_worker), ("full_cpu", run_full_cpu)):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ignite_r3net.data import SaliencyTrainSet, device_augment, sample_seed
+from ignite_r3net.data import DeviceAugment, SaliencyTrainSet, sample_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_pipeline import SeedImageFolder, SeedJointTransform  # noqa: E402
@@ -126,7 +126,7 @@ def test_same_draws_give_same_sample(coord_folder: Path) -> None:
         mask = Image.open(ours.pairs[0][1]).convert("L")
         img, mask = baseline.joint_transform.apply(img, mask, params)
         x_seed, y_seed = baseline.transform(img), baseline.target_transform(mask)
-        x, y = device_augment(item["image"][None], item["mask"][None], item["angle"][None])
+        x, y = DeviceAugment()(item["image"][None], item["mask"][None], item["angle"][None])
         inner = (slice(4, -4), slice(4, -4))  # the rotated border differs by sub-pixel filtering
         assert (x[0][(slice(None), *inner)] - x_seed[(slice(None), *inner)]).abs().mean() < 0.05, i
         assert (y[0][(slice(None), *inner)] == y_seed[(slice(None), *inner)]).float().mean() > 0.97, i

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..config import TrainConfig
 from ..model import BACKBONES
@@ -23,7 +24,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
         "replace the saved ones; the saved --resume is not taken, and the starting weights are fetched again "
         "(with a warning when they differ from the saved run's)",
     )
-    backbone_help = TrainConfig.__dataclass_fields__["backbone"].metadata["help"]
+    backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
     add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
     train.set_defaults(handler=run_train)
 

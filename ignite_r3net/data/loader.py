@@ -51,18 +51,17 @@ class SaliencyTrainSet(Dataset):
     :class:`~ignite_r3net.data.transforms.DeviceAugment`.
     """
 
-    def __init__(self, root: str | Path, crop: int, rotate: float, flip: bool = True) -> None:
+    def __init__(self, root: str | Path, crop: int, rotate: float) -> None:
         self.root = Path(root)
         self.pairs = list_pairs(self.root)
-        self.crop_flip = JointCropFlip(crop, flip)
+        self.crop_flip = JointCropFlip(crop)
         self.rotate = float(rotate)
 
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
-        # A bare int (debugging, plain samplers) gets a fixed seed so it still works deterministically.
-        index, seed = (int(key), int(key)) if isinstance(key, int) else (int(key[0]), int(key[1]))
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
+        index, seed = int(key[0]), int(key[1])
         generator = torch.Generator().manual_seed(seed)
         image, mask = _load_pair(*self.pairs[index])
         image, mask = self.crop_flip(image, mask, generator)

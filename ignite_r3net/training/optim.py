@@ -43,8 +43,3 @@ def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRSc
     ``ITERATION_STARTED``, applies the value after i - 1 steps before iteration i.
     """
     return LRScheduler(LambdaLR(optimizer, lr_lambda=PolyFactor(config.iters, config.lr_power)))
-
-
-def poly_lr(base_lr: float, iteration: int, iters: int, power: float) -> float:
-    """The poly formula for 1-based ``iteration``: the reference the scheduler is tested against."""
-    return base_lr * (1 - (iteration - 1) / iters) ** power
