@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 
 from ..options import ExportOptions
-from .common import add_options, options_from_args
+from .common import add_command
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
-    ex = sub.add_parser(
+    add_command(
+        sub,
         "export",
+        ExportOptions,
+        "ignite_r3net.export.writer:export_model",
         help="write the trained model as one ONNX or TorchScript file for use outside this package",
         description="Write R3Net's inference graph (eval mode, sigmoid output at the input's size) as one "
         "file that runs without this package. Input: RGB uint8 (N, 3, H, W), 0..255; output: float "
@@ -18,13 +21,3 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         "normalisation is inside the graph (this contract is also stored in the file's metadata). The "
         "file is loaded back and compared with the PyTorch model before it is given its name.",
     )
-    add_options(ex, ExportOptions)
-    ex.set_defaults(handler=run_export)
-
-
-# the command's code is imported when it runs: see cli/__init__.py
-def run_export(args: argparse.Namespace) -> int:
-    from ..export.writer import export_model
-
-    export_model(options_from_args(ExportOptions, args))
-    return 0
