@@ -2,7 +2,7 @@
 
 Both run the same iterations on the same pre-loaded uint8 batches (so data loading does not count),
 with the same model (R3Net, resnet18 backbone, same initial weights), the same ``DeviceAugment``,
-the same 7 BCE losses, SGD with the seed's two parameter groups and the poly LR.
+the same 7 BCE losses, SGD with the reference DDP script's two parameter groups and the poly LR.
 
 * ignite: the Engine ``trainer.create_trainer`` builds for ``trainer.training``, in
   the same order: sampler epoch, poly LR (ignite ``LRScheduler``), loss meter (updated every

@@ -1,6 +1,6 @@
 """The training recipe: one dataclass, saved as ``config.json`` beside every run.
 
-Defaults are the seed script's recipe (SGD, poly LR, 8000 iterations of 12 images per process,
+Defaults are the reference DDP script's recipe (SGD, poly LR, 8000 iterations of 12 images per process,
 crop 300, flip, rotation 10, checkpoints every 400 iterations). The command line is generated from
 the fields below, so ``--help`` and this file cannot drift apart.
 """

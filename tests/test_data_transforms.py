@@ -1,4 +1,5 @@
-"""Augmentation: same distribution and semantics as the seed's PIL pipeline, image and mask aligned."""
+"""Augmentation: same distribution and semantics as the reference DDP script's PIL pipeline, image
+and mask aligned."""
 
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def test_small_images_are_resized_to_crop() -> None:
     image, out_mask = JointCropFlip(24)(ramp, mask, _gen(0))
     assert image.shape == (3, 24, 24) and out_mask.shape == (1, 24, 24)
     assert image.dtype == torch.uint8 and out_mask.dtype == torch.uint8
-    # Like the seed: both resized to crop x crop (PIL bilinear / nearest), then the crop is the whole.
+    # Like the reference DDP script: both resized to crop x crop (PIL bilinear / nearest), then the
+    # crop is the whole.
     pil = np.asarray(Image.fromarray(ramp.permute(1, 2, 0).numpy()).resize((24, 24), Image.BILINEAR))
     ours = image.permute(1, 2, 0).numpy()
     if not np.array_equal(ours, pil):
@@ -181,7 +183,7 @@ def test_no_rotation_is_plain_normalisation() -> None:
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(x, (images.float() / 255 - mean) / std, atol=1e-6)
-    # Soft masks stay soft: value / 255 like the seed's ToTensor.
+    # Soft masks stay soft: value / 255 like the reference DDP script's ToTensor.
     assert torch.allclose(y, masks.float() / 255)
     assert normalize_image(images[0]).shape == (3, 8, 8)
 

@@ -1,6 +1,6 @@
 """Joint image/mask augmentation, split between the data workers and the training device.
 
-The seed applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is smaller),
+The reference DDP script applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is smaller),
 ``RandomHorizontallyFlip`` and ``RandomRotate(10)`` per sample with PIL, then ToTensor/Normalize.
 Here the cheap, shape-changing part (resize if small, crop, flip) stays per sample on uint8
 tensors, and rotation plus float conversion and normalisation run batched on the device. All
@@ -73,7 +73,8 @@ class JointCropFlip:
 
 
 def draw_angle(generator: torch.Generator, rotate: float) -> float:
-    """Draw a rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the seed's RandomRotate."""
+    """Draw a rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the reference DDP
+    script's RandomRotate."""
     u = float(torch.rand((), generator=generator, dtype=torch.float64))
     return u * 2.0 * rotate - rotate
 

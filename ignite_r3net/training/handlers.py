@@ -96,7 +96,7 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
 
 
 def format_log_line(iteration: int, metrics: dict[str, float], lr: float) -> str:
-    """The seed's log line: iteration, total and per-output running losses, lr."""
+    """The reference DDP script's log line: iteration, total and per-output running losses, lr."""
     parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
     parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
     parts.append(f"[lr {lr:.13f}]")

@@ -31,7 +31,8 @@ class MeterReading:
 
 
 class LossMeter:
-    """Running, rank-averaged meter of the total and per-output losses (the seed's AvgMeters)."""
+    """Running, rank-averaged meter of the total and per-output losses (the reference DDP script's
+    AvgMeters)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
@@ -42,7 +43,7 @@ class LossMeter:
         self._first_bad = torch.full((n,), _NEVER, dtype=torch.float64, device=self.device)
 
     def reset(self) -> None:
-        """Start new averages (the seed resets its meters every epoch)."""
+        """Start new averages (the reference DDP script resets its meters every epoch)."""
         self._sums.zero_()
         self._count.zero_()
 

@@ -1,4 +1,5 @@
-"""The seed's optimiser recipe: SGD with bias parameters at 2x LR and no weight decay, poly LR decay."""
+"""The reference DDP script's optimiser recipe: SGD with bias parameters at 2x LR and no weight
+decay, poly LR decay."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class PolyFactor:
 
 
 def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRScheduler:
-    """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the seed.
+    """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the
+    reference DDP script has it.
 
     ``LambdaLR`` evaluates the closed form from each group's base lr (torch's ``PolynomialLR`` is
     chained and drifts when driven by ignite); ignite's ``LRScheduler``, attached to
