@@ -9,6 +9,7 @@ import functools
 import importlib
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..options.fields import flag_of, is_group, is_option
@@ -48,7 +49,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
         else:
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            make_default = typing.cast(Callable[[], Any], f.default_factory)
+            default = make_default() if f.default is dataclasses.MISSING else f.default
             kwargs["default"] = argparse.SUPPRESS
         kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), default)
         if kind is bool:

@@ -167,7 +167,7 @@ def save_map(path: str | Path, saliency: torch.Tensor) -> None:
         Image.fromarray(arr, mode="L").save(tmp, format="PNG")
 
 
-def dataset_names(folders: list[str | Path]) -> list[str]:
+def dataset_names(folders: Sequence[str | Path]) -> list[str]:
     """One distinct, file-system-safe name per data set folder: its name (or its parent's, when
     the folder is a generic ``GT``/``masks``), then ``parent_name``, then a ``-2`` suffix."""
 

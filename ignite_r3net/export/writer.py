@@ -79,6 +79,9 @@ class SaliencyGraph(nn.Module):
         torch.Size([1, 1, 64, 64])
     """
 
+    scale: torch.Tensor
+    shift: torch.Tensor
+
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model.eval()
@@ -181,6 +184,7 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
             opset_version=opset,
             verbose=False,
         )
+    assert program is not None  # None only without dynamo=True
     program.model.metadata_props.update(metadata)
     program.save(str(path), external_data=False)  # one self-contained file (R3Net is far below 2 GB)
 

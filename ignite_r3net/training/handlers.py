@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -46,7 +46,12 @@ def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
 
     @trainer.on(Events.EPOCH_STARTED)
     def set_sampler_epoch(engine: Engine) -> None:
-        sampler.set_epoch(engine.state.epoch - 1, skip_batches=engine.state.iteration % engine.state.epoch_length)
+        sampler.set_epoch(engine.state.epoch - 1, skip_batches=_done_in_epoch(engine))
+
+
+def _done_in_epoch(engine: Engine) -> int:
+    """Iterations of the current epoch already trained (non-zero when a resume starts mid-epoch)."""
+    return engine.state.iteration % cast(int, engine.state.epoch_length)  # set by Engine.run
 
 
 def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
@@ -61,20 +66,20 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
     @trainer.on(Events.EPOCH_STARTED)
     def reset_meter(engine: Engine) -> None:
         # a run resumed mid-epoch keeps the sums restored from the checkpoint
-        if engine.state.iteration % engine.state.epoch_length == 0:
+        if _done_in_epoch(engine) == 0:
             meter.reset()
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def update_meter(engine: Engine) -> None:
-        meter.update(engine.state.output, batch_size, engine.state.iteration)
+        meter.update(cast(torch.Tensor, engine.state.output), batch_size, engine.state.iteration)
 
-    last_sync: dict[str, float | None] = {"time": None, "iteration": None}
+    last_sync: dict[str, float] = {}  # time and iteration of the last sync
 
     @trainer.on(Events.ITERATION_STARTED)
     def start_clock(engine: Engine) -> None:
         # from the first iteration this run trains (a resumed run starts at its checkpoint);
         # state.iteration already counts the iteration that is starting
-        if last_sync["time"] is None:
+        if not last_sync:
             last_sync.update(time=time.perf_counter(), iteration=engine.state.iteration - 1)
 
     @trainer.on(

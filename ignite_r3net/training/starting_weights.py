@@ -21,8 +21,9 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
     resumed run keeps the record of its first start (its checkpoint holds the weights)."""
     if config.resume:
         return dataclasses.replace(config, weights=_recorded_weights(config.output_dir))
+    weights: Weights | None
     if config.init_from:
-        weights = _init_from_weights(config)
+        weights = _init_from_weights(config, config.init_from)
     else:
         weights = resolve_weights(config.pretrained, config.backbone)
         if weights is not None:
@@ -45,10 +46,10 @@ def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | N
         )
 
 
-def _init_from_weights(config: TrainConfig) -> Weights:
+def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
-    path = Path(config.init_from)
+    path = Path(init_from)
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")
     try:
