@@ -3,7 +3,7 @@ rule its value must follow, so a command's flags (``cli.common.add_options``) an
 (``check_fields``) come from one definition and cannot drift apart.
 
 * ``option(default, help, rule=..., flag=..., one_of=..., **argparse_kwargs)``: one ``--flag``;
-* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``ModelOptions``)
+* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``InferenceOptions``)
   composed into a command's options, optionally with command-specific help texts;
 * a field without help (``field(default=None)``) is no option: the program fills it in.
 """
