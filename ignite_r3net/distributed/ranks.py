@@ -12,7 +12,7 @@ rank_zero_only = idist.one_rank_only(rank=0)
 still calls it, so it never hides a collective."""
 
 
-# ignite types its collectives for numbers and strings too; these take and give tensors only
+# ignite types each collective for tensors, numbers and strings at once; these say which
 def all_reduce_tensor(tensor: torch.Tensor, op: str = "SUM") -> torch.Tensor:
     """``idist.all_reduce`` of a tensor (``op``: ``"SUM"``, ``"MIN"``, ...), across all ranks."""
     return cast(torch.Tensor, idist.all_reduce(tensor, op=op))
@@ -21,3 +21,8 @@ def all_reduce_tensor(tensor: torch.Tensor, op: str = "SUM") -> torch.Tensor:
 def broadcast_tensor(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
     """``idist.broadcast`` of a tensor: rank ``src``'s values on every rank."""
     return cast(torch.Tensor, idist.broadcast(tensor, src=src))
+
+
+def all_gather_strings(text: str) -> list[str]:
+    """``idist.all_gather`` of a string: every rank's, in rank order."""
+    return cast(list[str], idist.all_gather(text))

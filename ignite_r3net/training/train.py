@@ -1,21 +1,24 @@
-"""``train``: check everything in the launching process, save the config, then start the workers."""
+"""``train``: check everything in the launching process, then start the workers, which save the
+config once they agree."""
 
 from __future__ import annotations
 
 import os
 
 from ..config import TrainConfig
+from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec
+from .agreement import options_every_rank_shares
 from .output_dir import claimed_output_dir
 from .preflight import check_environment, preflight
 
 
 def train(config: TrainConfig) -> None:
-    """Validate ``config``, claim its output folder, resolve its data and weights, write
-    ``config.json`` and train on every worker; everything a user can get wrong is checked here,
-    in the launching process, before any worker starts.
+    """Validate ``config``, claim its output folder, resolve its data and weights, and train on
+    every worker; everything a user can get wrong is checked first, in the launching process.
 
     Args:
         config: the recipe and the run's options (``--data``, ``--output-dir``, ``--resume``, the
@@ -28,6 +31,8 @@ def train(config: TrainConfig) -> None:
         DataError: a data set with problems (all of them listed, by file).
         WorkerFailed: a rank failed during training (one line naming it; its traceback in
             ``OUTPUT_DIR/error-rankN.log``).
+        RendezvousFailed: the processes of a multi-node job did not all meet within ``--dist-timeout``.
+        RanksDisagree: the ranks were started with different options or software.
         KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
     """
     config.validate()
@@ -40,17 +45,22 @@ def train(config: TrainConfig) -> None:
                 flush=True,
             )
             return
-        spec = LaunchSpec.of(config)
-        if spec.is_leader():
-            config.save(os.path.join(config.output_dir, "config.json"))
-        launch(train_worker, config, spec)
+        launch(train_worker, config, LaunchSpec.of(config))
 
 
 def train_worker(local_rank: int, config: TrainConfig) -> None:
-    """What every worker runs: ``worker.training``."""
+    """What every worker runs: refuse ranks started differently, save ``config.json`` (rank 0),
+    then ``worker.training``."""
+    refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
+    _save_config(config)
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .worker import training
 
     freeze_long_lived_objects()
     training(local_rank, config)
+
+
+@rank_zero_only
+def _save_config(config: TrainConfig) -> None:
+    config.save(os.path.join(config.output_dir, "config.json"))
