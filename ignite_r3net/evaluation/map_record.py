@@ -12,7 +12,9 @@ In ``OUTPUT/.predict/`` (hidden: never read as a map or an input):
 * ``<key>.rank<N>.done``: the name of every map rank N wrote, one JSON string a line, appended
   after the map was renamed into place (a line cut short by a crash is skipped: that map is redone).
 
-A map counts as done when its file exists and a journal of this key lists it. A run of another key
+A map counts as done when its file exists and a journal of this key lists it. Neither the maps nor
+the journals are fsynced (milliseconds per map): against a killed process the rename is enough,
+and a map a power loss took back is missing, so it is made again. A run of another key
 first removes the other keys' journals (their maps are about to be replaced), so a journal never
 vouches for a file another model wrote. Failed images are never listed: a rerun tries them again.
 """
@@ -30,6 +32,7 @@ import torch
 
 from .. import __version__
 from ..atomic_files import write_json
+from ..checkpoint_io import remove_stale_temporaries
 
 RECORD_DIR = ".predict"
 
@@ -86,8 +89,7 @@ class MapRecord:
             if not path.name.startswith(self.key + "."):
                 path.unlink(missing_ok=True)
         write_json(dict(description), self.folder / f"{self.key}.json")
-        for tmp in self.out.glob(".*.tmp"):  # atomic_files' temporaries of a killed run
-            tmp.unlink(missing_ok=True)
+        remove_stale_temporaries(self.out)
 
     def journal(self, rank: int) -> Journal:
         """Rank ``rank``'s journal, open for appending."""

@@ -63,7 +63,9 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     weights = _check_model(options)
     if weights is not None:  # the backbone the weights fit, whether given or found
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
-    description = run_description(options.model or options.checkpoint, _pixel_settings(options))
+    model_file = options.model or options.checkpoint
+    assert model_file is not None  # validate(): exactly one of the two
+    description = run_description(model_file, _pixel_settings(options))
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
     with _claimed(out, spec):

@@ -4,7 +4,7 @@ plan with the other ranks, make the maps of its batches, write each atomically a
 1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
 2. Every rank computes the same plan (``batch_plan``): equal sizes together, batch j to rank j mod N.
 3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
-4. Each map is written under a temporary name and renamed (``atomic_files``), then listed in the
+4. Each map is written under a temporary name and renamed (``maps.save_map``), then listed in the
    rank's journal (``map_record``).
 5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
 """
@@ -21,11 +21,11 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
-from ..atomic_files import atomic_output, write_json
+from ..atomic_files import write_json
 from ..data import image_size, init_loader_worker, load_image, worker_context
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, share_cpu_cores
-from ..distributed.ranks import is_rank_zero, rank_zero_only
+from ..distributed.ranks import all_gather_strings, all_gather_tensor, is_rank_zero, rank_zero_only
 from ..errors import DataError
 from ..export.runtime import load_exported
 from ..inference import predict_maps, to_8bit_maps
@@ -73,7 +73,7 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
     seconds = time.perf_counter() - start
     outcome = {
         "written": int(idist.all_reduce(written)),
-        "failed": sorted(p for problems in idist.all_gather(json.dumps(failed)) for p in json.loads(problems)),
+        "failed": sorted(p for problems in all_gather_strings(json.dumps(failed)) for p in json.loads(problems)),
         "seconds": float(idist.all_reduce(seconds, op="MAX")),  # until the last rank is done
     }
     job.outcome.update(outcome)
@@ -90,7 +90,7 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
         size = image_size(sources[index])
         if size is not None:
             mine[position] = torch.tensor(size)
-    every = idist.all_gather(mine.to(idist.device())).cpu().view(world, share, 2)
+    every = all_gather_tensor(mine.to(idist.device())).cpu().view(world, share, 2)
     sizes: list[Size | None] = []
     for index in range(len(sources)):
         height, width = every[index % world, index // world].tolist()
@@ -132,8 +132,7 @@ def _predict_batches(
                 for index, image, saliency in zip(indices, batch, maps):
                     if job.options.inference.crf:
                         saliency = crf_refine(image, saliency)
-                    with atomic_output(job.outputs[index]) as tmp:
-                        save_map(tmp, saliency)
+                    save_map(job.outputs[index], saliency)  # atomically
                     journal.add(Path(job.outputs[index]).name)
             written += len(images)
             progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from ignite.engine import Engine, Events
 
+from ..checkpoint_io import BEST_PATTERN
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..metrics import METRIC_KEYS
@@ -21,7 +22,7 @@ from .handlers import every_or_last
 from .meters import LOSS_NAMES
 from .optim import PARAM_GROUPS
 from .trackers import recipe_params
-from .validation import BEST_PATTERN, ValidationEvents
+from .validation import ValidationEvents
 
 
 class TrackerRun:
