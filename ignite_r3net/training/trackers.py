@@ -17,13 +17,13 @@ import importlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..atomic_files import write_json
 from ..config import TrainConfig
+from ..distributed.topology import environment
 from ..errors import OptionError, error_line
 
 RECORD = "tracking.json"
@@ -72,20 +72,8 @@ def recipe_params(config: TrainConfig) -> dict[str, str]:
     return params
 
 
-@contextmanager
-def _answer_quickly() -> Iterator[None]:
-    """MLflow retries a silent server for minutes; at start-up one try of 10 s says enough."""
-    names = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=_PROBE_TIMEOUT_S)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+# MLflow retries a silent server for minutes; at start-up one try of 10 s says enough
+_ANSWER_QUICKLY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": _PROBE_TIMEOUT_S}
 
 
 def _prepare_mlflow(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +85,7 @@ def _prepare_mlflow(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, 
     output = Path(config.output_dir).resolve()
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{output / 'mlruns.db'}"
     try:
-        with _answer_quickly():
+        with environment(_ANSWER_QUICKLY):
             client = MlflowClient(uri)
             if recorded.get("tracking_uri") == uri and _run_exists(client, recorded["run_id"]):
                 return recorded
