@@ -23,10 +23,13 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 def add_predict(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser(
         "predict",
-        help="write saliency maps for images",
+        help="write saliency maps (or cutouts) for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
         "every input image (files, or every image directly inside a folder), with PyTorch from a "
-        "checkpoint or with a model written by 'export'.",
+        "checkpoint or with a model written by 'export'. With --cutout, write the image with the map "
+        "as its alpha channel instead (an RGBA PNG: a background remover's output).",
+        epilog="example (a folder of photos to cutouts): python run.py predict --checkpoint CKPT --input "
+        "photos --output cutouts --cutout",
     )
     add_options(pr, PredictOptions)
     pr.set_defaults(handler=run_predict)
