@@ -101,7 +101,8 @@ def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> st
 
 def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: Mapping[str, Any]) -> str:
     """The key of a checkpoint's maps of a data set: the checkpoint file, every (image, mask) file,
-    the inference ``options`` (backbone, CRF, AMP) and the versions of this package and torch."""
+    the inference ``options`` (backbone, CRF, AMP; a Hub checkpoint's source and sha256) and the
+    versions of this package and torch."""
     version = f"{__version__} torch={_library_version('torch')}"
     digest = hashlib.sha256(f"maps {CACHE_FORMAT}\0{version}\0{json.dumps(options, sort_keys=True)}\n".encode())
     _files_digest(digest, [checkpoint])

@@ -29,8 +29,9 @@ class CompareOptions:
     methods: list[str] = option(
         help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
         "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
-        "accepted), or a checkpoint file, whose maps are first made as by 'evaluate --save-maps' into "
-        "OUT/maps/<method>/<dataset> and kept for the next run",
+        "accepted), or a checkpoint: a file, or hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format "
+        "hub'), whose maps are first made as by 'evaluate --save-maps' into OUT/maps/<method>/<dataset> and "
+        "kept for the next run",
         nargs="+",
         metavar="NAME=SOURCE",
     )
