@@ -175,6 +175,7 @@ def test_evaluate_and_compare_take_a_hub_checkpoint(
     out = tmp_path / "comparison"
     methods = ["File=" + str(run_checkpoint), f"Hub=hf-hub:{REPO}"]
     args = ["compare", "--datasets", f"Val={val}", "--methods", *methods, "--out", str(out), "--workers", "0"]
+    args += ["--show", "0"]
     assert cli.main(args) == 0
     results = json.loads((out / "results.json").read_text())["Val"]
     assert results["Hub"] == results["File"] and results["Hub"]["mae"] == scores["file"]["val"]["mae"]

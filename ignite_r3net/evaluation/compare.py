@@ -10,6 +10,8 @@
    images of all pairs are dealt to the ranks in turn and each pair's metric all-reduces exact sums,
    so any number of processes gives the numbers of one, bit for bit.
 5. ``results.json``, ``table.md/.csv/.tex`` and ``curves/`` are written from the cache entries.
+6. ``figures/visual_<dataset>.png/.pdf``, the visual comparison, are drawn unless nothing they
+   show changed (``visual_comparison``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .crf import require_crf
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
 from .plots import plot_fm, plot_pr
+from .visual_comparison import check_stems, draw_figures, figure_data
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
@@ -93,6 +96,8 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     options.validate()
     _check_environment(options.out)
     benches = [_benchmark(name, folder) for name, folder in parse_named(options.datasets, "--datasets")]
+    if options.show_stems:
+        check_stems(options.show_stems, {b.name: b.masks for b in benches})
     entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]
     out_dir = Path(options.out).resolve()
     allow_missing = options.allow_missing
@@ -110,6 +115,13 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     results, curves = _collect(scored, scores)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
+    if options.show or options.show_stems:
+        # pairs[method] follows the order of benches; checkpoint methods' maps are in out_dir/maps by now
+        figures = [
+            figure_data(b.name, b.masks, b.data, {m.name: pairs[m.name][i].files for m in entries})
+            for i, b in enumerate(benches)
+        ]
+        draw_figures(figures, options.show, options.show_stems, out_dir)
     return results
 
 

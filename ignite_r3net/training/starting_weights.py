@@ -36,6 +36,7 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
 def _init_from_weights(config: TrainConfig) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
+    assert config.init_from is not None
     # a Hub source is fetched here, once per node; workers read the local file recorded in config.weights
     path = resolve_checkpoint(config.init_from, f"--init-from {config.init_from}")
     if not path.is_file():
