@@ -22,6 +22,7 @@ from ignite_r3net import cli
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.export import hub_folder
+from ignite_r3net.export.model_card import model_card, read_results
 from ignite_r3net.model import R3Net
 from ignite_r3net.training.starting_weights import resolve_initial_weights
 
@@ -29,6 +30,8 @@ REPO = "lab/r3net-test"
 MAIN = "1111111111111111111111111111111111111111"
 SECOND = "2222222222222222222222222222222222222222"
 RUN_WEIGHTS_SHA = "ab" * 32
+# an evaluate --json row (its format: images, then the nine metrics; the card shows five)
+EVALUATED = {"images": 7, "mae": 0.0412, "maxF": 0.9123, "Sm": 0.8801, "maxE": 0.9456, "wF": 0.8702}
 
 
 def _sha256(path: Path) -> str:
@@ -57,8 +60,11 @@ def other_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def exported(run_checkpoint: Path, other_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The two models exported as a user would, the first with every model-card option."""
     root = tmp_path_factory.mktemp("exported")
-    _export(run_checkpoint, root / "main", "--trained-on", "DUTS-TR", "--repo-id", REPO)
+    (root / "evaluate.json").write_text(json.dumps({"ECSSD": EVALUATED}))
+    card = ["--trained-on", "DUTS-TR", "--repo-id", REPO, "--license", "apache-2.0"]
+    _export(run_checkpoint, root / "main", *card, "--results", str(root / "evaluate.json"))
     _export(other_checkpoint, root / "second")
     return {"main": root / "main", "second": root / "second"}
 
@@ -127,10 +133,12 @@ def test_folder_holds_the_weights_the_recipe_and_the_sha256s(exported: dict, run
 
     card = ModelCard.load(folder / "README.md")  # huggingface_hub's own parser of the metadata
     meta = card.data.to_dict()
-    assert meta["library_name"] == "ignite_r3net" and meta["license"] == "mit"
+    assert meta["library_name"] == "ignite_r3net" and meta["license"] == "apache-2.0"
     assert meta["pipeline_tag"] == "image-segmentation" and meta["datasets"] == ["DUTS-TR"]
     assert {"saliency-detection", "salient-object-detection", "image-segmentation"} <= set(meta["tags"])
     assert f"--checkpoint hf-hub:{REPO}" in card.text and _sha256(run_checkpoint) in card.text
+    assert "| ECSSD | 7 | 0.041 | 0.912 | 0.880 | 0.946 | 0.870 |" in card.text  # --results, rounded to 3
+    assert ModelCard.load(exported["second"] / "README.md").data.to_dict()["license"] == "mit"  # the default
 
 
 def test_hub_checkpoint_gives_the_checkpoints_maps_byte_for_byte(
@@ -143,7 +151,6 @@ def test_hub_checkpoint_gives_the_checkpoints_maps_byte_for_byte(
     assert other != from_file
     assert _maps(f"hf-hub:{REPO}@v2", photos, tmp_path / "tag") == other
     assert _maps(f"hf-hub:{REPO}@{SECOND}", photos, tmp_path / "commit") == other
-    assert _maps(f"hf-hub:{REPO}@main", photos, tmp_path / "main") == from_file
 
 
 @pytest.mark.parametrize("source", [f"hf-hub:{REPO}-absent", f"hf-hub:{REPO}@v3"], ids=["repository", "revision"])
@@ -160,6 +167,7 @@ def test_offline_without_the_repository_is_one_line(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # an integration of evaluate and compare (launches, scoring); the Hub part is resolve_checkpoint
 def test_evaluate_and_compare_take_a_hub_checkpoint(
     hub_cache: Path, run_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,20 +203,13 @@ def test_init_from_a_hub_checkpoint_records_its_sha256(hub_cache: Path, exported
     assert all(torch.equal(state[k], v) for k, v in load_file(exported["main"] / "model.safetensors").items())
 
 
-def test_results_become_the_cards_table(run_checkpoint: Path, tmp_path: Path) -> None:
-    row = {"images": 7, "mae": 0.0412, "maxF": 0.9123, "Sm": 0.8801, "maxE": 0.9456, "wF": 0.8702}
-    (tmp_path / "evaluate.json").write_text(json.dumps({"ECSSD": row}))
-    _export(run_checkpoint, tmp_path / "a", "--results", str(tmp_path / "evaluate.json"), "--license", "apache-2.0")
-    card = (tmp_path / "a" / "README.md").read_text()
-    assert "| ECSSD | 7 | 0.041 | 0.912 | 0.880 | 0.946 | 0.870 |" in card
-    assert ModelCard.load(tmp_path / "a" / "README.md").data.to_dict()["license"] == "apache-2.0"
-
+def test_compare_results_become_the_cards_table(exported: dict, tmp_path: Path) -> None:
     other = {"mae": 0.0501, "maxF": 0.9011, "Sm": 0.8702, "maxE": 0.9301, "wF": 0.8600, "count": 7}
-    compared = {"ECSSD": {"Ours": {**row, "count": 7}, "Other": other}}
+    compared = {"ECSSD": {"Ours": {**EVALUATED, "count": 7}, "Other": other}}
     (tmp_path / "compare.json").write_text(json.dumps(compared))
-    _export(run_checkpoint, tmp_path / "a", "--results", str(tmp_path / "compare.json"))  # replaces the export
-    card = (tmp_path / "a" / "README.md").read_text()
-    assert "| Ours | **0.041** | **0.912** | **0.880** | **0.946** | **0.870** |" in card
+    config = json.loads((exported["main"] / "config.json").read_text())
+    card = model_card(config, read_results(tmp_path / "compare.json"), {})
+    assert "| Ours | **0.041** | **0.912** | **0.880** | **0.946** | **0.870** |" in card  # best bold
     assert "| Other | <u>0.050</u> | <u>0.901</u> | <u>0.870</u> | <u>0.930</u> | <u>0.860</u> |" in card
 
 
