@@ -167,6 +167,14 @@ def test_offline_without_the_repository_is_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_malformed_hub_source_is_one_line(photos: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for source in (f"hf-hub:{REPO}@", "hf-hub:"):
+        args = ["predict", "--checkpoint", source, "--input", str(photos), "--output", str(tmp_path / "out")]
+        assert cli.main(args) == 2
+        expected = f"error: --checkpoint {source}: expected hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION"
+        assert capsys.readouterr().err.strip() == expected
+
+
 @pytest.mark.slow  # an integration of evaluate and compare (launches, scoring); the Hub part is resolve_checkpoint
 def test_evaluate_and_compare_take_a_hub_checkpoint(
     hub_cache: Path, run_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

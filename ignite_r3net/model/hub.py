@@ -25,10 +25,10 @@ def is_hub_source(source: str) -> bool:
 def parse_hub_source(source: str) -> tuple[str, str | None]:
     """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]``; revision None means ``main``.
     The revision is a branch, a tag or a commit hash; it follows the first ``@`` (repository ids
-    cannot hold one)."""
-    repo_id, _, revision = source[len(HF_PREFIX) :].partition("@")
-    if not repo_id or (_ and not revision):
-        raise OptionError(f"{source}: expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
+    cannot hold one). Raises ``ValueError`` when a part is empty."""
+    repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
+    if not repo_id or (at and not revision):
+        raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
     return repo_id, revision or None
 
 
@@ -41,7 +41,10 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
-    repo_id, revision = parse_hub_source(source)
+    try:
+        repo_id, revision = parse_hub_source(source)
+    except ValueError as e:
+        raise OptionError(f"{what}: {e}") from None
     offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision))
