@@ -31,7 +31,17 @@ from . import scoring, visual_figure
 from .maps import files_by_stem, listing, load_saliency_map, resize_map
 from .visual_figure import Cell, draw_visual_comparison
 
-__all__ = ["FIGURE_FORMAT", "FigureData", "figure_data", "check_stems", "draw_figures", "choose_stems", "image_mae"]
+__all__ = [
+    "FIGURE_FORMAT",
+    "FigureData",
+    "figure_data",
+    "check_stems",
+    "draw_figures",
+    "choose_stems",
+    "per_image_mae",
+    "image_mae",
+    "figure_row",
+]
 
 FIGURE_FORMAT = 1  # bump when the figure's record changes
 _MAE_PROTOCOL = "per-image MAE"  # what the cache entries of per-image MAEs are keyed under
@@ -79,7 +89,9 @@ def draw_figures(benchmarks: list[FigureData], show: int, stems: list[str] | Non
         if stems is not None:
             chosen, maes = [s for s in stems if s in bench.masks], {}
         else:
-            maes = {method: _cell_mae(maps, bench.masks, out / "cache" / "mae") for method, maps in bench.maps.items()}
+            maes = {
+                method: per_image_mae(maps, bench.masks, out / "cache" / "mae") for method, maps in bench.maps.items()
+            }
             chosen = choose_stems(maes, show)
         if not chosen:
             note(f"no figure of {bench.name}: {'none of --show-stems is' if stems else 'no map is'} among its images")
@@ -114,7 +126,7 @@ def image_mae(map_path: Path, mask_path: Path) -> float:
     return float(np.abs(difference).mean() / 255.0)
 
 
-def _cell_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Path) -> dict[str, float]:
+def per_image_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Path) -> dict[str, float]:
     """``{stem: MAE}`` of one method on one data set, from the cache or computed and stored."""
     files = [(maps[stem], masks[stem]) for stem in sorted(maps) if stem in masks]
     if not files:
@@ -130,7 +142,7 @@ def _cell_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Path) 
 
 def _draw_or_keep(bench: FigureData, stems: list[str], maes: Mapping, stem: Path) -> None:
     headers = (["Image"] if bench.images else []) + ["GT", *bench.maps]
-    rows = [_row(bench, s) for s in stems]
+    rows = [figure_row(bench, s) for s in stems]
     key = _figure_key(headers, stems, rows)
     record = stem.with_name(stem.name + ".json")
     drawn = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
@@ -148,7 +160,8 @@ def _draw_or_keep(bench: FigureData, stems: list[str], maes: Mapping, stem: Path
     print(f"figure of {bench.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
 
 
-def _row(bench: FigureData, stem: str) -> list[Cell]:
+def figure_row(bench: FigureData, stem: str) -> list[Cell]:
+    """The cells of ``stem``'s row: its image (when the data set has images), its mask, each method's map."""
     cells = [Cell("image", bench.images.get(stem))] if bench.images else []
     cells.append(Cell("mask", bench.masks[stem]))
     return cells + [Cell("map", maps.get(stem)) for maps in bench.maps.values()]
