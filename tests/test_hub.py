@@ -38,7 +38,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _export(checkpoint: Path, out: Path, *extra: str) -> None:
+def _export(checkpoint: Path | str, out: Path, *extra: str) -> None:
     args = ["export", "--checkpoint", str(checkpoint), "--format", "hub", "--output", str(out), *extra]
     assert cli.main(args) == 0
 
@@ -209,6 +209,20 @@ def test_init_from_a_hub_checkpoint_records_its_sha256(hub_cache: Path, exported
     # what each worker then reads: the file recorded (a symlink into the cache's blobs)
     state = load_checkpoint(weights["file"])
     assert all(torch.equal(state[k], v) for k, v in load_file(exported["main"] / "model.safetensors").items())
+
+
+def test_export_from_the_hub_keeps_the_records(hub_cache: Path, exported: dict, tmp_path: Path) -> None:
+    """Re-exporting a Hub model (e.g. to ONNX elsewhere, or to another repository) keeps what its
+    config.json recorded: the recipe and the starting weights; the source is the hf-hub: name."""
+    _export(f"hf-hub:{REPO}", tmp_path / "again")
+    first = json.loads((exported["main"] / "config.json").read_text())
+    again = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert again["training"] == first["training"] and again["starting_weights"] == first["starting_weights"]
+    assert again["checkpoint"] == {
+        "source": f"hf-hub:{REPO}",
+        "sha256": _sha256(exported["main"] / "model.safetensors"),
+    }
+    assert _sha256(tmp_path / "again" / "model.safetensors") == again["checkpoint"]["sha256"]  # the same weights file
 
 
 def test_compare_results_become_the_cards_table(exported: dict, tmp_path: Path) -> None:

@@ -82,21 +82,21 @@ def check_stems(stems: list[str], masks: Mapping[str, Path]) -> None:
         )
 
 
-def draw_figures(benchmarks: list[FigureData], show: int, stems: list[str] | None, out: Path) -> None:
+def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, out: Path) -> None:
     """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` for every data set: ``show``
     images chosen as the module says, or ``stems`` (those of each data set, in their order)."""
-    for bench in benchmarks:
+    for figure in figures:
         if stems is not None:
-            chosen, maes = [s for s in stems if s in bench.masks], {}
+            chosen, maes = [s for s in stems if s in figure.masks], {}
         else:
-            maes = {
-                method: per_image_mae(maps, bench.masks, out / "cache" / "mae") for method, maps in bench.maps.items()
-            }
+            cache = out / "cache" / "mae"
+            maes = {method: per_image_mae(maps, figure.masks, cache) for method, maps in figure.maps.items()}
             chosen = choose_stems(maes, show)
         if not chosen:
-            note(f"no figure of {bench.name}: {'none of --show-stems is' if stems else 'no map is'} among its images")
+            why = "none of --show-stems is" if stems else "no map is"
+            note(f"no figure of {figure.name}: {why} among its images")
             continue
-        _draw_or_keep(bench, chosen, maes, out / "figures" / f"visual_{bench.name}")
+        _draw_or_keep(figure, chosen, maes, out / "figures" / f"visual_{figure.name}")
 
 
 def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
@@ -140,31 +140,31 @@ def per_image_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Pa
     return dict(entry["mae"])
 
 
-def _draw_or_keep(bench: FigureData, stems: list[str], maes: Mapping, stem: Path) -> None:
-    headers = (["Image"] if bench.images else []) + ["GT", *bench.maps]
-    rows = [figure_row(bench, s) for s in stems]
+def _draw_or_keep(figure: FigureData, stems: list[str], maes: Mapping[str, Mapping[str, float]], stem: Path) -> None:
+    headers = (["Image"] if figure.images else []) + ["GT", *figure.maps]
+    rows = [figure_row(figure, s) for s in stems]
     key = _figure_key(headers, stems, rows)
     record = stem.with_name(stem.name + ".json")
     drawn = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
     if _recorded_key(record) == key and all(p.is_file() for p in drawn):
-        print(f"figure of {bench.name}: kept {drawn[0].parent}/{stem.name}.png/.pdf (nothing changed)", flush=True)
+        print(f"figure of {figure.name}: kept {drawn[0].parent}/{stem.name}.png/.pdf (nothing changed)", flush=True)
         return
-    if not bench.images:
+    if not figure.images:
         note(
-            f"figure of {bench.name}: no image column (the data set was given as a masks folder without "
+            f"figure of {figure.name}: no image column (the data set was given as a masks folder without "
             "images beside it, or its images do not pair with its masks: see check-data)"
         )
     draw_visual_comparison(headers, rows, stem)
     mae = {s: {m: values[s] for m, values in maes.items() if s in values} for s in stems}
     write_json({"format": FIGURE_FORMAT, "key": key, "columns": headers, "stems": stems, "mae": mae}, record)
-    print(f"figure of {bench.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
+    print(f"figure of {figure.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
 
 
-def figure_row(bench: FigureData, stem: str) -> list[Cell]:
+def figure_row(figure: FigureData, stem: str) -> list[Cell]:
     """The cells of ``stem``'s row: its image (when the data set has images), its mask, each method's map."""
-    cells = [Cell("image", bench.images.get(stem))] if bench.images else []
-    cells.append(Cell("mask", bench.masks[stem]))
-    return cells + [Cell("map", maps.get(stem)) for maps in bench.maps.values()]
+    cells = [Cell("image", figure.images.get(stem))] if figure.images else []
+    cells.append(Cell("mask", figure.masks[stem]))
+    return cells + [Cell("map", maps.get(stem)) for maps in figure.maps.values()]
 
 
 def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) -> str:
