@@ -26,9 +26,9 @@ import numpy as np
 
 from ..atomic_files import write_json
 from ..data import list_pairs, load_mask
-from ..errors import DataError, OptionError, note
+from ..errors import DataError, OptionError, listing, note
 from . import scoring, visual_figure
-from .maps import files_by_stem, listing, load_saliency_map, resize_map
+from .maps import files_by_stem, load_saliency_map, resize_map
 from .visual_figure import Cell, draw_visual_comparison
 
 __all__ = [

@@ -57,8 +57,6 @@ def write_hub_folder(options: ExportOptions) -> Path:
         write_json(config, tmp / HUB_CONFIG)
         write_text(model_card(config, results, card_options), tmp / CARD)
         _check_folder(tmp, model, weights.backbone)
-        for path in tmp.iterdir():
-            path.chmod(0o644)  # safetensors creates 0600; an exported model is a shared artefact
     print(
         f"wrote {out} (hub: {HUB_WEIGHTS}, {HUB_CONFIG}, {CARD}; backbone {weights.backbone}; read back and "
         f"checked); upload it with: hf upload {options.repo_id or 'ORG/NAME'} {out}"
