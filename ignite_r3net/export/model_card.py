@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
 from ..model.hub import HF_PREFIX, is_hub_source
+from ..options.json_file import load_json
 
 __all__ = ["DEFAULT_LICENSE", "TAGS", "read_results", "model_card"]
 
@@ -40,21 +41,13 @@ def read_results(path: str | Path) -> tuple[str, Results]:
     (an ``evaluate`` file's rows under the method name ``"this model"``). Raises ``OptionError``
     naming the file when it is neither form or lacks a metric of the card's table."""
     what = f"--results {path}"
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise OptionError(f"{what}: cannot read it: {e.strerror or e}") from None
-    except ValueError as e:
-        raise OptionError(f"{what}: not JSON ({e})") from None
+    data = load_json(path, what)
     if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
         raise OptionError(f"{what}: expected the results.json of 'evaluate --json' or 'compare'")
+    kind, results = "compare", data
     if all(_is_number(row.get("mae")) for row in data.values()):  # evaluate: one row per data set
-        kind, results = (
-            "evaluate",
-            {d: {"this model": {**row, "count": row.get("images", 0)}} for d, row in data.items()},
-        )
-    else:
-        kind, results = "compare", data
+        kind = "evaluate"
+        results = {d: {"this model": {**row, "count": row.get("images", 0)}} for d, row in data.items()}
     for dataset, methods in results.items():
         for method, row in methods.items():
             lacking = [m for m in DEFAULT_METRICS if not isinstance(row, Mapping) or not _is_number(row.get(m))]
