@@ -217,3 +217,86 @@ def save_spread_r3net(path: Path, seed: int = 1) -> Path:
         model.predict0.weight.mul_(20)
     torch.save(model.state_dict(), path)
     return path
+
+
+class ThreadWorld:
+    """Two ranks as two threads of this process, for fast tests of code that calls ignite's
+    collectives: ``run(fn0, fn1)`` runs ``fn0`` as rank 0 and ``fn1`` as rank 1 while
+    ``idist.get_rank`` / ``get_world_size`` / ``all_reduce`` / ``broadcast`` / ``barrier`` behave as
+    in a 2-process group (each collective waits for both ranks and combines their tensors).
+
+    A real gloo group needs a process per rank (seconds of start-up each); this is the same
+    contract the code relies on, exchanged through memory. A rank that fails breaks the barrier, so
+    the other fails too instead of waiting forever."""
+
+    SIZE = 2
+
+    def __init__(self, monkeypatch, timeout: float = 120) -> None:
+        import threading
+
+        import ignite.distributed as idist
+        import ignite.distributed.utils as idist_utils
+
+        self._local = threading.local()
+        self._barrier = threading.Barrier(self.SIZE, timeout=timeout)
+        self._slots: list = [None] * self.SIZE
+        for module in (idist, idist_utils):  # ``one_rank_only`` calls the utils module's get_rank
+            monkeypatch.setattr(module, "get_rank", self.get_rank)
+            monkeypatch.setattr(module, "get_world_size", lambda: self.SIZE)
+            monkeypatch.setattr(module, "all_reduce", self.all_reduce)
+            monkeypatch.setattr(module, "broadcast", self.broadcast)
+            monkeypatch.setattr(module, "barrier", self._barrier.wait)
+
+    def get_rank(self) -> int:
+        return self._local.rank
+
+    def _exchange(self, value):
+        """Every rank's ``value``, in rank order, once all ranks have given theirs."""
+        self._slots[self.get_rank()] = value
+        self._barrier.wait()
+        values = list(self._slots)
+        self._barrier.wait()  # nobody overwrites a slot before every rank has read them
+        return values
+
+    def all_reduce(self, tensor, op: str = "SUM", group=None):
+        import torch
+
+        values = self._exchange(tensor.clone() if isinstance(tensor, torch.Tensor) else tensor)
+        if op.upper() == "SUM":
+            return sum(values[1:], values[0])
+        combine = {"MIN": torch.minimum, "MAX": torch.maximum}[op.upper()]
+        out = values[0]
+        for v in values[1:]:
+            out = combine(out, v)
+        return out
+
+    def broadcast(self, tensor, src: int = 0, safe_mode: bool = False):
+        values = self._exchange(tensor.clone())
+        return values[src].clone()
+
+    def run(self, *fns):
+        """Run ``fns[r]()`` as rank r, each in its own thread; their results, in rank order. The
+        first exception of any rank is raised here."""
+        import threading
+
+        assert len(fns) == self.SIZE
+        results: list = [None] * self.SIZE
+        errors: list = []
+
+        def body(rank: int) -> None:
+            self._local.rank = rank
+            try:
+                results[rank] = fns[rank]()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(e)
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.SIZE)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            # the failure itself, not the broken barrier it left the other rank with
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+        return results
