@@ -97,8 +97,9 @@ def _validation_line(log_path, iteration: int) -> dict[str, str]:
 
 
 def test_validation_scores_the_model_the_checkpoint_holds(reference_run, tmp_path):
-    """Both ranks validate with rank 0's BatchNorm statistics (each rank's own drift after a step),
-    so the logged score is that of the saved model, as `evaluate` computes it."""
+    """The logged score is that of the saved model, as `evaluate` computes it. The run's one
+    validation image is rank 0's; test_validation.py gives each rank an image of its own and checks
+    that rank 1 scores with rank 0's BatchNorm statistics."""
     out = reference_run.out
     logged = _validation_line(out / "train.log", ITERS)
     result = tmp_path / "eval.json"
