@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -300,3 +306,23 @@ class ThreadWorld:
             # the failure itself, not the broken barrier it left the other rank with
             raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
         return results
+
+
+@contextlib.contextmanager
+def training_conv_outputs() -> Iterator[list[torch.Tensor]]:
+    """The outputs of every convolution that runs in training mode with gradients (the training
+    step, not validation), seen by a global forward hook while the block runs."""
+    import torch
+    from torch import nn
+
+    seen: list[torch.Tensor] = []
+
+    def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if isinstance(module, nn.Conv2d) and module.training and torch.is_grad_enabled():
+            seen.append(output.detach())
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
