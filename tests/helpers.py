@@ -160,9 +160,8 @@ def sum_ranks(local_rank: int, arg) -> None:
 
 def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     """The nine metrics of (pred, gt) uint8 arrays computed by PySODMetrics itself."""
-    import pytest
+    import py_sod_metrics as sod
 
-    sod = pytest.importorskip("py_sod_metrics")
     mae, fm, sm, em, wfm = sod.MAE(), sod.Fmeasure(), sod.Smeasure(), sod.Emeasure(), sod.WeightedFmeasure()
     for pred, gt in pairs:
         for m in (mae, fm, sm, em, wfm):
@@ -184,9 +183,8 @@ def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, flo
 def pysod_curves(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
     """PySODMetrics' mean precision, recall and F-measure curves, indexed by threshold 0..255 (its
     own arrays run from threshold 255 down)."""
-    import pytest
+    import py_sod_metrics as sod
 
-    sod = pytest.importorskip("py_sod_metrics")
     fm = sod.Fmeasure()
     for pred, gt in pairs:
         fm.step(pred=pred, gt=gt)

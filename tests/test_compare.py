@@ -97,10 +97,9 @@ def test_results_tables_and_curves(bench: Path, tmp_path: Path, capsys: pytest.C
             ]
             expected = pysod_reference(pairs)
             for key in METRIC_KEYS:
-                tolerance = 1e-6 if key in ("mae", "maxF", "meanF", "adpF") else 1e-4
-                assert row[key] == pytest.approx(expected[key], abs=tolerance), (dataset, method, key)
+                assert row[key] == pytest.approx(expected[key], abs=1e-9), (dataset, method, key)
             for name, curve in pysod_curves(pairs).items():  # the plotted curves too
-                np.testing.assert_allclose(curves[dataset][method][name], curve, rtol=0, atol=1e-6)
+                np.testing.assert_allclose(curves[dataset][method][name], curve, rtol=0, atol=1e-9)
 
     _check_markdown(out / "table.md", results)
     _check_csv(out / "table.csv", results)
