@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,34 @@ def test_weights_that_cannot_be_had_are_one_line_before_anything_is_written(
         assert str(tmp_path / "empty-cache") in err  # where it looked
     assert "--pretrained none" in err or "nor a file" in err  # the ways out
     assert not out.exists()
+
+
+def test_a_torchvision_backbone_offline_is_one_line_naming_torchs_cache(data, tmp_path, capsys, monkeypatch):
+    """The README: without a network, ``--pretrained imagenet`` stops at once with one line naming the
+    cache it looked in. Here the download fails as it does offline, without touching the network."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    calls = []
+
+    def offline(url: str, *args, **kwargs) -> None:
+        calls.append(url)
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    out = tmp_path / "out"
+    code = main(
+        ["--data", str(data[0]), "--output-dir", str(out), "--backbone", "resnet18", "--pretrained", "imagenet"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert (
+        code == 2
+        and err.startswith("error: --pretrained imagenet (the ImageNet-1k weights of resnet18")
+        and len(err.splitlines()) == 1
+    ), err
+    cache = tmp_path / "torch-home" / "hub" / "checkpoints"
+    assert calls == ["https://download.pytorch.org/models/resnet18-f37072fd.pth"]
+    assert f"into torch's cache {cache} " in err and "Temporary failure in name resolution" in err
+    assert "--pretrained none" in err and "--pretrained FILE" in err  # the ways out
+    assert not out.exists() and not (cache / "resnet18-f37072fd.pth").exists()
 
 
 def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):
