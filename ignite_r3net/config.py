@@ -23,8 +23,12 @@ _POSITIVE = ("iters", "batch_size", "crop", "checkpoint_every", "keep", "log_eve
 
 
 def _opt(default: Any, help: str, **argparse_kwargs: Any) -> Any:
-    """A dataclass field that carries its ``--help`` text (and argparse extras) as metadata."""
-    return field(default=default, metadata={"help": help, **argparse_kwargs})
+    """A dataclass field that carries its ``--help`` text (and argparse extras) as metadata; a list
+    default is copied for each config."""
+    metadata = {"help": help, **argparse_kwargs}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -32,11 +36,12 @@ class TrainConfig:
     """Everything that defines a training run."""
 
     # data
-    data: str = _opt(
-        "synthetic",
-        "training data: a folder in MSRA10K layout (name.jpg + name.png) or "
-        "DUTS layout (images/ + masks/ folders), or 'synthetic' for the generated set "
-        "written to OUTPUT_DIR/synthetic",
+    data: list[str] = _opt(
+        ["synthetic"],
+        "training data: one or more folders in MSRA10K layout (name.jpg + name.png) or DUTS layout "
+        "(images/ + masks/ folders), trained on as one set (--data A B, or --data A --data B; pairs "
+        "of the same name in two folders are both kept), or 'synthetic' for the generated set written "
+        "to OUTPUT_DIR/synthetic (the default)",
     )
     val_data: str | None = _opt(
         None,
@@ -75,9 +80,33 @@ class TrainConfig:
     keep: int = _opt(3, "number of periodic checkpoints kept on disk")
     log_every: int = _opt(1, "write a log line (and sync the loss meters across ranks) every N iterations")
     val_every: int = _opt(0, "validate every N iterations (0: at the checkpoint iterations)")
+    val_at_start: bool = _opt(
+        True,
+        "validate before the first iteration too (the untrained model, the reference of the final "
+        "validation line); --no-val-at-start skips it",
+    )
+    val_max: int = _opt(
+        0,
+        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data (the "
+        "same pairs at every validation); 0: all",
+    )
     resume: str | None = _opt(
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )
+    # damaged images
+    max_bad_images: float = _opt(
+        0.01,
+        "share of the training pairs that may turn out unreadable during the run (each is reported "
+        "once and replaced by the next readable pair); one more stops the run on every rank. 0.01: "
+        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first",
+    )
+    allow_decode_warnings: bool = _opt(
+        False,
+        "train on JPEGs that decode with libjpeg warnings (corrupt or truncated data: part of the "
+        "picture missing or grey) instead of counting them as unreadable",
+    )
+    # console
+    verbose: bool = _opt(False, "print the full configuration and ignite's launcher and DDP messages too")
     # speed
     amp: str = _opt("off", "mixed precision", choices=AMP_MODES)
     channels_last: bool = _opt(False, "use channels_last memory format for the model and inputs")
@@ -102,8 +131,14 @@ class TrainConfig:
         "on a single node, else 29500",
     )
     dist_timeout: int = _opt(600, "seconds a collective may wait for a peer before the job fails")
-    # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
+    # recorded at start-up (not options): the weights the run started from, {source, file, sha256},
+    # and each --data folder's pairs, {folder, pairs, listing_sha256} (the sha256 of its pairs' names)
     weights: dict[str, str] | None = field(default=None)
+    data_sets: list[dict[str, Any]] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, str):  # a config.json written when --data took one folder
+            self.data = [self.data]
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -132,6 +167,8 @@ class TrainConfig:
             ("rotate", 0 <= self.rotate <= 180, "must be between 0 and 180 degrees"),
             ("workers", self.workers >= 0, "must not be negative"),
             ("val_every", self.val_every >= 0, "must not be negative"),
+            ("val_max", self.val_max >= 0, "must not be negative"),
+            ("max_bad_images", 0 <= self.max_bad_images <= 1, "must be a share of the pairs, from 0 to 1"),
             ("node_rank", 0 <= self.node_rank < self.nnodes, f"must be in [0, {self.nnodes - 1}]"),
         )
         for name, ok, rule in checks:

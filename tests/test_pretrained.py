@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset
+from helpers import REPO, TINY_TRAIN, cpu_env, log_lines, make_tiny_dataset
 from safetensors.torch import save_file
 from torchvision.models import resnet18
 
@@ -146,8 +146,7 @@ def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, 
     common = ["--data", str(reference_run.train), "--val-data", str(reference_run.val), *TINY_TRAIN]
     second = tmp_path / "second"
     assert main([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(finished)]) == 0
-    first_log = (reference_run.out / "train.log").read_text().splitlines()
-    second_log = (second / "train.log").read_text().splitlines()
+    first_log, second_log = log_lines(reference_run.out / "train.log"), log_lines(second / "train.log")
     # validation before training scores the weights the run starts from: those of the first run's end
     final = next(line for line in first_log if line.startswith("[val iter 12]"))
     start = next(line for line in second_log if line.startswith("[val iter 0]"))

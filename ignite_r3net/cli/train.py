@@ -33,6 +33,13 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         if field.name == "backbone":
             help_text += f" (one of: {', '.join(BACKBONES)})"
         flag = "--" + field.name.replace("_", "-")
+        if typing.get_origin(hints[field.name]) is list:
+            # default None: argparse's "extend" would add to a default list, not replace it
+            [item] = typing.get_args(hints[field.name])
+            parser.add_argument(
+                flag, nargs="+", action="extend", type=item, default=None, metavar=field.name.upper(), help=help_text
+            )
+            continue
         kind = _option_type(hints[field.name])
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
@@ -50,10 +57,9 @@ def _option_type(hint: object) -> type:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The recipe the options describe."""
-    return TrainConfig(
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if "help" in f.metadata}
-    )
+    """The recipe the options describe (an option left out takes the field's default)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if "help" in f.metadata}
+    return TrainConfig(**{name: value for name, value in given.items() if value is not None})
 
 
 def run_train(args: argparse.Namespace) -> int:
