@@ -5,9 +5,11 @@ touches the network: the caches are built by hand in temporary folders."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,41 @@ def test_weights_that_cannot_be_had_are_one_line_before_anything_is_written(
         assert str(tmp_path / "empty-cache") in err  # where it looked
     assert "--pretrained none" in err or "nor a file" in err  # the ways out
     assert not out.exists()
+
+
+def test_without_a_network_a_hub_source_stops_after_one_request(tmp_path, monkeypatch, capfd):
+    """No HF_HUB_OFFLINE and no network: a Hub that does not answer (here a local port that closes
+    every connection it accepts) is asked once, not six times with pauses between."""
+    import huggingface_hub.constants
+
+    from ignite_r3net.errors import OptionError
+    from ignite_r3net.model import resolve_weights
+
+    attempts = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def close_each_connection():
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:  # the server closed: the test is over
+                    return
+                attempts.append(connection)
+                connection.close()
+
+        threading.Thread(target=close_each_connection, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        with pytest.raises(OptionError) as refused:
+            resolve_weights("imagenet", "resnext101_32x4d")  # hf-hub:timm/resnext101_32x4d.gluon_in1k
+    message = str(refused.value)
+    assert len(attempts) == 1
+    assert message.startswith("--pretrained imagenet (the ImageNet-1k weights of resnext101_32x4d, hf-hub:")
+    assert f"is not in the Hugging Face cache {tmp_path / 'empty-cache'}" in message
+    assert f"({endpoint} does not answer: " in message and "--pretrained none" in message
+    assert len(message.splitlines()) == 1 and "Retrying" not in capfd.readouterr().err
 
 
 def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):
