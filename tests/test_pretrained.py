@@ -176,6 +176,24 @@ def test_without_a_network_a_hub_source_stops_after_one_request(tmp_path, monkey
     assert len(message.splitlines()) == 1 and "Retrying" not in capfd.readouterr().err
 
 
+def test_weights_of_another_backbone_are_one_short_line_naming_the_fix(data, tmp_path, capsys, spread_checkpoint):
+    """A torchvision ResNet-34 file given to a resnet18 run, and a whole trained R3Net given as
+    backbone weights: counts and a few key names, and the option that fits the file."""
+    from torchvision.models import resnet34
+
+    other = tmp_path / "resnet34.pth"
+    torch.save(resnet34().state_dict(), other)
+    common = ["--data", str(data[0]), "--backbone", "resnet18", *TINY_TRAIN[4:]]
+    whole = f"it holds a whole trained R3Net (resnet18): start from it with --init-from {spread_checkpoint}"
+    for file, fix in ((other, "it holds resnet34 weights: add --backbone resnet34"), (spread_checkpoint, whole)):
+        assert main([*common, "--output-dir", str(tmp_path / "out"), "--pretrained", str(file)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: --pretrained {file}: backbone weights {file} does not match the model: ")
+        assert err.endswith(fix) and len(err.splitlines()) == 1, err
+        assert err.count("weight") + err.count("running_") <= 12, "a few key names, not hundreds"
+    assert not (tmp_path / "out").exists()
+
+
 def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):
     """Fine-tuning from the reference run's last checkpoint (2 processes, 12 iterations): a new run
     in a folder of its own, from iteration 1 with a fresh optimiser and schedule."""
