@@ -32,6 +32,7 @@ from ignite_r3net.export.runtime import load_exported
 from ignite_r3net.export.writer import export_model
 from ignite_r3net.inference import predict_maps, to_8bit_maps
 from ignite_r3net.model import R3Net, build_model, read_trained_weights
+from ignite_r3net.options import ExportOptions
 
 __all__ = ["bench_inference", "format_inference"]
 
@@ -69,7 +70,7 @@ def bench_inference(
             onnx_file = Path(tmp) / "r3net.onnx"
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):  # export's "wrote ..." line
-                export_model(checkpoint, "onnx", onnx_file)
+                export_model(ExportOptions(checkpoint=str(checkpoint), format="onnx", output=str(onnx_file)))
             result["export_s"] = time.perf_counter() - start
         weights = read_trained_weights(checkpoint)
         result["backbone"] = weights.backbone

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
+from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import (
     DataError,
     DeviceAugment,
@@ -30,13 +31,17 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return make_synthetic_dataset(tmp_path_factory.mktemp("syn"), n_train=13, n_val=5, size=(40, 72), seed=1)
 
 
+def _recipe(data: Path, **values) -> TrainConfig:
+    return TrainConfig(data=str(data), **values)
+
+
 def _batches(loader) -> list[dict]:
     return [{k: v.clone() if torch.is_tensor(v) else v for k, v in b.items()} for b in loader]
 
 
 def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> None:
     train, _ = synthetic
-    loader, sampler = build_train_loader(train, crop=48, rotate=10, batch_size=3, num_replicas=2, rank=1, seed=9)
+    loader, sampler = build_train_loader(_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=0), 2, 1)
     assert sampler.num_batches == 2 and len(loader) == 2
     sampler.set_epoch(1)
     full = _batches(loader)
@@ -49,9 +54,7 @@ def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> 
     assert b["index"].shape == (3,)
 
     # Resume after one batch, with worker processes this time: same samples, same augmentation.
-    loader2, sampler2 = build_train_loader(
-        train, crop=48, rotate=10, batch_size=3, num_replicas=2, rank=1, seed=9, workers=2
-    )
+    loader2, sampler2 = build_train_loader(_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=2), 2, 1)
     sampler2.set_epoch(1, skip_batches=1)
     resumed = _batches(loader2)
     assert len(resumed) == 1
@@ -86,7 +89,7 @@ def test_channels_last_batches_give_the_same_numbers(synthetic: tuple[Path, Path
 def test_train_loader_too_small(synthetic: tuple[Path, Path]) -> None:
     train, _ = synthetic
     with pytest.raises(DataError, match="too few"):
-        build_train_loader(train, crop=32, rotate=0, batch_size=8, num_replicas=2, rank=0, seed=0)
+        build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=8, seed=0), 2, 0)
 
 
 def test_eval_loader_full_resolution_unpadded(synthetic: tuple[Path, Path]) -> None:
@@ -107,7 +110,7 @@ def test_workers_are_forked_even_in_a_spawned_rank(synthetic: tuple[Path, Path])
     workers must not start fresh interpreters (seconds of imports each, at every validation)."""
     train, val = synthetic
     loaders = [
-        build_train_loader(train, crop=32, rotate=0, batch_size=2, workers=1)[0],
+        build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=2, workers=1))[0],
         build_eval_loader(val, workers=1),
         build_eval_loader(val, workers=0),
     ]
@@ -124,7 +127,7 @@ def test_persistent_workers_stop_at_once_when_asked(synthetic: tuple[Path, Path]
     """At the end of training the loader is still held in the Engine's reference cycles; left to
     the garbage collector its workers would each wait out a 5 s status check."""
     train, _ = synthetic
-    loader, sampler = build_train_loader(train, crop=32, rotate=0, batch_size=2, workers=2, persistent_workers=True)
+    loader, sampler = build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=2, workers=2))
     sampler.set_epoch(0)
     next(iter(loader))
     workers = list(loader._iterator._workers)

@@ -14,7 +14,7 @@ import torch
 from helpers import TINY_TRAIN, log_lines, make_tiny_dataset
 
 from ignite_r3net.cli import build_parser, main
-from ignite_r3net.cli.train import config_from_args
+from ignite_r3net.cli.common import options_from_args
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import SaliencyEvalSet, SaliencyTrainSet, list_pairs
 from ignite_r3net.training.train_log import header_lines
@@ -46,7 +46,7 @@ def run(sets, tmp_path_factory):
 
 
 def _options(*argv: str) -> TrainConfig:
-    return config_from_args(build_parser().parse_args(["train", *argv]))
+    return options_from_args(TrainConfig, build_parser().parse_args(["train", *argv]))
 
 
 def test_data_takes_several_folders_in_one_or_several_options():

@@ -2,8 +2,9 @@
 ``make-data``, ``check-data``.
 
 Argument parsing only: each command's options and entry function live in the module of this package
-named for it (``train``, ``evaluation``, ``compare``, ``data``); ``common`` holds the options several
-share. The ``train`` options are generated from ``TrainConfig``, so every recipe field has a flag whose
+named for it (``train``, ``evaluation``, ``compare``, ``data``). The flags of ``train`` are generated
+from ``TrainConfig`` and those of ``evaluate``, ``predict``, ``compare`` and ``export`` from their
+options dataclasses (``ignite_r3net.options``) by ``common.add_options``, so every option's
 ``--help`` shows its default. A ``UserError`` from any command becomes one ``error: ...`` line.
 
 The options need no torch (their choices come from torch-free modules) and each entry function
@@ -19,7 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import Terminated, UserError, ending_line
-from .common import HelpFormatter
 from .compare import add_compare
 from .data import add_check_data, add_make_data
 from .evaluation import add_evaluate, add_export, add_predict
@@ -34,14 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog=_program_name(),
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
         "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
-        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (add_train, add_evaluate, add_predict, add_compare, add_export, add_make_data, add_check_data):
         add(sub)
     for command in sub.choices.values():
-        command.formatter_class = HelpFormatter
         command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
     return parser
 

@@ -1,53 +1,81 @@
-"""What several commands share: the help formatter and the process, model and protocol options."""
+"""What every command's options share: help texts that show the default, and the flags generated
+from an options dataclass (``options.fields``) and read back into it."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
 
-CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
-BACKBONE_HELP = "backbone of the checkpoint; default: config.json beside it, else inferred from its weights"
+from ..options.fields import flag_of, is_group, is_option
 
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none (None) or the help text already
-    says what the default is."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default is None or "default" in text:
-            return text
-        return super()._get_help_string(action)
+T = TypeVar("T")
 
 
-def add_process_options(parser: argparse.ArgumentParser, nproc_help: str) -> None:
-    """``--nproc``, ``--backend`` and ``--master-port`` of the commands that spread work over processes."""
-    parser.add_argument("--nproc", type=int, default=1, help=nproc_help)
-    parser.add_argument(
-        "--backend",
-        choices=("nccl", "gloo"),
-        default=None,
-        help="distributed backend; default: nccl when CUDA is available, else gloo",
-    )
-    parser.add_argument("--master-port", type=int, default=None, help="rendezvous port; default: a free port")
+def with_default(help_text: str, default: Any) -> str:
+    """``help_text`` ending in ``(default: ...)``, unless there is no default (None) or the text
+    already says what the default is. argparse expands ``%(default)s`` in help texts (its documented
+    way; ``ArgumentDefaultsHelpFormatter`` would add it to every option)."""
+    if default is None or "default" in help_text:
+        return help_text
+    return help_text + " (default: %(default)s)"
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """How a checkpoint's maps are made: backbone, CRF, precision, DataLoader workers."""
-    parser.add_argument("--backbone", default=None, help=BACKBONE_HELP)
-    parser.add_argument(
-        "--crf",
-        action="store_true",
-        help="refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
-    )
-    parser.add_argument("--amp", choices=("off", "bf16"), default="off", help="mixed precision inference")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process")
+def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
+    """One flag per option field of the dataclass ``cls`` and of the groups it composes, in field
+    order, with the field's help text (or ``help_texts[name]``), default, choices and argparse extras.
+    A field without a default is a required flag; fields sharing ``one_of`` form a required group
+    of mutually exclusive flags."""
+    hints = typing.get_type_hints(cls)
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for f in dataclasses.fields(cls):
+        if is_group(f):
+            add_options(parser, typing.cast(type, f.default_factory), **f.metadata["group"])
+            continue
+        if not is_option(f):  # filled in by the program, not an option
+            continue
+        kwargs = dict(f.metadata["argparse"])
+        kind = _option_type(hints[f.name])
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs["required"] = True
+        elif kwargs.get("action") == "extend":
+            # argparse's "extend" would add the values to a default list: none here, and
+            # ``options_from_args`` leaves the field to its default when the flag is not given
+            kwargs["default"] = None
+        else:
+            kwargs["default"] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), kwargs.get("default"))
+        if kind is bool:
+            kwargs.setdefault("action", argparse.BooleanOptionalAction)
+        else:
+            kwargs["type"] = kind
+        target: Any = parser
+        if f.metadata["one_of"]:
+            name = f.metadata["one_of"]
+            if name not in exclusive:
+                exclusive[name] = parser.add_mutually_exclusive_group(required=True)
+            target = exclusive[name]
+        target.add_argument(flag_of(f), dest=f.name, **kwargs)
 
 
-def add_protocol_option(parser: argparse.ArgumentParser) -> None:
-    """``--protocol``: which code's metric definitions the scores follow."""
-    parser.add_argument(
-        "--protocol",
-        choices=("standard", "r3net"),
-        default="standard",
-        help="'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
-    )
+def _option_type(hint: object) -> type:
+    """The type argparse converts each value to: ``int`` for ``int``, ``str`` for ``str | None``
+    and for ``list[str]``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is list:
+        hint = typing.get_args(hint)[0]
+    return typing.cast(type, hint)
+
+
+def options_from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """The ``cls`` instance the parsed command line describes (``add_options`` made its flags)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(typing.cast(Any, cls)):
+        if is_group(f):
+            values[f.name] = options_from_args(typing.cast(type, f.default_factory), args)
+        elif is_option(f) and (getattr(args, f.name) is not None or f.default_factory is dataclasses.MISSING):
+            values[f.name] = getattr(args, f.name)
+    return cls(**values)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..evaluation.comparison_table import DEFAULT_METRICS
-from ..metrics import METRIC_KEYS
-from .common import add_model_options, add_process_options, add_protocol_option
+from ..options import CompareOptions
+from .common import add_options, options_from_args
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -23,64 +22,12 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
         epilog="example: python run.py compare --datasets ECSSD=data/ECSSD/GT DUTS_TE=data/DUTS_TE "
         "--methods Ours=runs/a/best.pt PoolNet=maps/PoolNet --out comparison",
     )
-    cmp.add_argument(
-        "--datasets",
-        nargs="+",
-        required=True,
-        metavar="NAME=DIR",
-        help="data sets: DIR is the masks folder (maps are matched to its masks by file stem), or a data "
-        "set folder holding images and masks (images/ + masks/, Imgs/ + GT/, DUTS-TE-Image/ + DUTS-TE-Mask/, "
-        "or name.jpg beside name.png), which checkpoint methods need for their images; a masks folder "
-        "inside such a folder works too",
-    )
-    cmp.add_argument(
-        "--methods",
-        nargs="+",
-        required=True,
-        metavar="NAME=SOURCE",
-        help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
-        "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
-        "accepted), or a checkpoint file, whose maps are first made as by 'evaluate --save-maps' into "
-        "OUT/maps/<method>/<dataset> and kept for the next run",
-    )
-    cmp.add_argument("--out", required=True, metavar="OUT", help="output folder (created; rerun into it to reuse)")
-    cmp.add_argument(
-        "--metrics",
-        nargs="+",
-        default=list(DEFAULT_METRICS),
-        metavar="METRIC",
-        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (results.json "
-        f"always holds all nine); default: {' '.join(DEFAULT_METRICS)}",
-    )
-    add_protocol_option(cmp)
-    cmp.add_argument(
-        "--allow-missing",
-        action="store_true",
-        help="score a method that lacks some maps of a data set on the maps it has (the cell is marked "
-        "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
-    )
-    cmp.add_argument("--digits", type=int, default=3, help="decimals in the tables (ranks use the printed values)")
-    add_model_options(cmp)
-    add_process_options(
-        cmp, "processes for scoring (and for checkpoint inference); the numbers are those of one process"
-    )
+    add_options(cmp, CompareOptions)
     cmp.set_defaults(handler=run_compare)
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ..evaluation.compare import InferenceOptions, compare
+    from ..evaluation.compare import compare
 
-    compare(
-        args.datasets,
-        args.methods,
-        args.out,
-        metrics=args.metrics,
-        protocol=args.protocol,
-        allow_missing=args.allow_missing,
-        digits=args.digits,
-        inference=InferenceOptions(backbone=args.backbone, crf=args.crf, amp=args.amp, workers=args.workers),
-        nproc=args.nproc,
-        backend=args.backend,
-        master_port=args.master_port,
-    )
+    compare(options_from_args(CompareOptions, args))
     return 0

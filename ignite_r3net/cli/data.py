@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import with_default
+
 
 def add_make_data(sub: argparse._SubParsersAction) -> None:
     make = sub.add_parser(
@@ -12,9 +14,11 @@ def add_make_data(sub: argparse._SubParsersAction) -> None:
         description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
     )
     make.add_argument("--out", required=True, help="output folder")
-    make.add_argument("--train", type=int, default=400, help="number of training pairs")
-    make.add_argument("--val", type=int, default=60, help="number of validation pairs")
-    make.add_argument("--seed", type=int, default=2018, help="generator seed (same seed, same files)")
+    make.add_argument("--train", type=int, default=400, help=with_default("number of training pairs", 400))
+    make.add_argument("--val", type=int, default=60, help=with_default("number of validation pairs", 60))
+    make.add_argument(
+        "--seed", type=int, default=2018, help=with_default("generator seed (same seed, same files)", 2018)
+    )
     make.set_defaults(handler=run_make_data)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from ..config import TrainConfig
 from ..errors import DataError
 from .decode import load_image, load_mask
 from .folder import list_pairs
@@ -144,44 +145,49 @@ def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tup
 
 
 def build_train_loader(
-    roots: str | Path | Sequence[str | Path],
-    crop: int,
-    rotate: float,
-    batch_size: int,
-    num_replicas: int = 1,
-    rank: int = 0,
-    seed: int = 2018,
-    workers: int = 0,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-    flip: bool = True,
-    allow_decode_warnings: bool = False,
+    config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
 ) -> tuple[DataLoader, ResumableDistributedSampler]:
-    """Training DataLoader (per-rank ``batch_size``, ``drop_last=True``) of the pairs of ``roots``
-    and its resumable sampler.
+    """Training DataLoader of ``config.data`` (per-rank ``config.batch_size``, ``drop_last=True``,
+    ``config.workers`` persistent workers) and its resumable sampler.
 
     Call ``sampler.set_epoch(epoch, skip_batches)`` before each epoch's iterator is created. Do not
     pass the loader through ``idist.auto_dataloader``: it would replace the sampler.
+
+    Args:
+        config: the recipe: ``data``, ``crop``, ``rotate``, ``batch_size``, ``seed``, ``workers``.
+        num_replicas: the number of ranks sharing the data set (the world size).
+        rank: this rank; it draws shard ``rank`` of each epoch's permutation.
+        pin_memory: page-locked batches, for a CUDA device.
+
+    Raises:
+        DataError: the data set has fewer pairs than one batch on every rank.
     """
-    dataset = SaliencyTrainSet(roots, crop, rotate, flip=flip, allow_decode_warnings=allow_decode_warnings)
+    dataset = SaliencyTrainSet(
+        config.data, config.crop, config.rotate, allow_decode_warnings=config.allow_decode_warnings
+    )
     sampler = ResumableDistributedSampler(
-        len(dataset), num_replicas=num_replicas, rank=rank, seed=seed, shuffle=True, batch_size=batch_size
+        len(dataset),
+        num_replicas=num_replicas,
+        rank=rank,
+        seed=config.seed,
+        shuffle=True,
+        batch_size=config.batch_size,
     )
     if sampler.num_batches == 0:
         raise DataError(
             f"{', '.join(map(str, dataset.roots))} hold(s) {len(dataset)} pairs: too few for batch size "
-            f"{batch_size} on {num_replicas} process(es)"
+            f"{config.batch_size} on {num_replicas} process(es)"
         )
     loader = DataLoader(
         dataset,
-        batch_size=batch_size,
+        batch_size=config.batch_size,
         sampler=sampler,
         drop_last=True,
-        num_workers=workers,
+        num_workers=config.workers,
         pin_memory=pin_memory,
-        persistent_workers=persistent_workers and workers > 0,
+        persistent_workers=config.workers > 0,
         worker_init_fn=init_loader_worker,
-        multiprocessing_context=worker_context(workers),
+        multiprocessing_context=worker_context(config.workers),
         collate_fn=collate_train,
     )
     return loader, sampler

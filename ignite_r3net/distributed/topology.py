@@ -16,6 +16,7 @@ import torch
 
 from ..config import TrainConfig
 from ..errors import warn
+from ..options.shared import ProcessOptions
 from .slurm import SlurmTask, slurm_task
 
 
@@ -61,6 +62,12 @@ class LaunchSpec:
             config.dist_timeout,
             config.output_dir,
         )
+
+    @classmethod
+    def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
+        """The workers of ``evaluate`` or ``compare``: one node, and a free port unless
+        ``--master-port`` is given, also under srun (SLURM's derived port is the training run's)."""
+        return cls(processes.nproc, processes.backend, master_port=processes.master_port or free_port())
 
     @property
     def slurm(self) -> SlurmTask | None:

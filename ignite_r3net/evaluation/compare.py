@@ -1,7 +1,7 @@
 """``compare``: the tables and curves of many methods on many data sets, as papers print them.
 
 1. Every option, data set and method is checked first (one ``error:`` line before any work).
-2. A checkpoint method's maps are made by ``evaluate_checkpoint(..., save_maps=OUT/maps/<method>)``
+2. A checkpoint method's maps are made by ``evaluate_checkpoint`` (``save_maps=OUT/maps/<method>``)
    unless that folder already holds the maps of the same checkpoint, images and options.
 3. Each method's maps are matched to each data set's masks by file stem: a method without a data
    set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
@@ -23,11 +23,11 @@ from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs, split_dirs
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import DataError, OptionError, note, warn
-from ..metrics import METRIC_KEYS
 from ..model.trained_model import read_trained_weights
+from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_file
 from . import scoring
-from .comparison_table import DEFAULT_METRICS, build_table, table_csv, table_latex, table_markdown
+from .comparison_table import build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
@@ -69,52 +69,42 @@ class Pair:
     missing: int
 
 
-@dataclass(frozen=True)
-class InferenceOptions:
-    """How checkpoint methods make their maps (the ``evaluate`` options of the same names)."""
+def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
+    """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``),
+    writing everything into ``options.out``; returns the results (``{dataset: {method: {metric:
+    value, "count": n}}}``).
 
-    backbone: str | None = None
-    crf: bool = False
-    amp: str = "off"
-    workers: int = 2
+    Args:
+        options: the command's options; ``inference`` says how checkpoint methods make their
+            maps, ``processes`` how many processes score (and make maps).
 
-
-def compare(
-    datasets: list[str],
-    methods: list[str],
-    out: str,
-    *,
-    metrics: list[str] | None = None,
-    protocol: str = "standard",
-    allow_missing: bool = False,
-    digits: int = 3,
-    inference: InferenceOptions | None = None,
-    nproc: int = 1,
-    backend: str | None = None,
-    master_port: int | None = None,
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Compare ``methods`` (``NAME=SOURCE``) on ``datasets`` (``NAME=DIR``), writing everything into
-    ``out``; returns the results (``{dataset: {method: {metric: value, "count": n}}}``)."""
-    metrics = list(metrics or DEFAULT_METRICS)
-    inference = inference or InferenceOptions()
-    _check_options(metrics, digits, nproc, inference.workers, out)
-    benches = [_benchmark(name, folder) for name, folder in parse_named(datasets, "--datasets")]
-    entries = [Method(name, _source(name, src)) for name, src in parse_named(methods, "--methods")]
-    out_dir = Path(out).resolve()
+    Raises:
+        OptionError: a wrong option, a missing or ambiguous data set or method folder, missing maps
+            (without ``allow_missing``), a missing extra (``--crf``), or a run under torchrun.
+        DataError: a checkpoint method's data set has problems (all of them listed).
+        CheckpointError: a checkpoint method's file cannot be read.
+        WorkerFailed: a rank failed while making maps or scoring.
+    """
+    options.validate()
+    _check_environment(options.out)
+    benches = [_benchmark(name, folder) for name, folder in parse_named(options.datasets, "--datasets")]
+    entries = [Method(name, _source(name, src)) for name, src in parse_named(options.methods, "--methods")]
+    out_dir = Path(options.out).resolve()
+    allow_missing = options.allow_missing
     pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
-    stale = {m.name: _stale_inference(m, benches, out_dir, inference) for m in entries if m.is_checkpoint}
+    stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
     check_writable_file(str(out_dir / "results.json"), "--out")  # the last check: it creates the folder
     for method in (m for m in entries if m.is_checkpoint):
         maps = out_dir / "maps" / method.name
-        _make_maps(method, stale[method.name], maps, inference, (nproc, backend, master_port))
+        _make_maps(method, stale[method.name], maps, options)
         pairs[method.name] = _match_method(Method(method.name, maps), benches, allow_missing=False)
     scored = [p for m in entries for p in pairs[m.name] if p.files]
     cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
-    scores = scoring.score_cells(
-        cells, out_dir / "cache", protocol, LaunchSpec(nproc, backend, master_port=master_port)
-    )
+    spec = LaunchSpec.on_one_node(options.processes)
+    scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec)
     results, curves = _collect(scored, scores)
-    _write_outputs(results, curves, [b.name for b in benches], [m.name for m in entries], metrics, digits, out_dir)
+    datasets, methods = [b.name for b in benches], [m.name for m in entries]
+    _write_outputs(results, curves, datasets, methods, options, out_dir)
     return results
 
 
@@ -139,16 +129,7 @@ def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
     return parsed
 
 
-def _check_options(metrics: list[str], digits: int, nproc: int, workers: int, out: str) -> None:
-    unknown = [m for m in metrics if m not in METRIC_KEYS]
-    if unknown:
-        raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
-    if len(set(metrics)) != len(metrics):
-        raise OptionError(f"--metrics: a metric is given twice: {' '.join(metrics)}")
-    if not 1 <= digits <= 8:
-        raise OptionError(f"--digits must be between 1 and 8, got {digits}")
-    if nproc < 1 or workers < 0:
-        raise OptionError(f"--nproc must be >= 1 and --workers >= 0, got {nproc} and {workers}")
+def _check_environment(out: str) -> None:
     if under_torchrun():
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
     if Path(out).exists() and not Path(out).is_dir():
@@ -285,13 +266,7 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
     return stale
 
 
-def _make_maps(
-    method: Method,
-    stale: StaleMaps,
-    root: Path,
-    options: InferenceOptions,
-    spec: tuple[int, str | None, int | None],
-) -> None:
+def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOptions) -> None:
     """Inference of ``method`` on its stale data sets into ``root/<dataset>`` (as ``evaluate
     --save-maps``), then each folder's manifest, written last: an interrupted run is redone."""
     if not stale:
@@ -300,20 +275,16 @@ def _make_maps(
     for bench, _, _ in stale:
         shutil.rmtree(root / bench.name, ignore_errors=True)  # maps of another checkpoint or image set
     print(f"maps of {method.name}: inference on {', '.join(b.name for b, _, _ in stale)}", flush=True)
-    nproc, backend, master_port = spec
     evaluate_checkpoint(
-        str(method.source),
-        [str(b.data) for b, _, _ in stale],
-        names=[b.name for b, _, _ in stale],
-        save_maps=str(root),
-        quiet=True,
-        backbone=options.backbone,
-        crf=options.crf,
-        amp=options.amp,
-        workers=options.workers,
-        nproc=nproc,
-        backend=backend,
-        master_port=master_port,
+        EvaluateOptions(
+            checkpoint=str(method.source),
+            data=[str(b.data) for b, _, _ in stale],
+            names=[b.name for b, _, _ in stale],
+            save_maps=str(root),
+            quiet=True,
+            inference=options.inference,
+            processes=options.processes,
+        )
     )
     for bench, key, images in stale:
         scoring.write_manifest(root / bench.name, key, method.source, images)
@@ -339,12 +310,12 @@ def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dic
 
 
 def _write_outputs(
-    results: dict, curves: dict, datasets: list[str], methods: list[str], metrics: list[str], digits: int, out: Path
+    results: dict, curves: dict, datasets: list[str], methods: list[str], options: CompareOptions, out: Path
 ) -> None:
     """results.json, the three tables, and the PR and F-measure curves of each data set."""
     results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
     write_json(results, out / "results.json")
-    table = build_table(results, datasets, methods, metrics, digits)
+    table = build_table(results, datasets, methods, options.metrics, options.digits)
     markdown = table_markdown(table)
     write_text(markdown, out / "table.md")
     write_text(table_csv(table), out / "table.csv")

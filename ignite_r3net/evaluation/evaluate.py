@@ -12,7 +12,7 @@ launching process before any worker starts, so it fails with one line instead of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import ignite.distributed as idist
@@ -23,11 +23,12 @@ from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
-from ..distributed.topology import LaunchSpec, free_port, under_torchrun
+from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, warn
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..options import EvaluateOptions
 from ..output_paths import check_writable_file
 from .crf import crf_refine, require_crf
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
@@ -36,104 +37,101 @@ from .metrics_table import report
 Row = dict[str, float]
 
 
-@dataclass
-class EvalJob:
-    """Everything a worker needs; picklable, so spawned workers receive it."""
+def evaluate(options: EvaluateOptions) -> None:
+    """What ``python run.py evaluate`` runs: ``evaluate_maps`` with ``--maps``, else
+    ``evaluate_checkpoint``.
 
-    checkpoint: str
-    backbone: str
-    datasets: list[tuple[str, str]]  # (name, folder)
-    protocol: str = "standard"
-    save_maps: str | None = None
-    json_path: str | None = None
-    crf: bool = False
-    amp: str = "off"
-    workers: int = 0
-    quiet: bool = False  # no table and no "maps written" line (compare reports for itself)
-    # the weights already read when the job runs in this process (None: each worker reads the file)
-    weights: TrainedWeights | None = field(default=None, repr=False)
+    Raises:
+        OptionError: an option, or a combination of them, is wrong (before any work).
+    """
+    options.validate()
+    if options.maps is not None:
+        evaluate_maps(options)
+    else:
+        evaluate_checkpoint(options)
 
 
-def evaluate_checkpoint(
-    checkpoint: str,
-    data: list[str],
-    *,
-    backbone: str | None = None,
-    protocol: str = "standard",
-    json_path: str | None = None,
-    save_maps: str | None = None,
-    crf: bool = False,
-    amp: str = "off",
-    workers: int = 2,
-    nproc: int = 1,
-    backend: str | None = None,
-    master_port: int | None = None,
-    names: list[str] | None = None,
-    quiet: bool = False,
-) -> None:
-    """Score ``checkpoint`` on every data set folder in ``data``; rank 0 prints the table (unless
-    ``quiet``) and writes ``json_path``. Maps go to ``save_maps/<dataset>/<stem>.png`` when asked;
-    a data set's name is its entry in ``names``, by default derived from its folder."""
-    if nproc < 1:
-        raise OptionError(f"--nproc must be >= 1, got {nproc}")
-    if workers < 0:
-        raise OptionError(f"--workers must be >= 0, got {workers}")
-    if crf:
+def evaluate_checkpoint(options: EvaluateOptions) -> None:
+    """Score ``options.checkpoint`` on every data set folder of ``options.data``, on
+    ``options.processes.nproc`` processes; rank 0 prints the table (unless ``options.quiet``) and
+    writes ``options.json_path``.
+
+    Args:
+        options: the command's options (``--checkpoint``, ``--data``, ``--save-maps``, ``--json``,
+            the inference and process options). Maps go to ``save_maps/<dataset>/<stem>.png``; a
+            data set's name is its entry in ``options.names``, by default derived from its folder.
+
+    Raises:
+        OptionError: a wrong option, an unwritable ``--json`` or ``--save-maps``, a missing extra
+            (``--crf``), or a checkpoint that does not fit ``--backbone``.
+        DataError: a data set folder with problems (all of them listed).
+        CheckpointError: the checkpoint cannot be read.
+        WorkerFailed: a rank failed during the run (one line naming it).
+    """
+    options.validate()
+    assert options.checkpoint is not None and options.data
+    if options.inference.crf:
         require_crf()
-    check_writable_file(json_path, "--json")
-    for folder in data:
+    check_writable_file(options.json_path, "--json")
+    for folder in options.data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
-    weights = read_trained_weights(checkpoint, backbone)
-    names = dataset_names(data) if names is None else names
-    if save_maps:
-        out = Path(save_maps)
-        if out.exists() and not out.is_dir():
-            raise OptionError(f"--save-maps {out} exists and is not a folder")
-        for name in names:
-            (out / name).mkdir(parents=True, exist_ok=True)  # here, so ranks never race on it
-    spec = LaunchSpec(nproc=nproc, backend=backend, master_port=master_port or free_port())
-    job = EvalJob(
-        checkpoint=str(checkpoint),
-        backbone=weights.backbone,
-        datasets=[(n, str(f)) for n, f in zip(names, data)],
-        protocol=protocol,
-        save_maps=save_maps,
-        json_path=json_path,
-        crf=crf,
-        amp=amp,
-        workers=workers,
-        quiet=quiet,
-        # each worker reads the file rather than receive hundreds of MB through a pipe
-        weights=None if spec.spawns() or under_torchrun() else weights,
+    weights = read_trained_weights(options.checkpoint, options.inference.backbone)
+    options = replace(
+        options,
+        names=dataset_names(options.data) if options.names is None else options.names,
+        inference=replace(options.inference, backbone=weights.backbone),
     )
-    launch(_evaluate_worker, job, spec)
+    _make_map_folders(options)
+    spec = LaunchSpec.on_one_node(options.processes)
+    # each spawned worker reads the file rather than receive hundreds of MB through a pipe
+    in_process = None if spec.spawns() or under_torchrun() else weights
+    launch(_evaluate_worker, (options, in_process), spec)
 
 
-def _evaluate_worker(local_rank: int, job: EvalJob) -> None:
-    """Runs on every rank: score each data set on this rank's shard; rank 0 reports."""
+def _make_map_folders(options: EvaluateOptions) -> None:
+    """``--save-maps``'s folder per data set, made here so that ranks never race on it."""
+    if not options.save_maps:
+        return
+    out = Path(options.save_maps)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--save-maps {out} exists and is not a folder")
+    for name in options.names or ():
+        (out / name).mkdir(parents=True, exist_ok=True)
+
+
+def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None]) -> None:
+    """Runs on every rank: score each data set on this rank's shard; rank 0 reports. ``job`` holds
+    the weights already read when the worker runs in the launching process."""
+    options, weights = job
     freeze_long_lived_objects()
     device = idist.device()
-    model = build_model(job.weights or read_trained_weights(job.checkpoint, job.backbone), device)
-    rows = {name: _evaluate_dataset(model, device, name, folder, job) for name, folder in job.datasets}
-    _report_rows(rows, job)
+    assert options.checkpoint is not None and options.data and options.names
+    model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
+    rows = {
+        name: _evaluate_dataset(model, device, name, folder, options)
+        for name, folder in zip(options.names, options.data)
+    }
+    _report_rows(rows, options)
 
 
 @rank_zero_only
-def _report_rows(rows: dict[str, Row], job: EvalJob) -> None:
-    report(rows, job.json_path, print_table=not job.quiet)
-    if job.save_maps and not job.quiet:
-        print(f"maps written to {job.save_maps}", flush=True)
+def _report_rows(rows: dict[str, Row], options: EvaluateOptions) -> None:
+    report(rows, options.json_path, print_table=not options.quiet)
+    if options.save_maps and not options.quiet:
+        print(f"maps written to {options.save_maps}", flush=True)
 
 
-def _evaluate_dataset(model: torch.nn.Module, device: torch.device, name: str, folder: str, job: EvalJob) -> Row:
-    loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), job.workers)
-    evaluator = create_evaluator(model, device, job.amp)
+def _evaluate_dataset(
+    model: torch.nn.Module, device: torch.device, name: str, folder: str, options: EvaluateOptions
+) -> Row:
+    loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), options.inference.workers)
+    evaluator = create_evaluator(model, device, options.inference.amp)
     # handlers run in the order they are added: refine, then save, then score the refined map
-    if job.crf:
+    if options.inference.crf:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _refine_with_crf)
-    if job.save_maps:
-        evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(job.save_maps) / name)
-    metric = SaliencyMetrics(device=device, protocol=job.protocol)
+    if options.save_maps:
+        evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)
+    metric = SaliencyMetrics(device=device, protocol=options.protocol)
     attach_scoring(evaluator, metric)
     values = score_shard(evaluator, loader, metric)
     return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}
@@ -150,9 +148,16 @@ def _save_maps(engine: Engine, out_dir: Path) -> None:
         save_map(output_path(out_dir, stem), saliency)
 
 
-def evaluate_maps(maps: str, gt: str, *, protocol: str = "standard", json_path: str | None = None) -> Row:
-    """Score the saliency maps in ``maps`` against the masks in ``gt`` (matched by file stem);
-    prints the table, writes ``json_path`` and returns the row."""
+def evaluate_maps(options: EvaluateOptions) -> Row:
+    """Score the saliency maps in ``options.maps`` against the masks in ``options.gt`` (matched by
+    file stem); prints the table, writes ``options.json_path`` and returns the row.
+
+    Raises:
+        OptionError: a wrong option, an unwritable ``--json``, or no map matching a mask.
+    """
+    options.validate()
+    maps, gt, json_path = options.maps, options.gt, options.json_path
+    assert maps is not None and gt is not None
     check_writable_file(json_path, "--json")
     match = match_maps(maps, gt)
     if match.maps_without_mask:
@@ -167,7 +172,7 @@ def evaluate_maps(maps: str, gt: str, *, protocol: str = "standard", json_path: 
         )
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
-    metric = SaliencyMetrics(protocol=protocol)
+    metric = SaliencyMetrics(protocol=options.protocol)
     resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")

@@ -13,6 +13,7 @@ from ..errors import OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..inference import predict_maps, to_8bit_maps
 from ..model.trained_model import build_model, read_trained_weights
+from ..options import PredictOptions
 from .crf import crf_refine, require_crf
 from .maps import output_path, save_map
 
@@ -20,45 +21,34 @@ from .maps import output_path, save_map
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
-def predict(
-    checkpoint: str | None,
-    inputs: list[str],
-    output: str,
-    *,
-    model: str | None = None,
-    backbone: str | None = None,
-    crf: bool = False,
-    amp: str = "off",
-    workers: int = 2,
-) -> int:
+def predict(options: PredictOptions) -> int:
     """Write one map per input image (files, or the images directly inside folders) into
-    ``output``; returns the number of maps written.
+    ``options.output``; returns the number of maps written.
 
-    The maps come from ``checkpoint`` (PyTorch) or from ``model``, a file written by ``export``
-    (``.onnx``: onnxruntime; otherwise TorchScript); exactly one of the two is given."""
-    if (checkpoint is None) == (model is None):
-        raise OptionError("give one of --checkpoint and --model")
-    if workers < 0:
-        raise OptionError(f"--workers must be >= 0, got {workers}")
-    if model is not None:
-        if backbone is not None:
-            raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
-        if amp != "off":
-            raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
-        if is_onnx(model):
-            require_onnxruntime()
-    if crf:
+    Args:
+        options: the command's options. The maps come from ``options.checkpoint`` (PyTorch) or
+            from ``options.model``, a file written by ``export`` (``.onnx``: onnxruntime;
+            otherwise TorchScript); exactly one of the two is given.
+
+    Raises:
+        OptionError: a wrong option, a missing input, two inputs that would write one map, an
+            output that is not a folder, or a missing extra (``--crf``, onnxruntime).
+        CheckpointError: the checkpoint or exported model cannot be read.
+        DataError: an input image cannot be decoded.
+    """
+    options.validate()
+    if options.model is not None and is_onnx(options.model):
+        require_onnxruntime()
+    if options.inference.crf:
         require_crf()
-    out = Path(output)
+    out = Path(options.output)
     if out.exists() and not out.is_dir():
         raise OptionError(f"--output {out} exists and is not a folder")
-    pairs = plan_outputs(collect_inputs(inputs), out)
+    pairs = plan_outputs(collect_inputs(options.inputs), out)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if model is not None:
-        to_maps = _from_exported(model, device)
-    else:
-        to_maps = _from_checkpoint(checkpoint, backbone, device, amp)
+    to_maps = _map_function(options, device)
     out.mkdir(parents=True, exist_ok=True)
+    workers = options.inference.workers
     loader = torch.utils.data.DataLoader(
         ImageFiles([src for src, _ in pairs]),
         batch_size=1,
@@ -69,22 +59,21 @@ def predict(
     )
     for (_, dst), image in zip(pairs, loader):
         saliency = to_maps(image[None].to(device))[0]
-        if crf:
+        if options.inference.crf:
             saliency = crf_refine(image, saliency)
         save_map(dst, saliency)
     print(f"wrote {len(pairs)} map(s) to {out}")
     return len(pairs)
 
 
-def _from_checkpoint(checkpoint: str | None, backbone: str | None, device: torch.device, amp: str) -> MapFunction:
-    assert checkpoint is not None
-    model = build_model(read_trained_weights(checkpoint, backbone), device)
-    return lambda images: predict_maps(model, images, amp)
-
-
-def _from_exported(path: str, device: torch.device) -> MapFunction:
-    run = load_exported(path, device)
-    return lambda images: to_8bit_maps(run(images))
+def _map_function(options: PredictOptions, device: torch.device) -> MapFunction:
+    """The exported model's or the checkpoint's maps of a uint8 batch."""
+    if options.model is not None:
+        run = load_exported(options.model, device)
+        return lambda images: to_8bit_maps(run(images))
+    assert options.checkpoint is not None
+    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
+    return lambda images: predict_maps(model, images, options.inference.amp)
 
 
 def collect_inputs(inputs: Iterable[str]) -> list[Path]:

@@ -36,6 +36,7 @@ from .. import __version__
 from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
+from ..options import ExportOptions
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .runtime import (
     INPUT_NAME,
@@ -94,63 +95,60 @@ class SaliencyGraph(nn.Module):
         return self.model(image.to(torch.float32) * self.scale + self.shift)
 
 
-def export_model(
-    checkpoint: str | Path,
-    fmt: str,
-    output: str | Path,
-    *,
-    backbone: str | None = None,
-    opset: int | None = None,
-) -> Path:
-    """Export the model in ``checkpoint`` to ``output`` as ``fmt`` (``onnx`` or ``torchscript``);
-    returns the path written.
+def export_model(options: ExportOptions) -> Path:
+    """Export the model in ``options.checkpoint`` to ``options.output`` as ``options.format``
+    (``onnx`` or ``torchscript``); returns the path written.
 
     Options are checked before the weights are read; the file is checked before it gets its name.
-    Raises ``OptionError`` / ``CheckpointError`` for bad options and files, ``ExportError`` when the
-    written file does not load or does not give the PyTorch model's maps."""
-    out = _check_options(checkpoint, fmt, output, opset)
-    onnx_opset = DEFAULT_OPSET if opset is None else opset
-    if fmt == "onnx":
+
+    Args:
+        options: the command's options (``--checkpoint``, ``--format``, ``--output``, ``--opset``,
+            ``--backbone``).
+
+    Raises:
+        OptionError: a wrong option, an output name that does not fit the format, or a missing
+            extra (``--format onnx`` needs onnx, onnxscript and onnxruntime).
+        CheckpointError: the checkpoint cannot be read, or the file cannot be written.
+        ExportError: the written file does not load or does not give the PyTorch model's maps.
+    """
+    options.validate()
+    out = _check_output(options)
+    if options.format == "onnx":
         _require_onnx_export()
-    weights = read_trained_weights(checkpoint, backbone)
+    weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, checkpoint, f"ignite_r3net {__version__}, torch {torch.__version__}")
+    metadata = contract(weights.backbone, options.checkpoint, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OptionError(f"--output {out}: cannot create its folder: {e.strerror or e}") from None
     with _atomic_path(out) as tmp:
-        if fmt == "onnx":
-            _write_onnx(graph, example, tmp, metadata, onnx_opset)
+        if options.format == "onnx":
+            _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
         else:
             _write_torchscript(graph, example, tmp, metadata)
         difference = _check_written(tmp, graph)
-    details = f"opset {onnx_opset}, " if fmt == "onnx" else ""
+    details = f"opset {options.onnx_opset}, " if options.format == "onnx" else ""
     print(
-        f"wrote {out} ({fmt}, {details}backbone {weights.backbone}; uint8 (N, 3, H, W) -> float (N, 1, H, W); "
-        f"max difference to PyTorch {difference:.1e})"
+        f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; uint8 (N, 3, H, W) -> float "
+        f"(N, 1, H, W); max difference to PyTorch {difference:.1e})"
     )
     return out
 
 
-def _check_options(checkpoint: str | Path, fmt: str, output: str | Path, opset: int | None) -> Path:
-    if fmt not in FORMATS:
-        raise OptionError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if opset is not None:
-        if fmt != "onnx":
-            raise OptionError("--opset applies to --format onnx only")
-        if opset not in OPSETS:
-            raise OptionError(f"--opset must be between {OPSETS[0]} and {OPSETS[-1]}, got {opset}")
-    out = Path(output)
-    suffix = SUFFIXES[fmt]
+def _check_output(options: ExportOptions) -> Path:
+    """``--output``: a file name with the format's suffix, in a folder, not the checkpoint itself."""
+    out = Path(options.output)
+    suffix = SUFFIXES[options.format]
     if out.is_dir():
         raise OptionError(f"--output {out} is a folder; give a file name ending in {suffix}")
     if out.suffix.lower() != suffix:
         raise OptionError(
-            f"--output {out} must end in {suffix} for --format {fmt} (predict --model tells the format by it)"
+            f"--output {out} must end in {suffix} for --format {options.format} (predict --model tells the "
+            "format by it)"
         )
-    if out.exists() and out.resolve() == Path(checkpoint).resolve():
+    if out.exists() and out.resolve() == Path(options.checkpoint).resolve():
         raise OptionError(f"--output {out} is the checkpoint itself; choose another file name")
     if out.parent.exists() and not out.parent.is_dir():
         raise OptionError(f"--output {out}: {out.parent} is not a folder")

@@ -56,19 +56,7 @@ def training(local_rank: int, config: TrainConfig) -> None:
     rank, world_size = idist.get_rank(), idist.get_world_size()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
-    loader, sampler = build_train_loader(
-        config.data,
-        crop=config.crop,
-        rotate=config.rotate,
-        batch_size=config.batch_size,
-        num_replicas=world_size,
-        rank=rank,
-        seed=config.seed,
-        workers=config.workers,
-        pin_memory=device.type == "cuda",
-        persistent_workers=config.workers > 0,
-        allow_decode_warnings=config.allow_decode_warnings,
-    )
+    loader, sampler = build_train_loader(config, world_size, rank, pin_memory=device.type == "cuda")
     model = _build_model(config, device)
     # from here on each rank has its own, reproducible random stream (augmentation does not use
     # it: its draws come from (seed, epoch, position) so that resume is exact)

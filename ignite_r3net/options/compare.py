@@ -1,0 +1,66 @@
+"""``compare``'s options: the data sets, the methods, the output folder and the tables' form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import OptionError
+from ..evaluation.comparison_table import DEFAULT_METRICS
+from ..metrics import METRIC_KEYS
+from .fields import Rule, check_fields, group, option
+from .shared import InferenceOptions, ProcessOptions, protocol_option
+
+_DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
+
+
+@dataclass(kw_only=True)
+class CompareOptions:
+    """Everything ``compare`` is asked to do: built once from the command line, checked by
+    ``validate`` and passed whole to ``compare``."""
+
+    datasets: list[str] = option(
+        help="data sets: DIR is the masks folder (maps are matched to its masks by file stem), or a data "
+        "set folder holding images and masks (images/ + masks/, Imgs/ + GT/, DUTS-TE-Image/ + DUTS-TE-Mask/, "
+        "or name.jpg beside name.png), which checkpoint methods need for their images; a masks folder "
+        "inside such a folder works too",
+        nargs="+",
+        metavar="NAME=DIR",
+    )
+    methods: list[str] = option(
+        help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
+        "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
+        "accepted), or a checkpoint file, whose maps are first made as by 'evaluate --save-maps' into "
+        "OUT/maps/<method>/<dataset> and kept for the next run",
+        nargs="+",
+        metavar="NAME=SOURCE",
+    )
+    out: str = option(help="output folder (created; rerun into it to reuse)", metavar="OUT")
+    metrics: list[str] = option(
+        default_factory=lambda: list(DEFAULT_METRICS),
+        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (results.json "
+        f"always holds all nine); default: {' '.join(DEFAULT_METRICS)}",
+        nargs="+",
+        metavar="METRIC",
+    )
+    protocol: str = protocol_option()
+    allow_missing: bool = option(
+        False,
+        "score a method that lacks some maps of a data set on the maps it has (the cell is marked "
+        "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
+        action="store_true",
+    )
+    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS)
+    inference: InferenceOptions = group(InferenceOptions)
+    processes: ProcessOptions = group(
+        ProcessOptions,
+        nproc="processes for scoring (and for checkpoint inference); the numbers are those of one process",
+    )
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        unknown = [m for m in self.metrics if m not in METRIC_KEYS]
+        if unknown:
+            raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
+        if len(set(self.metrics)) != len(self.metrics):
+            raise OptionError(f"--metrics: a metric is given twice: {' '.join(self.metrics)}")
+        check_fields(self)

@@ -1,0 +1,57 @@
+"""``evaluate``'s options: a checkpoint on data sets, or saliency maps already on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import OptionError
+from .fields import check_fields, group, option
+from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, protocol_option
+
+
+@dataclass(kw_only=True)
+class EvaluateOptions:
+    """Everything ``evaluate`` is asked to do: built once from the command line, checked by
+    ``validate``, and passed whole to ``evaluate_checkpoint`` or ``evaluate_maps`` and their workers."""
+
+    checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
+    maps: str | None = option(
+        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source"
+    )
+    data: list[str] | None = option(
+        None, "data set folders (MSRA10K or DUTS layout); with --checkpoint", nargs="+", metavar="DIR"
+    )
+    gt: str | None = option(None, "folder of ground-truth masks matched to --maps by file stem", metavar="DIR")
+    protocol: str = protocol_option()
+    json_path: str | None = option(
+        None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
+    )
+    inference: InferenceOptions = group(InferenceOptions)
+    save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
+    processes: ProcessOptions = group(
+        ProcessOptions, nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo)"
+    )
+    # not options: set by ``compare``, which names the data sets itself and prints its own tables
+    names: list[str] | None = field(default=None)
+    quiet: bool = field(default=False)
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        check_fields(self)
+        if (self.checkpoint is None) == (self.maps is None):
+            raise OptionError("give one of --checkpoint and --maps")
+        if self.maps is not None:
+            if self.gt is None:
+                raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
+            if self.data:
+                raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
+            for flag, given in (("--save-maps", self.save_maps), ("--crf", self.inference.crf)):
+                if given:
+                    raise OptionError(f"{flag} needs --checkpoint (it acts on predictions)")
+            return
+        if self.gt is not None:
+            raise OptionError("--gt goes with --maps; with --checkpoint give the data sets as --data")
+        if not self.data:
+            raise OptionError("--checkpoint needs --data DIR [DIR ...]")
+        if self.names is not None and len(self.names) != len(self.data):
+            raise OptionError(f"{len(self.names)} data set names for {len(self.data)} --data folders")

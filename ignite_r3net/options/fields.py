@@ -1,0 +1,100 @@
+"""Options as dataclass fields: each field carries its ``--help`` text, its argparse extras and the
+rule its value must follow, so a command's flags (``cli.common.add_options``) and its checks
+(``check_fields``) come from one definition and cannot drift apart.
+
+* ``option(default, help, rule=..., flag=..., one_of=..., **argparse_kwargs)``: one ``--flag``;
+* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``ModelOptions``)
+  composed into a command's options, optionally with command-specific help texts;
+* a field without help (``field(default=None)``) is no option: the program fills it in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, dataclass, field
+from typing import Any
+
+from ..errors import OptionError
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What an option's value must satisfy, and the one wording of the error when it does not."""
+
+    holds: Callable[[Any], bool]
+    wording: str
+
+
+POSITIVE_COUNT = Rule(lambda v: v >= 1, "must be a positive integer")
+NOT_NEGATIVE = Rule(lambda v: v >= 0, "must not be negative")
+POSITIVE = Rule(lambda v: v > 0, "must be positive")
+TCP_PORT = Rule(lambda v: 1 <= v <= 65535, "must be a TCP port (1-65535)")
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    rule: Rule | None = None,
+    flag: str | None = None,
+    one_of: str | None = None,
+    **argparse_kwargs: Any,
+) -> Any:
+    """A dataclass field that is a command-line option.
+
+    Args:
+        default: the value when the flag is not given (or ``default_factory`` for a list).
+        help: the ``--help`` text.
+        rule: checked by ``check_fields`` on any value but None.
+        flag: the flag when it is not ``--`` + the field name with dashes (``json_path``: ``--json``).
+        one_of: the name of a required group of mutually exclusive flags (``--checkpoint | --maps``).
+        argparse_kwargs: passed to ``add_argument`` (``choices``, ``metavar``, ``nargs``, ``action``, ...).
+    """
+    metadata = {"help": help, "rule": rule, "flag": flag, "one_of": one_of, "argparse": argparse_kwargs}
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def group(cls: type, **help_texts: str) -> Any:
+    """A field holding a shared group of options; ``help_texts`` replace the help of some of its flags
+    for this command (``nproc="processes for scoring"``)."""
+    return field(default_factory=cls, metadata={"group": help_texts})
+
+
+def is_option(f: dataclasses.Field) -> bool:
+    return "help" in f.metadata
+
+
+def is_group(f: dataclasses.Field) -> bool:
+    return "group" in f.metadata
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of an option field: ``batch_size`` -> ``--batch-size``."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def option_fields(options: Any) -> Iterator[tuple[dataclasses.Field, Any]]:
+    """Every option field of ``options`` and of the groups it holds, with its value, in order."""
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if is_group(f):
+            yield from option_fields(value)
+        elif is_option(f):
+            yield f, value
+
+
+def check_fields(options: Any) -> None:
+    """Raise ``OptionError`` naming the first option whose value is not among its choices or breaks
+    its field's rule (argparse checks the choices of the command line; Python callers get this)."""
+    for f, value in option_fields(options):
+        if value is None:
+            continue
+        choices = f.metadata["argparse"].get("choices")
+        given = value if isinstance(value, list) else [value]
+        if choices is not None and any(v not in choices for v in given):
+            raise OptionError(f"{flag_of(f)} must be one of {', '.join(choices)}, got {value!r}")
+        rule: Rule | None = f.metadata["rule"]
+        if rule is not None and not rule.holds(value):
+            raise OptionError(f"{flag_of(f)} {rule.wording}, got {value}")

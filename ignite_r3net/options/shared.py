@@ -1,0 +1,53 @@
+"""The option groups several commands share, defined once: where the work runs (``ProcessOptions``)
+and how a checkpoint's maps are made (``InferenceOptions``), plus the single options they have in common."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, option
+
+CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
+BACKBONE_HELP = "backbone of the checkpoint; default: config.json beside it, else inferred from its weights"
+BACKENDS = ("nccl", "gloo")
+PROTOCOLS = ("standard", "r3net")
+INFERENCE_AMP_MODES = ("off", "bf16")
+
+
+def protocol_option() -> str:
+    """``--protocol``: which code's metric definitions the scores follow."""
+    return option(
+        "standard",
+        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+        choices=PROTOCOLS,
+    )
+
+
+def backbone_option() -> str | None:
+    """``--backbone`` of a trained model: needed only when neither config.json nor the weights tell."""
+    return option(None, BACKBONE_HELP)
+
+
+@dataclass(kw_only=True)
+class ProcessOptions:
+    """``--nproc``, ``--backend`` and ``--master-port`` of the commands that spread work over processes."""
+
+    nproc: int = option(1, "processes to spawn", rule=POSITIVE_COUNT)
+    backend: str | None = option(
+        None, "distributed backend; default: nccl when CUDA is available, else gloo", choices=BACKENDS
+    )
+    master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
+
+
+@dataclass(kw_only=True)
+class InferenceOptions:
+    """How a checkpoint's maps are made: backbone, CRF, precision, DataLoader workers."""
+
+    backbone: str | None = backbone_option()
+    crf: bool = option(
+        False,
+        "refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
+        action="store_true",
+    )
+    amp: str = option("off", "mixed precision inference", choices=INFERENCE_AMP_MODES)
+    workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)
