@@ -104,6 +104,18 @@ def run_cli(
     return proc
 
 
+def start_cli(args: list[str]) -> subprocess.Popen:
+    """``python run.py ARGS`` started in a fresh process, its output in text pipes."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
     """A few real .jpg/.png pairs (the synthetic generator at small sizes): (train_dir, val_dir)."""
     from ignite_r3net.data import make_synthetic_dataset

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 
 import ignite.distributed as idist
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset
+from helpers import TINY_TRAIN, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.console import quiet_library_logs
@@ -45,14 +44,7 @@ def test_training_piped_into_head_goes_on_to_the_end(tmp_path):
     out = tmp_path / "out"
     args = ["--nproc", "2", "--data", str(train), "--output-dir", str(out), "--iters", "4"]
     args += ["--checkpoint-every", "4", "--master-port", str(free_port()), *TINY_TRAIN]
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "run.py"), *args],
-        cwd=REPO,
-        env=cpu_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(args)
     try:
         first = proc.stdout.readline()
         proc.stdout.close()  # what `head -1` does after its line
