@@ -10,7 +10,8 @@ import torch
 from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_tiny_dataset, zero_middle_of
 
 from ignite_r3net.cli import main
-from ignite_r3net.data import SaliencyTrainSet, load_image, sample_seed
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import SaliencyTrainSet, build_train_loader, load_image, sample_seed
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -89,8 +90,15 @@ def test_more_damaged_images_than_allowed_stop_the_run_in_one_line(damaged, tmp_
     assert log_lines(tmp_path / "train.log")[-1] == err[-1], "train.log ends with the console's line"
 
 
-def test_decode_warnings_are_trained_on_when_allowed(damaged, tmp_path, capsys):
-    train, _, _ = damaged
-    # one epoch: every pair, both damaged ones included, is trained on
-    assert _train(train, tmp_path, "--iters", "3", "--allow-decode-warnings", "--max-bad-images", "0") == 0
-    assert "warning: " not in capsys.readouterr().out
+def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):
+    """What a rank's DataLoader hands the trainer in one epoch: the damaged pairs named in ``bad``
+    (and others trained on in their place), or, with --allow-decode-warnings, trained on."""
+    train, zeroed, cut = damaged
+    for allow, expected in ((False, {str(zeroed), str(cut)}), (True, set())):
+        config = TrainConfig(data=[str(train)], crop=32, batch_size=2, workers=0, allow_decode_warnings=allow)
+        loader, sampler = build_train_loader(config)
+        sampler.set_epoch(0)
+        batches = list(loader)
+        assert len(batches) == 3 and {path for batch in batches for path, _ in batch["bad"]} == expected
+        indices = sorted(int(i) for batch in batches for i in batch["index"])
+        assert (4 in indices) == allow and (1 in indices) == allow  # the damaged pairs' own indices

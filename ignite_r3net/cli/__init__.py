@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..console import echo
 from ..errors import Terminated, UserError, ending_line
 from .compare import add_compare
 from .data import add_check_data, add_make_data
@@ -65,10 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt as e:
-        print(ending_line(e), file=sys.stderr)
+        echo(ending_line(e), sys.stderr)  # a closed pipe (`2>&1 | head`) loses the line, not the exit code
         return 143 if isinstance(e, Terminated) else 130
     except UserError as e:
-        print(ending_line(e), file=sys.stderr)
+        echo(ending_line(e), sys.stderr)
         return e.exit_code
 
 

@@ -9,6 +9,7 @@ configuration (all of it with ``--verbose``); it is optional: a closed pipe ends
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import re
@@ -71,7 +72,7 @@ def header_lines(
 ) -> tuple[list[str], list[str]]:
     """The top of a run's (or a resumed run's) part of train.log, and what the console shows of
     it: the summary line and the notes (everything with ``--verbose``)."""
-    config_line = f"configuration: {json.dumps(json.loads(config.to_json()), sort_keys=True)}"
+    config_line = f"configuration: {json.dumps(dataclasses.asdict(config), sort_keys=True)}"  # one line
     world = (
         f"world size {world_size}, {config.batch_size} images per process, "
         f"global batch {config.batch_size * world_size}"

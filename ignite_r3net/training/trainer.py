@@ -175,9 +175,10 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (preflight), never loaded; older checkpoints have neither it nor
-    # the list of unreadable pairs
-    to_load = {k: v for k, v in to_load.items() if k != "recipe" and (k in checkpoint or k != "bad_images")}
+    # the recipe is only compared (preflight), never loaded; checkpoints older than the list of
+    # unreadable pairs start it empty
+    skipped = {"recipe"} | ({"bad_images"} - checkpoint.keys())
+    to_load = {k: v for k, v in to_load.items() if k not in skipped}
     Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
     return path
 
