@@ -76,7 +76,7 @@ def test_ignite_launcher_messages_only_with_verbose(capfd):
 
 
 def test_the_console_gets_the_configuration_only_with_verbose():
-    config = TrainConfig(data=["/data/a"], data_sets=[{"folder": "/data/a", "pairs": 12, "listing_sha256": ""}])
+    config = TrainConfig(data=["/data/a"], data_sets=[{"folder": "/data/a", "pairs": 12, "listing": ""}])
     header, console = header_lines(config, 2, None, 0, torch.device("cpu"))
     assert header[0].startswith("configuration: {") and len(header[0].splitlines()) == 1
     assert console[0] == (

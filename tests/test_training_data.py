@@ -68,9 +68,12 @@ def test_pairs_of_the_same_name_in_two_folders_are_both_trained_on(sets):
     assert b / "syn_00000.jpg" in {image for image, _ in union.pairs}
 
 
-def _listing_sha256(folder) -> str:
+def _listing(folder) -> str:
+    """What a folder's pairs are recorded as: their count and the sha256 of their names, one
+    ``image<TAB>mask`` line each, relative to the folder (12 hex digits of it)."""
     names = sorted(p.stem for p in folder.glob("*.jpg"))
-    return hashlib.sha256("".join(f"{n}.jpg\t{n}.png\n" for n in names).encode()).hexdigest()
+    digest = hashlib.sha256("\n".join(f"{n}.jpg\t{n}.png" for n in names).encode()).hexdigest()
+    return f"{len(names)} pairs (sha256 {digest[:12]})"
 
 
 def test_the_run_trains_on_the_union_and_config_json_records_each_folder(run, sets):
@@ -79,8 +82,8 @@ def test_the_run_trains_on_the_union_and_config_json_records_each_folder(run, se
     config = json.loads((out / "config.json").read_text())
     assert config["data"] == [str(a), str(b)]
     assert config["data_sets"] == [
-        {"folder": str(a), "pairs": 6, "listing_sha256": _listing_sha256(a)},
-        {"folder": str(b), "pairs": 4, "listing_sha256": _listing_sha256(b)},
+        {"folder": str(a), "pairs": 6, "listing": _listing(a)},
+        {"folder": str(b), "pairs": 4, "listing": _listing(b)},
     ]
     checkpoint = torch.load(out / f"checkpoint_{ITERS}.pt", map_location="cpu", weights_only=True)
     assert checkpoint["trainer"]["epoch_length"] == (6 + 4) // 2  # one epoch: every pair of both, 2 per batch
@@ -98,7 +101,7 @@ def test_resume_refuses_other_training_folders_and_accepts_moved_ones(run, sets,
         assert main(changed) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "this run differs from the one the checkpoint continues" in err, err
-        assert f"--data {data[0]} (" in err and f"(checkpoint: {a} (6 pairs" in err, err
+        assert f"--data {data[0]}: " in err and f"(checkpoint: {a}: {_listing(a)}, {b}: {_listing(b)})" in err, err
     # the same pairs in other folders (the data set moved): the same run, here already complete
     moved = tmp_path / "moved"
     shutil.copytree(a, moved / "a")

@@ -77,10 +77,7 @@ class RunRecipe:
 
 
 def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
-    def pairs(data_sets: list[dict[str, Any]]) -> list[tuple[int, str]]:
-        return [(d["pairs"], d["listing_sha256"]) for d in data_sets]
-
-    return pairs(saved) == pairs(new)
+    return [d["listing"] for d in saved] == [d["listing"] for d in new]
 
 
 def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
@@ -191,4 +188,4 @@ def _value(name: str, value: Any) -> str:
     """An option's value as the refusal shows it: each training folder with its pairs."""
     if name != "data":
         return str(value)
-    return " ".join(f"{d['folder']} ({d['pairs']} pairs, names {d['listing_sha256'][:8]})" for d in value)
+    return ", ".join(f"{d['folder']}: {d['listing']}" for d in value)

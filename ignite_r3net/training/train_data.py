@@ -1,18 +1,17 @@
 """The training and validation data of a run: the synthetic set generated when asked for, every
-folder checked (headers read), each training folder recorded (its pairs and a digest of their
+folder checked (headers read), each training folder recorded (its pairs and the digest of their
 names) and the training set large enough for the batch on every rank."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
 from ..config import TrainConfig
-from ..data import assert_dataset_ok, ensure_synthetic, list_pairs
+from ..data import assert_dataset_ok, ensure_synthetic, list_pairs, listing_digest
 from ..distributed.topology import LaunchSpec
 from ..errors import DataError, OptionError
 
@@ -20,8 +19,9 @@ SYNTHETIC = "synthetic"
 
 
 def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
-    """Replace 'synthetic' by the generated folders, check every data folder's pairs and record the
-    training folders in ``config.data_sets``; returns the config and the number of training pairs."""
+    """Replace 'synthetic' by the generated folders, check every data folder's pairs and record
+    them: each training folder in ``config.data_sets``, what every rank must list alike in
+    ``config.listings``; returns the config and the number of training pairs."""
     folders, val_data, generated = _training_folders(config)
     for folder in folders:
         # the generated set's small images are meant to be resized up to any crop, as the seed does
@@ -36,7 +36,12 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
             f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
             f"{config.batch_size} on {world} process(es)"
         )
-    return dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets), pairs
+    listings = {
+        "data": "; ".join(d["listing"] for d in data_sets),
+        "val_data": listing_digest(val_data) if val_data else "none",
+    }
+    config = dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
+    return config, pairs
 
 
 def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[str]]:
@@ -64,13 +69,9 @@ def _check(option: str, folder: str, min_size: int | None) -> None:
         raise DataError(f"{option}: {e}") from None
 
 
-def describe_data_set(folder: str | Path) -> dict[str, Any]:
-    """``{folder, pairs, listing_sha256}``: what ``config.json`` records of a training folder. The
-    digest covers the pairs' file names (relative to the folder) in listing order, so a resume can
-    tell the same pairs from other ones without 10,000 names in the file."""
-    root = Path(folder)
-    digest = hashlib.sha256()
-    pairs = list_pairs(root)
-    for image, mask in pairs:
-        digest.update(f"{image.relative_to(root)}\t{mask.relative_to(root)}\n".encode())
-    return {"folder": str(folder), "pairs": len(pairs), "listing_sha256": digest.hexdigest()}
+def describe_data_set(folder: str) -> dict[str, Any]:
+    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder, ``listing``
+    being ``listing_digest``'s "6 pairs (sha256 ...)" of its pairs' names, so that a resume can tell
+    the same pairs from other ones without 10,000 names in the file."""
+    pairs = list_pairs(folder)
+    return {"folder": folder, "pairs": len(pairs), "listing": listing_digest(folder, pairs)}

@@ -139,9 +139,13 @@ def _describe(weights: dict[str, str]) -> str:
 
 def record_ending(output_dir: str | Path, line: str) -> None:
     """Append how the run ended (``interrupted``, ``terminated``, ``error: ...``: the console's
-    line) to its train.log, from the launching process once the workers are gone."""
+    line) to its train.log, from the launching process once the workers are gone. A job refused
+    before its log was opened (ranks that disagree, a rendezvous that failed) leaves no log."""
+    path = Path(output_dir) / LOG_NAME
+    if not path.is_file():
+        return
     try:
-        with (Path(output_dir) / LOG_NAME).open("a", encoding="utf-8") as f:
+        with path.open("a", encoding="utf-8") as f:
             f.write(f"{timestamp()} {line}\n")
     except OSError:
         pass  # the output folder itself failed: the console line is what is left
