@@ -69,7 +69,7 @@ def default_data(tiny: bool) -> Path:
     cache = Path(os.environ.get("IGNITE_R3NET_BENCH_CACHE", Path.home() / ".cache" / "ignite_r3net" / "bench"))
     if tiny:  # tests: a handful of small images
         train, _ = make_synthetic_dataset(cache / "tiny", n_train=8, n_val=1, size=(100, 140), seed=2018)
-    else:  # about the size of MSRA10K images (400x300), larger than the seed's crop of 300
+    else:  # about the size of MSRA10K images (400x300), larger than the reference DDP script's crop of 300
         train, _ = make_synthetic_dataset(cache / "msra_like", n_train=48, n_val=1, size=(300, 400), seed=2018)
     return train
 
@@ -167,7 +167,8 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         return f"{name}: FAILED {r['error']}"
     if name == "pipeline":
         return (
-            f"pipeline: baseline (seed, PIL) {r['baseline_samples_per_s']:.1f} samples/s, ours DataLoader-worker "
+            f"pipeline: baseline (reference DDP script, PIL) {r['baseline_samples_per_s']:.1f} samples/s, "
+            "ours DataLoader-worker "
             f"share (GPU training) {r['ours_worker_samples_per_s']:.1f} samples/s, worker_speedup "
             f"{r['worker_speedup']:.2f}x{_goal(name, r['worker_speedup'])}; ours with rotation and "
             f"normalisation on the CPU too {r['ours_full_cpu_samples_per_s']:.1f} samples/s, "

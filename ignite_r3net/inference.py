@@ -5,7 +5,7 @@ PNG would hold, so metrics on the fly equal metrics on saved maps."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ignite.engine import Engine, Events
@@ -34,21 +34,30 @@ def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
     return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -> Engine:
-    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image,
-    plus ``names`` in ``engine.state.names`` for whoever saves the maps."""
+MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
+"""An evaluator step's output: the 8-bit (H, W) maps and masks of its images."""
 
-    def eval_step(engine: Engine, batch: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+
+def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -> Engine:
+    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image (the
+    batch, with the images' ``name``, stays in ``engine.state.batch`` for whoever saves the maps)."""
+
+    def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         images = batch["image"].to(device, non_blocking=True)
         maps = predict_maps(model, images, amp)
         gts = batch["mask"].to(device, non_blocking=True).squeeze(1)
-        engine.state.names = list(batch["name"])
         return list(maps), list(gts)
 
     engine = Engine(eval_step)
     # the launcher reports a failure in one line; ignite's own error log would repeat it at length
     engine.logger.setLevel(logging.CRITICAL)
     return engine
+
+
+def evaluator_step(engine: Engine) -> tuple[dict[str, Any], MapsAndMasks]:
+    """The batch and the output of the evaluator's current step (ignite annotates ``State.batch``
+    and ``State.output`` as ``int``)."""
+    return cast(dict[str, Any], engine.state.batch), cast(MapsAndMasks, engine.state.output)
 
 
 def attach_scoring(evaluator: Engine, metric: Metric) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 
 from ..options import CompareOptions
-from .common import add_options, options_from_args
+from .common import add_command
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
-    cmp = sub.add_parser(
+    add_command(
+        sub,
         "compare",
+        CompareOptions,
+        "ignite_r3net.evaluation.compare:compare",
         help="tables and PR / F-measure curves of many methods on many data sets",
         description="Score every method on every data set with the code of 'evaluate --maps', and write "
         "OUT/results.json ({dataset: {method: {metric: value, count}}}), OUT/table.md, table.csv and "
@@ -22,12 +25,3 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
         epilog="example: python run.py compare --datasets ECSSD=data/ECSSD/GT DUTS_TE=data/DUTS_TE "
         "--methods Ours=runs/a/best.pt PoolNet=maps/PoolNet --out comparison",
     )
-    add_options(cmp, CompareOptions)
-    cmp.set_defaults(handler=run_compare)
-
-
-def run_compare(args: argparse.Namespace) -> int:
-    from ..evaluation.compare import compare
-
-    compare(options_from_args(CompareOptions, args))
-    return 0

@@ -22,7 +22,7 @@ from typing import Any
 from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs, split_dirs
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import DataError, OptionError, note, warn
+from ..errors import DataError, OptionError, listing, note, warn
 from ..model.trained_model import read_trained_weights
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_file
@@ -30,7 +30,7 @@ from . import scoring
 from .comparison_table import build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
-from .maps import MAP_EXTS, listing, match_maps
+from .maps import MAP_EXTS, match_maps
 from .plots import plot_fm, plot_pr
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error

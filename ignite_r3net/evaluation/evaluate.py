@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -25,14 +26,14 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import OptionError, warn
-from ..inference import attach_scoring, create_evaluator, score_shard
+from ..errors import OptionError, listing, warn
+from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file
 from .crf import crf_refine, require_crf
-from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
+from .maps import dataset_names, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
 
 Row = dict[str, float]
@@ -157,13 +158,14 @@ def _evaluate_dataset(
 
 
 def _refine_with_crf(engine: Engine) -> None:
-    maps, gts = engine.state.output
-    images = engine.state.batch["image"]
-    engine.state.output = ([crf_refine(img, m) for img, m in zip(images, maps)], gts)
+    batch, (maps, gts) = evaluator_step(engine)
+    refined = [crf_refine(img, m) for img, m in zip(batch["image"], maps)]
+    engine.state.output = cast(Any, (refined, gts))  # ignite annotates State.output as int
 
 
 def _save_maps(engine: Engine, out_dir: Path) -> None:
-    for stem, saliency in zip(engine.state.names, engine.state.output[0]):
+    batch, (maps, _) = evaluator_step(engine)
+    for stem, saliency in zip(batch["name"], maps):
         save_map(output_path(out_dir, stem), saliency)
 
 

@@ -9,7 +9,7 @@ gray values are taken as they are (no rescaling of dark maps), colour maps are c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..atomic_files import atomic_output
 from ..data import IMAGE_EXTS, load_mask
 from ..errors import DataError, OptionError
 from ..metrics import SaliencyMetrics
@@ -33,10 +34,8 @@ __all__ = [
     "output_path",
     "save_map",
     "dataset_names",
-    "listing",
 ]
 
-_LIST_LIMIT = 20  # file names shown in one message before "(+N more)"
 
 MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # Preference when one stem has several files (an MSRA10K-style folder holds name.jpg + name.png):
@@ -160,12 +159,15 @@ def output_path(out_dir: str | Path, stem: str, suffix: str = ".png") -> Path:
 
 
 def save_map(path: str | Path, saliency: torch.Tensor) -> None:
-    """Write a uint8 ``(H, W)`` map as an 8-bit grayscale PNG."""
+    """Write a uint8 ``(H, W)`` map as an 8-bit grayscale PNG, atomically."""
     arr = saliency.detach().to("cpu", torch.uint8).numpy()
-    Image.fromarray(arr, mode="L").save(path, format="PNG")
+    # not durable: the fsyncs cost several ms per map (more than a GPU's inference of it); compare
+    # counts a folder of maps only once the manifest written after them is there
+    with atomic_output(path, durable=False) as tmp:
+        Image.fromarray(arr, mode="L").save(tmp, format="PNG")
 
 
-def dataset_names(folders: list[str | Path]) -> list[str]:
+def dataset_names(folders: Sequence[str | Path]) -> list[str]:
     """One distinct, file-system-safe name per data set folder: its name (or its parent's, when
     the folder is a generic ``GT``/``masks``), then ``parent_name``, then a ``-2`` suffix."""
 
@@ -184,10 +186,3 @@ def dataset_names(folders: list[str | Path]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
     return out
-
-
-def listing(names: Iterable[Path | str], limit: int = _LIST_LIMIT) -> str:
-    """Names for a one-line message: the first ``limit`` (20), then ``(+N more)``."""
-    names = [str(n) for n in names]
-    shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")

@@ -182,9 +182,8 @@ def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: La
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """One torch thread for the block. A map's tensors are small (~0.1 M pixels): intra-op threads
-    cost more than they give (on a busy 2-core machine, scoring ran 10x slower with 2 threads than
-    with 1); ``--nproc`` is how more cores are used."""
+    """One torch thread for the block: on maps this small (~0.1 M pixels) intra-op threads cost more
+    than they give; ``--nproc`` is how more cores are used."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

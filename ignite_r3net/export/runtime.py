@@ -14,7 +14,6 @@ extra: without it an ``.onnx`` model fails with one line telling how to install 
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +33,6 @@ __all__ = [
     "is_onnx",
     "load_exported",
     "quiet_torchscript",
-    "read_metadata",
     "require_onnxruntime",
 ]
 
@@ -92,19 +90,6 @@ def load_exported(path: str | Path, device: torch.device | str = "cpu", threads:
     if is_onnx(path):
         return _load_onnx(path, torch.device(device), threads)
     return _load_torchscript(path, torch.device(device))
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The contract stored in an exported file (empty when it has none)."""
-    path = Path(path)
-    if is_onnx(path):
-        ort = require_onnxruntime()
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return dict(session.get_modelmeta().custom_metadata_map)
-    extra = {METADATA_FILE: ""}
-    with quiet_torchscript():
-        torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    return json.loads(extra[METADATA_FILE]) if extra[METADATA_FILE] else {}
 
 
 def _load_onnx(path: Path, device: torch.device, threads: int | None) -> ExportedModel:

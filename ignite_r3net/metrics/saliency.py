@@ -13,7 +13,7 @@ from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
-from . import histogram as H
+from . import histogram
 from .structure import smeasure
 from .weighted_f import weighted_fmeasure
 
@@ -182,7 +182,7 @@ class SaliencyMetrics(Metric):
     def reset(self) -> None:
         self._sums = torch.zeros(_SUMS_LENGTH, dtype=torch.float64, device=self._device)
         # per-map histogram statistics not yet folded into the sums (see _flush)
-        self._pending: list[H.MapStats] = []
+        self._pending: list[histogram.MapStats] = []
         self._pending_maps = 0
 
     @reinit__is_reduced
@@ -204,10 +204,10 @@ class SaliencyMetrics(Metric):
         """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
         maps' histogram statistics for :meth:`_flush`."""
         gt = gt_u8 > 128
-        stats = H.MapStats.of(pred_u8, gt)
+        stats = histogram.MapStats.of(pred_u8, gt)
         if self.protocol == "r3net":
-            self._add("mae", H.r3net_mae(pred_u8, gt_u8))
-            precision, recall = H.r3net_precision_recall(pred_u8, gt_u8)
+            self._add("mae", histogram.r3net_mae(pred_u8, gt_u8))
+            precision, recall = histogram.r3net_precision_recall(pred_u8, gt_u8)
             self._add("precision", precision)
             self._add("recall", recall)
         self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels))
@@ -222,18 +222,18 @@ class SaliencyMetrics(Metric):
         (per-image values are rounded by ``_exact``: when this runs does not change a bit of the sums)."""
         if not self._pending:
             return
-        stats = H.MapStats.cat(self._pending)
+        stats = histogram.MapStats.cat(self._pending)
         self._pending, self._pending_maps = [], 0
-        tp, fp = H.threshold_counts(stats)
-        precision, recall, fmeasure = H.fmeasure_curves(tp, fp, stats.n_fg)
+        tp, fp = histogram.threshold_counts(stats)
+        precision, recall, fmeasure = histogram.fmeasure_curves(tp, fp, stats.n_fg)
         if self.protocol == "standard":
-            self._add("mae", H.mae(stats))
+            self._add("mae", histogram.mae(stats))
             self._add("precision", precision)
             self._add("recall", recall)
         self._add("fmeasure", fmeasure)
-        adp_f, adp_e = H.adaptive_scores(stats)
+        adp_f, adp_e = histogram.adaptive_scores(stats)
         self._add("adpF", adp_f)
-        self._add("emeasure", H.emeasure(tp, fp, stats.n_fg, stats.size))
+        self._add("emeasure", histogram.emeasure(tp, fp, stats.n_fg, stats.size))
         self._add("adpE", adp_e)
         self._add("Sm", smeasure(stats))
 
@@ -256,7 +256,7 @@ class SaliencyMetrics(Metric):
         means = {name: self._sums[sl] / count for name, sl in _OFFSETS.items()}
         if self.protocol == "r3net":  # R3Net: F of the dataset-mean precision / recall curves
             p, r = means["precision"], means["recall"]
-            means["f_curve"] = (1 + H.F_BETA2) * p * r / (H.F_BETA2 * p + r)
+            means["f_curve"] = (1 + histogram.F_BETA2) * p * r / (histogram.F_BETA2 * p + r)
         else:
             means["f_curve"] = means["fmeasure"]
         return means

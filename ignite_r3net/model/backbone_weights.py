@@ -55,9 +55,6 @@ class Weights:
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
 
-    def describe(self) -> str:
-        return f"{self.source} ({self.file}, sha256 {self.sha256})"
-
 
 def is_file_source(source: str) -> bool:
     """Whether ``--pretrained`` names a file rather than a name (torchvision weights names are bare

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..errors import listing
+
 logger = logging.getLogger(__name__)
 
 StateDict = Mapping[str, torch.Tensor]
@@ -65,7 +67,7 @@ def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tenso
         else:
             out[new_key] = value
     if unknown:
-        raise ValueError(f"keys not in the original ResNeXt layout: {_preview(unknown)}")
+        raise ValueError(f"keys not in the original ResNeXt layout: {listing(unknown)}")
     return out
 
 
@@ -137,12 +139,6 @@ def _is_original_r3net_layout(sd: StateDict) -> bool:
 # --------------------------------------------------------------------------- loading
 
 
-def _preview(keys: list[str], limit: int = 20) -> str:
-    shown = ", ".join(keys[:limit])
-    more = len(keys) - limit
-    return f"{shown} (+{more} more)" if more > 0 else shown
-
-
 def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
     """Load ``sd`` exactly, raising ValueError that lists missing/unexpected keys.
 
@@ -161,8 +157,8 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
         # counts and a few names: hundreds of them would hide the line's point
         raise ValueError(
             f"{what} does not match the model: "
-            f"{len(missing)} of its {len(own)} keys missing [{_preview(missing, 3)}], "
-            f"{len(unexpected)} unexpected [{_preview(unexpected, 3)}]"
+            f"{len(missing)} of its {len(own)} keys missing [{listing(missing, 3)}], "
+            f"{len(unexpected)} unexpected [{listing(unexpected, 3)}]"
         )
     module.load_state_dict(sd, strict=True)
 

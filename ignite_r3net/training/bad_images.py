@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 from ignite.engine import Engine, Events
@@ -52,10 +52,11 @@ class BadImages:
         the pairs no rank had reported before, in name order, the same on every rank."""
         if not int(idist.all_reduce(len(self._pending))):
             return []
-        gathered = idist.all_gather(json.dumps(sorted(self._pending.items())))
+        # one string per rank (ignite gathers strings as a list, also on one process)
+        gathered = cast(list[str], idist.all_gather(json.dumps(sorted(self._pending.items()))))
         self._pending.clear()
         new: dict[str, str] = {}
-        for text in [gathered] if isinstance(gathered, str) else gathered:
+        for text in gathered:
             for path, problem in json.loads(text):
                 if path not in self.known:
                     new.setdefault(path, problem)
@@ -78,7 +79,7 @@ def attach_bad_images(trainer: Engine, bad: BadImages, log: TrainLog, config: Tr
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def note_replaced_pairs(engine: Engine) -> None:
-        bad.note(engine.state.batch.get("bad", ()))
+        bad.note(cast(dict[str, Any], engine.state.batch).get("bad", ()))  # collate_train's batch
 
     @trainer.on(
         Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..errors import CheckpointError, OptionError, error_line
+from ..errors import CheckpointError, OptionError, error_line, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
 from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
 from ..model.r3net import build_backbone
@@ -18,12 +18,13 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone
 def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
     """Fetch (once per node, before any worker starts) and check the weights a fresh run starts
     from: ``--init-from``'s whole model, else ``--pretrained``'s backbone; record them in
-    ``config.weights``. A resumed run keeps the record of its first start (its checkpoint holds
-    the weights)."""
+    ``config.weights`` (a record already there, from ``--config``, is what was expected). A
+    resumed run keeps the record of its first start (its checkpoint holds the weights)."""
     if config.resume:
         return dataclasses.replace(config, weights=_recorded_weights(config.output_dir))
+    weights: Weights | None
     if config.init_from:
-        weights = _init_from_weights(config)
+        weights = _init_from_weights(config, config.init_from)
     else:
         weights = resolve_weights(config.pretrained, config.backbone)
         if weights is not None:
@@ -32,7 +33,19 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
             except ValueError as e:
                 hint = _what_the_file_fits(weights.file, config.backbone)
                 raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
-    return dataclasses.replace(config, weights=weights.as_dict() if weights else None)
+    record = weights.as_dict() if weights else None
+    _warn_if_changed(config.weights, record)
+    return dataclasses.replace(config, weights=record)
+
+
+def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | None) -> None:
+    """``train --config`` expects the weights its saved run started from: say when they changed."""
+    if expected and record and expected.get("sha256") != record["sha256"]:
+        warn(
+            f"the starting weights differ from those the saved recipe's run started from: {record['file']} has "
+            f"sha256 {record['sha256'][:12]}..., the record says {expected.get('file')} with "
+            f"{str(expected.get('sha256'))[:12]}..."
+        )
 
 
 def _what_the_file_fits(file: str, backbone: str) -> str:
@@ -53,10 +66,10 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
     return ""
 
 
-def _init_from_weights(config: TrainConfig) -> Weights:
+def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
-    path = Path(config.init_from)
+    path = Path(init_from)
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")
     try:

@@ -24,7 +24,7 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     ``config.listings``; returns the config and the number of training pairs."""
     folders, val_data, generated = _training_folders(config)
     for folder in folders:
-        # the generated set's small images are meant to be resized up to any crop, as the seed does
+        # the generated set's small images are resized up to any crop, as the reference DDP script does
         _check("--data", folder, None if folder in generated else config.crop)
     if val_data:
         _check("--val-data", val_data, None)

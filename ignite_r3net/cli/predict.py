@@ -1,0 +1,21 @@
+"""``predict``: saliency maps of images, from a checkpoint or an exported model."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options import PredictOptions
+from .common import add_command
+
+
+def add_predict(sub: argparse._SubParsersAction) -> None:
+    add_command(
+        sub,
+        "predict",
+        PredictOptions,
+        "ignite_r3net.evaluation.predict:predict",
+        help="write saliency maps for images",
+        description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
+        "every input image (files, or every image directly inside a folder), with PyTorch from a "
+        "checkpoint or with a model written by 'export'.",
+    )
