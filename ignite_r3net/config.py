@@ -74,7 +74,8 @@ class TrainConfig:
     init_from: str | None = option(
         None,
         "start a new run (iteration 1, fresh optimiser and schedule) from the weights of a trained "
-        "model: any checkpoint_N.pt or best_model_*.pt of ours, or an original R3Net release file; "
+        "model: any checkpoint_N.pt or best_model_*.pt of ours, an original R3Net release file, or "
+        "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); "
         "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
         "nothing but the weights is taken; --backbone must match them",
     )

@@ -81,3 +81,16 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
     assert result["backbone"] == "resnet18" and result["max_abs_diff"] <= 1e-4 and result["max_map_diff"] <= 1
     line = bench_run.format_line("inference", result)
     assert line.startswith("inference: resnet18 48x64, batch 1; 1 thread: pytorch") and "ratio" in line
+
+
+@pytest.mark.slow
+def test_figure_tiny() -> None:
+    """``--only figure`` at its tiny settings: the runner, every key and the printed line."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    result = bench_run.RUNNERS["figure"](Path(), dict(bench_run.SETTINGS["figure"]["tiny"]))
+    for key in ("scoring_s", "per_image_mae_s", "mae_share", "png_default_s", "png_ours_s", "png_speedup", "pdf_s"):
+        assert result[key] > 0, (key, result)
+    assert result["rows"] == 2 and result["png_ours_bytes"] > 0 and result["png_default_bytes"] > 0
+    assert bench_run.format_line("figure", result).startswith("figure: 3 methods x 6 maps of 60x80: scoring")

@@ -8,8 +8,8 @@ Accepted sources:
   the original R3Net release's ``resnext_101_32x4d.pth``; read without unpickling code;
 * a torchvision weights name of the backbone (``IMAGENET1K_V1``, ``IMAGENET1K_V2``, ``DEFAULT``),
   downloaded into torch's hub cache (``$TORCH_HOME``);
-* ``hf-hub:ORG/NAME``, e.g. timm's ``hf-hub:timm/resnext101_32x4d.gluon_in1k``, fetched with
-  ``huggingface_hub`` into its cache (``HF_HOME``, ``HF_HUB_OFFLINE`` honoured).
+* ``hf-hub:ORG/NAME[@REVISION]``, e.g. timm's ``hf-hub:timm/resnext101_32x4d.gluon_in1k``, fetched
+  with ``huggingface_hub`` into its cache (``HF_HOME``, ``HF_HUB_OFFLINE`` honoured; ``model.hub``).
 
 ``resolve_weights`` runs in the launching process (once per node, before any worker starts): it
 downloads what is missing, with a progress bar, and returns the local file and its sha256, which
@@ -31,15 +31,14 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
 from .backbones import backbone_spec
+from .hub import HF_PREFIX, cached_hub_file, fetch_hub_file, is_hub_source
 from .key_layouts import backbone_state_dict_from_any, strict_load
 
 NONE = "none"
 IMAGENET = "imagenet"
-HF_PREFIX = "hf-hub:"
 WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 # a Hugging Face repository holds its weights under one of these names, safetensors preferred
 HF_FILES = ("model.safetensors", "pytorch_model.bin")
-HUB_PROBE_SECONDS = 5
 _WAYS_OUT = "use --pretrained none (random weights) or --pretrained FILE (a local .pth or .safetensors)"
 
 
@@ -71,8 +70,8 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
     if source == IMAGENET:
         source = backbone_spec(backbone).imagenet
         what += f" (the ImageNet-1k weights of {backbone}, {source})"
-    if source.startswith(HF_PREFIX):  # before the file test: a repository id holds a "/"
-        path = _fetch_from_hub(source[len(HF_PREFIX) :], what)
+    if is_hub_source(source):  # before the file test: a repository id holds a "/"
+        path = _fetch_from_hub(source, what)
     elif is_file_source(source):
         path = Path(source).expanduser().resolve()
         if not path.is_file():
@@ -100,66 +99,18 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _fetch_from_hub(repo_id: str, what: str) -> Path:
-    """The weights file of a Hugging Face Hub model repository, from the hub's cache or downloaded
-    into it (huggingface_hub locks its cache, so concurrent launching processes download once).
-
-    The cache is read first without any network. Only a file missing there is downloaded, after one
-    short request shows that the Hub answers: huggingface_hub itself retries a connection that
-    fails five times with growing pauses (25 s of "Retrying in N s" lines before its error)."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
-    cached = _hub_file_in_cache(repo_id)
-    if cached is not None:
-        return cached
-    missing = (
-        f"{what}: {HF_FILES[0]} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be downloaded"
-    )
-    ways_out = f"download it once where there is a network (HF_HOME selects the cache), or {_WAYS_OUT}"
-    if constants.HF_HUB_OFFLINE:
-        raise OptionError(f"{missing} (HF_HUB_OFFLINE is set); {ways_out}")
-    unreachable = _hub_unreachable(constants.ENDPOINT)
-    if unreachable:
-        raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {unreachable}); {ways_out}")
+def _fetch_from_hub(source: str, what: str) -> Path:
+    """The weights file of a Hugging Face Hub model repository: the first of ``HF_FILES`` it holds,
+    any of them in the cache before the network is tried."""
     for filename in HF_FILES:
-        try:
-            return Path(hf_hub_download(repo_id, filename))
-        except LocalEntryNotFoundError:
-            raise OptionError(f"{missing} (the connection failed during the download); {ways_out}") from None
-        except EntryNotFoundError:
-            continue  # the repository exists but stores its weights under the next name
-        except Exception as e:  # noqa: BLE001 - unknown repository, gated, network: one line
-            raise OptionError(
-                f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {_WAYS_OUT}"
-            ) from None
+        cached = cached_hub_file(source, filename)
+        if cached is not None:
+            return cached
+    for filename in HF_FILES:
+        path = fetch_hub_file(source, filename, what, _WAYS_OUT)
+        if path is not None:
+            return path
     raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
-
-
-def _hub_file_in_cache(repo_id: str) -> Path | None:
-    """The repository's weights file in the Hugging Face cache, found without the network."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    for filename in HF_FILES:
-        try:
-            return Path(hf_hub_download(repo_id, filename, local_files_only=True))
-        except (EntryNotFoundError, FileNotFoundError):  # LocalEntryNotFoundError is both
-            continue
-    return None
-
-
-def _hub_unreachable(endpoint: str) -> str | None:
-    """Why ``endpoint`` does not answer one HEAD request within ``HUB_PROBE_SECONDS`` (through
-    huggingface_hub's own HTTP client: its proxies and certificates); None when it answers, with
-    any status."""
-    from huggingface_hub import get_session
-
-    try:
-        get_session().head(endpoint, timeout=HUB_PROBE_SECONDS)
-    except Exception as e:  # noqa: BLE001 - refused, no route, DNS, timeout, TLS: the Hub cannot be had
-        return error_line(e)
-    return None
 
 
 def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:

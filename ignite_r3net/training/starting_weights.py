@@ -12,7 +12,7 @@ from ..errors import CheckpointError, OptionError, error_line, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
 from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
 from ..model.r3net import build_backbone
-from ..model.trained_model import check_fits, find_backbone, infer_backbone
+from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
 
 
 def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
@@ -69,7 +69,8 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
 def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
-    path = Path(init_from)
+    # a Hub source is fetched here, once per node; workers read the local file recorded in config.weights
+    path = resolve_checkpoint(init_from, f"--init-from {init_from}")
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")
     try:
@@ -79,10 +80,12 @@ def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     found = find_backbone(path, state)
     if found is not None and found != config.backbone:
         raise OptionError(
-            f"--init-from {path} holds an R3Net with backbone {found}, not {config.backbone}: add --backbone {found}"
+            f"--init-from {init_from} holds an R3Net with backbone {found}, not {config.backbone}: "
+            f"add --backbone {found}"
         )
-    check_fits(config.backbone, state, path)  # or one line saying why not
-    return Weights(source="init-from", file=str(path.resolve()), sha256=sha256_of(path))
+    check_fits(config.backbone, state, init_from)  # or one line saying why not
+    # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix
+    return Weights(source="init-from", file=str(path.absolute()), sha256=sha256_of(path))
 
 
 def _recorded_weights(output_dir: str) -> dict[str, str] | None:
