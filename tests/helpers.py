@@ -110,6 +110,18 @@ def run_cli(
     return proc
 
 
+def start_cli(args: list[str]) -> subprocess.Popen:
+    """``python run.py ARGS`` started in a fresh process, its output in text pipes."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
     """A few real .jpg/.png pairs (the synthetic generator at small sizes): (train_dir, val_dir)."""
     from ignite_r3net.data import make_synthetic_dataset
@@ -117,13 +129,41 @@ def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) ->
     return make_synthetic_dataset(root, n_train=n, n_val=n_val, size=(64, 90), seed=seed)
 
 
+def zero_middle_of(jpeg: Path) -> Path:
+    """Damage a JPEG as a bad disk sector does: its compressed data zeroed from the middle on. Its
+    header and end marker stay intact, so only a full decode notices."""
+    raw = bytearray(jpeg.read_bytes())
+    middle, end = len(raw) // 2, len(raw) - 2  # the last two bytes are the end marker, FF D9
+    raw[middle:end] = bytes(end - middle)
+    jpeg.write_bytes(bytes(raw))
+    return jpeg
+
+
+def cut_and_remark(jpeg: Path) -> Path:
+    """Damage a JPEG as an interrupted copy that a tool then "repaired" does: its second half cut
+    and an end-of-image marker (FF D9) written after the rest; libjpeg decodes it with a grey half."""
+    raw = jpeg.read_bytes()
+    jpeg.write_bytes(raw[: len(raw) // 2] + b"\xff\xd9")
+    return jpeg
+
+
 LOG_LINE = re.compile(r"^\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\]$")
+# what starts every train.log line: local time with its offset, ISO 8601 to the second
+LOG_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d) ")
+
+
+def log_lines(log_path: Path) -> list[str]:
+    """train.log's lines without their timestamps (resumed and uninterrupted runs compare equal)."""
+    lines = Path(log_path).read_text(encoding="utf-8").splitlines()
+    assert all(LOG_TIMESTAMP.match(line) for line in lines), [line for line in lines if not LOG_TIMESTAMP.match(line)]
+    return [LOG_TIMESTAMP.sub("", line, count=1) for line in lines]
 
 
 def log_iterations(log_path: Path) -> dict[int, str]:
-    """Training log lines by iteration (a later line for the same iteration wins, as after a resume)."""
+    """Training log lines by iteration, without timestamps (a later line for the same iteration
+    wins, as after a resume)."""
     lines = {}
-    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
+    for line in log_lines(log_path):
         m = LOG_LINE.match(line)
         if m:
             lines[int(m.group(1))] = line
