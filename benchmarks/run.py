@@ -3,8 +3,8 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, gpu, scan, predict. See
-benchmarks/README.md.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, figure, gpu, scan, predict.
+See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
 ``--quick`` makes each benchmark short, for a first look; the full run is less noisy (8 minutes
@@ -30,13 +30,14 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "gpu", "scan", "predict")
-GOALS = {
+NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "figure", "gpu", "scan", "predict")
+GOALS: dict[str, float | None] = {
     "pipeline": 3.5,
     "engine": 0.97,
     "metrics": 2.5,
     "scaling": 1.7,
     "inference": None,
+    "figure": None,
     "gpu": None,
     "scan": None,
     "predict": None,
@@ -67,6 +68,11 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "full": {"backbone": "resnext101_32x4d", "size": (300, 400), "images": 3, "repeats": 3},
         "quick": {"backbone": "resnet18", "size": (300, 400), "images": 3, "repeats": 2},
         "tiny": {"backbone": "resnet18", "size": (48, 64), "images": 1, "repeats": 1, "threads": (1,)},
+    },
+    "figure": {
+        "full": {"n_maps": 100, "repeats": 3},
+        "quick": {"n_maps": 40, "repeats": 2},
+        "tiny": {"n_maps": 6, "size": (60, 80), "rows": 2, "repeats": 1},
     },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
     # the 10,000 pairs (a relaunch must scan them in at most 1 s)
@@ -161,6 +167,12 @@ def run_inference(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_inference(**s)
 
 
+def run_figure(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_figure import bench_figure
+
+    return bench_figure(**s)
+
+
 def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     from bench_gpu import bench_gpu
 
@@ -185,6 +197,7 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "metrics": run_metrics,
     "scaling": run_scaling,
     "inference": run_inference,
+    "figure": run_figure,
     "gpu": run_gpu,
     "scan": run_scan,
     "predict": run_predict,
@@ -242,6 +255,10 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         from bench_inference import format_inference
 
         return format_inference(r)
+    if name == "figure":
+        from bench_figure import format_figure
+
+        return format_figure(r)
     from bench_gpu import format_gpu
 
     return format_gpu(r)

@@ -3,13 +3,15 @@ renamed onto it, so a reader, or a later run after an interruption, never sees h
 
 ``atomic_output`` is the one way this package writes a file that someone reads later: checkpoints
 (``checkpoint_io.SafeDiskSaver``), exported models, tables and JSON, plots, cache entries, saliency
-maps and the synthetic data set.
+maps and the synthetic data set; ``atomic_folder`` does the same for a folder of files (the Hub
+export).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -78,3 +80,40 @@ def write_text(text: str, path: str | Path) -> None:
 def write_json(data: Any, path: str | Path) -> None:
     """Write ``data`` as JSON atomically (floats as Python's shortest round-trip repr)."""
     write_text(json.dumps(data, indent=2) + "\n", path)
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A new temporary folder beside ``path`` for the block to fill; when the block ends without an
+    error its files are made readable by all and fsynced, and it replaces ``path`` (a folder already
+    there is removed after the swap). On an error or interruption it is removed and ``path`` is
+    untouched: a reader sees the old folder or the complete new one, never a mix of files.
+
+    Raises:
+        OSError: the folder cannot be created, synced or renamed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path.parent))
+    old = tmp.with_name(tmp.name + ".old")
+    try:
+        yield tmp
+        for file in tmp.iterdir():
+            file.chmod(0o644)  # some writers create 0600 (safetensors); the folder is shared
+            with open(file, "rb+") as f:
+                os.fsync(f.fileno())
+        tmp.chmod(0o755)  # mkdtemp creates 0700
+        _fsync_directory(tmp)
+        replacing = path.exists()
+        if replacing:  # two renames: POSIX cannot swap a folder for a non-empty one in one
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if replacing:
+                os.replace(old, path)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_directory(path.parent)

@@ -56,7 +56,7 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
         for key in keys:
             assert report[name][key] > 0, (name, key, report[name])
     profile = report["pipeline"]["worker_profile_ms_per_sample"]
-    assert set(profile) == {"decode_jpeg_png", "crop_flip", "collate", "worker_total"}
+    assert set(profile) == {"decode_jpeg_png", "decode_strict", "crop_flip", "collate", "worker_total"}
     assert all(v > 0 for v in profile.values()), profile
     assert 0 < report["engine"]["framework_share"] < 1
     assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout
@@ -102,3 +102,16 @@ def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result["cold_s"] > 0 and result["warm_s"] > 0 and result["ratio"] == result["cold_s"] / result["warm_s"]
     line = bench_run.format_line("scan", result)
     assert line.startswith(f"scan: {pairs} pairs, cold (no scan cache) ") and "ratio" in line
+
+
+@pytest.mark.slow
+def test_figure_tiny() -> None:
+    """``--only figure`` at its tiny settings: the runner, every key and the printed line."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    result = bench_run.RUNNERS["figure"](Path(), dict(bench_run.SETTINGS["figure"]["tiny"]))
+    for key in ("scoring_s", "per_image_mae_s", "mae_share", "png_default_s", "png_ours_s", "png_speedup", "pdf_s"):
+        assert result[key] > 0, (key, result)
+    assert result["rows"] == 2 and result["png_ours_bytes"] > 0 and result["png_default_bytes"] > 0
+    assert bench_run.format_line("figure", result).startswith("figure: 3 methods x 6 maps of 60x80: scoring")

@@ -40,7 +40,10 @@ def _header(path: Path) -> tuple[str, tuple[int, int]]:
             fmt = img.format
             w, h = img.size
             try:
-                orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
+                # PIL's PNG getexif() decodes the whole image to look for an eXIf chunk after
+                # the pixels; one before them is in the header (info) already
+                has_exif = fmt != "PNG" or "exif" in img.info
+                orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
             except Exception:
                 orientation = 1
     return fmt, ((h, w) if orientation in _TRANSPOSED else (w, h))

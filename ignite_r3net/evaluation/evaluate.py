@@ -81,6 +81,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     weights = read_trained_weights(options.checkpoint, options.inference.backbone)
     options = replace(
         options,
+        checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
         names=dataset_names(options.data) if options.names is None else options.names,
         inference=replace(options.inference, backbone=weights.backbone),
     )

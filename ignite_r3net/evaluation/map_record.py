@@ -33,17 +33,9 @@ import torch
 from .. import __version__
 from ..atomic_files import write_json
 from ..checkpoint_io import remove_stale_temporaries
+from ..model.backbone_weights import sha256_of
 
 RECORD_DIR = ".predict"
-
-
-def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +43,7 @@ def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict
     change pixels) and the versions of this package and torch."""
     return {
         "model": os.fspath(Path(model_file).resolve()),
-        "sha256": file_sha256(model_file),
+        "sha256": sha256_of(model_file),
         "options": dict(settings),
         "versions": {"ignite_r3net": __version__, "torch": torch.__version__},
     }

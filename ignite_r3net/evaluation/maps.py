@@ -27,6 +27,7 @@ __all__ = [
     "MAP_EXTS",
     "MapMatch",
     "match_maps",
+    "files_by_stem",
     "load_saliency_map",
     "resize_map",
     "score_maps",
@@ -69,7 +70,9 @@ class MapMatch:
     masks_without_map: list[Path] = field(default_factory=list)
 
 
-def _by_stem(folder: Path, what: str) -> dict[str, Path]:
+def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
+    """The map or mask files directly in ``folder`` by stem, sorted; for a stem with several files,
+    the lossless format first. Raises ``OptionError`` naming ``what`` when the folder is missing."""
     if not folder.exists():
         raise OptionError(f"{what} folder {folder} does not exist")
     if not folder.is_dir():
@@ -91,8 +94,8 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
     When a folder holds two files with one stem (``a.jpg`` and ``a.png``) the PNG is used, so an
     MSRA10K-style folder of images beside masks works as ``gt_dir``.
     """
-    maps = _by_stem(Path(maps_dir), "maps")
-    masks = _by_stem(Path(gt_dir), "ground-truth")
+    maps = files_by_stem(Path(maps_dir), "maps")
+    masks = files_by_stem(Path(gt_dir), "ground-truth")
     return MapMatch(
         pairs=[(s, maps[s], masks[s]) for s in sorted(maps.keys() & masks.keys())],
         maps_without_mask=[maps[s] for s in sorted(maps.keys() - masks.keys())],

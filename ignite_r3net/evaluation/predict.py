@@ -1,5 +1,6 @@
-"""``predict``: an 8-bit PNG saliency map, at the input's own size and with its stem, per image,
-from a checkpoint (PyTorch) or from a file written by ``export`` (onnxruntime or TorchScript).
+"""``predict``: an 8-bit PNG saliency map (or, with ``--cutout``, an RGBA cutout: ``cutouts``), at
+the input's own size and with its stem, per image, from a checkpoint (PyTorch) or from a file
+written by ``export`` (onnxruntime or TorchScript).
 
 Everything a user can get wrong (options, inputs, the output folder, the model file, a missing
 extra) is checked here, in the launching process, before any worker starts. The maps the output
@@ -19,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..console import echo
 from ..data import IMAGE_EXTS
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, under_torchrun
@@ -41,7 +43,7 @@ _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.pred
 
 
 def predict(options: PredictOptions) -> dict[str, Any]:
-    """Write one map per input image (files, or the images directly inside folders) into
+    """Write one map (or cutout) per input image (files, or the images directly inside folders) into
     ``options.output``, skipping those already there from the same model and options (all of them
     with ``options.overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
 
@@ -63,8 +65,8 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     weights = _check_model(options)
     if weights is not None:  # the backbone the weights fit, whether given or found
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
-    model_file = options.model or options.checkpoint
-    assert model_file is not None  # validate(): exactly one of the two
+    model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
+    assert model_file is not None  # validate(): exactly one of --checkpoint and --model
     description = run_description(model_file, _pixel_settings(options))
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
@@ -77,7 +79,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         outcome = _predict_on_workers(options, todo, record.key, weights, spec) if todo else {}
     outcome = {"written": 0, "failed": [], "seconds": 0.0, **outcome, "kept": len(kept)}
     if spec.is_leader() and todo:
-        _report(outcome, len(todo), out)
+        _report(outcome, len(todo), out, "cutout" if options.cutout else "map")
     return outcome
 
 
@@ -150,12 +152,11 @@ def _pixel_settings(options: PredictOptions) -> dict[str, Any]:
 
 def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
     if kept == total:
-        print(f"all {total} map(s) already in {out} (same model and options); --overwrite redoes them", flush=True)
+        echo(f"all {total} map(s) already in {out} (same model and options); --overwrite redoes them")
     elif kept:
-        print(
+        echo(
             f"{kept} of {total} map(s) already in {out} (same model and options), kept; predicting "
-            f"{total - kept} on {spec.world_size} process(es)",
-            flush=True,
+            f"{total - kept} on {spec.world_size} process(es)"
         )
 
 
@@ -171,11 +172,12 @@ def _outcome(job: PredictJob) -> dict[str, Any]:
         path.unlink(missing_ok=True)
 
 
-def _report(outcome: dict[str, Any], todo: int, out: Path) -> None:
-    """The last lines: maps written and the speed; the images that failed, as one error."""
+def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
+    """The last lines: maps (``noun``: or cutouts) written and the speed; the images that failed,
+    as one error."""
     seconds, written = outcome["seconds"], outcome["written"]
     rate = f", {written / seconds:.3g} images/s" if seconds > 0 and written else ""
-    print(f"wrote {written} map(s) to {out} in {seconds:.1f} s{rate}", flush=True)
+    echo(f"wrote {written} {noun}(s) to {out} in {seconds:.1f} s{rate}")
     failed = outcome["failed"]
     if failed:
         (out / RECORD_DIR / "failed.txt").write_text("".join(f"{line}\n" for line in failed), encoding="utf-8")

@@ -4,8 +4,8 @@ plan with the other ranks, make the maps of its batches, write each atomically a
 1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
 2. Every rank computes the same plan (``batch_plan``): equal sizes together, batch j to rank j mod N.
 3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
-4. Each map is written under a temporary name and renamed (``maps.save_map``), then listed in the
-   rank's journal (``map_record``).
+4. Each map (or cutout) is written under a temporary name and renamed (``maps.save_map``,
+   ``cutouts.save_cutout``), then listed in the rank's journal (``map_record``).
 5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
 """
 
@@ -34,6 +34,7 @@ from ..options import PredictOptions
 from ..progress import Progress
 from .batch_plan import Size, deal, plan_batches
 from .crf import crf_refine
+from .cutouts import hard_map, save_cutout
 from .map_record import MapRecord
 from .maps import save_map
 
@@ -130,13 +131,24 @@ def _predict_batches(
             for indices, batch in _same_shape(images):
                 maps = to_maps(batch.to(device))
                 for index, image, saliency in zip(indices, batch, maps):
-                    if job.options.inference.crf:
-                        saliency = crf_refine(image, saliency)
-                    save_map(job.outputs[index], saliency)  # atomically
+                    _write(job.options, job.outputs[index], image, saliency)
                     journal.add(Path(job.outputs[index]).name)
             written += len(images)
             progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks
     return written, failed
+
+
+def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
+    """One image's result, atomically: its map (CRF-refined, made hard with ``--threshold``) or,
+    with ``--cutout``, the image with the map as its alpha channel."""
+    if options.inference.crf:
+        saliency = crf_refine(image, saliency)
+    if options.threshold is not None:
+        saliency = hard_map(saliency, options.threshold)
+    if options.cutout:
+        save_cutout(path, image, saliency)
+    else:
+        save_map(path, saliency)
 
 
 class BatchFiles(torch.utils.data.Dataset):

@@ -22,6 +22,7 @@ from types import ModuleType
 import torch
 
 from ..errors import OptionError, error_line
+from ..model.hub import is_hub_source
 
 __all__ = [
     "INPUT_NAME",
@@ -51,7 +52,7 @@ def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, s
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": backbone,
-        "source": Path(source).name,
+        "source": str(source) if is_hub_source(str(source)) else Path(source).name,
         "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
         "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
         "preprocessing": "inside the graph: x / 255, minus mean (0.485, 0.456, 0.406), divided by "

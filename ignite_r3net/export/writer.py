@@ -1,5 +1,5 @@
 """``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps
-without this package.
+without this package (or, with ``--format hub``, as a Hugging Face Hub folder: ``hub_folder``).
 
 What is exported is :class:`SaliencyGraph`, the inference graph: uint8 RGB ``(N, 3, H, W)`` in,
 the ImageNet normalisation (the constants and operations of ``normalize_image``), R3Net in eval
@@ -35,6 +35,7 @@ from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .hub_folder import write_hub_folder
 from .runtime import (
     INPUT_NAME,
     METADATA_FILE,
@@ -97,7 +98,7 @@ class SaliencyGraph(nn.Module):
 
 def export_model(options: ExportOptions) -> Path:
     """Export the model in ``options.checkpoint`` to ``options.output`` as ``options.format``
-    (``onnx`` or ``torchscript``); returns the path written.
+    (``onnx``, ``torchscript``, or ``hub``: ``hub_folder.write_hub_folder``); returns the path written.
 
     Options are checked before the weights are read; the file is checked before it gets its name.
 
@@ -112,12 +113,14 @@ def export_model(options: ExportOptions) -> Path:
         ExportError: the written file does not load or does not give the PyTorch model's maps.
     """
     options.validate()
+    if options.format == "hub":
+        return write_hub_folder(options)
     out = _check_output(options)
     if options.format == "onnx":
         _require_onnx_export()
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, options.checkpoint, f"ignite_r3net {__version__}, torch {torch.__version__}")
+    metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

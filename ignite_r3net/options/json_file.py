@@ -14,6 +14,17 @@ from ..errors import OptionError
 from .fields import is_option, problem
 
 
+def load_json(path: str | Path, what: str) -> Any:
+    """The JSON value in ``path``; ``OptionError`` beginning with ``what`` when it cannot be read
+    or is no JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OptionError(f"{what}: cannot read it: {e.strerror or e}") from None
+    except ValueError as e:
+        raise OptionError(f"{what}: not JSON: {e}") from None
+
+
 def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
     """The values of ``path`` (a JSON object) for the dataclass ``cls``, by field name.
 
@@ -22,12 +33,7 @@ def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
             a value has the wrong type or breaks the field's rule (the line names ``flag``, the file
             and the key).
     """
-    try:
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise OptionError(f"{flag} {path}: cannot read it: {e.strerror or e}") from None
-    except ValueError as e:
-        raise OptionError(f"{flag} {path}: not JSON: {e}") from None
+    values = load_json(path, f"{flag} {path}")
     if not isinstance(values, dict):
         raise OptionError(f"{flag} {path}: expected a JSON object of options, got {type(values).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -36,6 +42,8 @@ def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
     for key, value in values.items():
         if key not in fields:
             raise OptionError(f"{flag} {path}: unknown key {key!r}")
+        if typing.get_origin(hints[key]) is list and isinstance(value, str):
+            value = [value]  # one value of a list option (train's --data, one folder before it took several)
         wrong = _type_problem(value, hints[key]) or (problem(fields[key], value) if is_option(fields[key]) else None)
         if wrong:
             raise OptionError(f"{flag} {path}: {key!r} {wrong}")

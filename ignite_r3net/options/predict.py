@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OptionError
-from .fields import POSITIVE_COUNT, check_fields, group, option
+from .fields import POSITIVE_COUNT, Rule, check_fields, group, option
 from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, progress_option
+
+_FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 
 
 @dataclass(kw_only=True)
@@ -26,9 +28,23 @@ class PredictOptions:
         help="image files and/or folders (images directly inside, sorted)", flag="--input", nargs="+", metavar="PATH"
     )
     output: str = option(
-        help="folder for the maps; a rerun into it skips the maps it already holds from the same model "
-        "and options (a stopped run continues where it stopped)",
+        help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
+        "already holds from the same model and options (a stopped run continues where it stopped)",
         metavar="DIR",
+    )
+    cutout: bool = option(
+        False,
+        "write a cutout instead of the gray map: an RGBA PNG of the image (RGB, EXIF orientation applied) "
+        "with the saliency map as its alpha channel, as <stem>.png in --output; the alpha is the map "
+        "predict would write, so the map is not written separately; works with --model too",
+        action="store_true",
+    )
+    threshold: float | None = option(
+        None,
+        "a hard result: 255 where the saliency (the 8-bit map / 255) is at least T, else 0; for the "
+        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps",
+        rule=_FRACTION,
+        metavar="T",
     )
     inference: InferenceOptions = group(InferenceOptions)
     batch_size: int = option(

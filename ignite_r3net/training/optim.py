@@ -10,8 +10,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..config import TrainConfig
 
-PARAM_GROUPS = ("biases", "weights")
-"""The names of the optimiser's parameter groups, in order (the LR trackers log)."""
+GROUP_NAMES = ("biases", "weights")
+"""What ``build_optimizer``'s parameter groups hold, in order (TensorBoard's ``lr/<name>``)."""
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:

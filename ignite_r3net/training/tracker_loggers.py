@@ -20,7 +20,7 @@ from ..distributed.ranks import rank_zero_only
 from ..metrics import METRIC_KEYS
 from .handlers import every_or_last
 from .meters import LOSS_NAMES
-from .optim import PARAM_GROUPS
+from .optim import GROUP_NAMES
 from .trackers import recipe_params
 from .validation import ValidationEvents
 
@@ -48,7 +48,7 @@ class TrackerRun:
 
 def named_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """The learning rate of each parameter group by its name (``biases``, ``weights``)."""
-    return {name: float(group["lr"]) for name, group in zip(PARAM_GROUPS, optimizer.param_groups)}
+    return {name: float(group["lr"]) for name, group in zip(GROUP_NAMES, optimizer.param_groups)}
 
 
 @rank_zero_only
