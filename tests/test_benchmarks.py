@@ -81,3 +81,19 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
     assert result["backbone"] == "resnet18" and result["max_abs_diff"] <= 1e-4 and result["max_map_diff"] <= 1
     line = bench_run.format_line("inference", result)
     assert line.startswith("inference: resnet18 48x64, batch 1; 1 thread: pytorch") and "ratio" in line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only evaluate`` at its tiny settings: both real ``evaluate`` runs, the keys and the line."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    monkeypatch.setenv("IGNITE_R3NET_BENCH_CACHE", str(tmp_path / "cache"))
+    data = bench_run.default_data(tiny=True)
+    result = bench_run.RUNNERS["evaluate"](data, dict(bench_run.SETTINGS["evaluate"]["tiny"]))
+    for key in ("one_proc_s", "two_proc_s", "ratio", "one_proc_images_per_s", "two_proc_images_per_s"):
+        assert result[key] > 0, (key, result)
+    assert result["settings"]["images"] == 4
+    assert bench_run.format_line("evaluate", result).startswith("evaluate: 4 images, 1 process")

@@ -21,7 +21,7 @@ from ignite.engine import Engine, Events
 
 from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, warn
@@ -106,11 +106,12 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     freeze_long_lived_objects()
     device = idist.device()
     assert options.checkpoint is not None and options.data and options.names
-    model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    rows = {
-        name: _evaluate_dataset(model, device, name, folder, options)
-        for name, folder in zip(options.names, options.data)
-    }
+    with worker_threads(device):
+        model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
+        rows = {
+            name: _evaluate_dataset(model, device, name, folder, options)
+            for name, folder in zip(options.names, options.data)
+        }
     _report_rows(rows, options)
 
 

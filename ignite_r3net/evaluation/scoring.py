@@ -30,20 +30,18 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
-import torch
 
 from .. import __version__
 from ..atomic_files import write_json
 from ..data import load_mask
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec, free_port
 from ..metrics import METRIC_KEYS, SaliencyMetrics
@@ -180,23 +178,12 @@ def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: La
     return entries
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """One torch thread for the block. A map's tensors are small (~0.1 M pixels): intra-op threads
-    cost more than they give (on a busy 2-core machine, scoring ran 10x slower with 2 threads than
-    with 1); ``--nproc`` is how more cores are used."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
     """Runs on every rank: score this rank's share of each cell's images; rank 0 stores the entry."""
     freeze_long_lived_objects()
-    with _one_thread():
+    # one thread: a map's tensors are small (~0.1 M pixels) and intra-op threads cost more than
+    # they give (scoring ran 10x slower with 2 threads than with 1 on a busy 2-core machine)
+    with worker_threads(idist.device(), limit=1):
         _score_share(job)
 
 
