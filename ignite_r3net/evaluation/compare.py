@@ -25,7 +25,7 @@ from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import DataError, OptionError, note, warn
 from ..model.trained_model import read_trained_weights
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
-from ..output_paths import check_writable_file
+from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
@@ -93,7 +93,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     allow_missing = options.allow_missing
     pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
     stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
-    check_writable_file(str(out_dir / "results.json"), "--out")  # the last check: it creates the folder
+    check_writable_folder(out_dir, "--out")  # the last check: it creates the folder
     for method in (m for m in entries if m.is_checkpoint):
         maps = out_dir / "maps" / method.name
         _make_maps(method, stale[method.name], maps, options)

@@ -29,7 +29,7 @@ from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
-from ..output_paths import check_writable_file
+from ..output_paths import check_writable_file, check_writable_folder
 from .crf import crf_refine, require_crf
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
@@ -72,9 +72,10 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     assert options.checkpoint is not None and options.data
     if options.inference.crf:
         require_crf()
-    check_writable_file(options.json_path, "--json")
     for folder in options.data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
+    check_writable_file(options.json_path, "--json")
+    check_writable_folder(options.save_maps, "--save-maps")
     weights = read_trained_weights(options.checkpoint, options.inference.backbone)
     options = replace(
         options,
@@ -90,13 +91,9 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
 
 def _make_map_folders(options: EvaluateOptions) -> None:
     """``--save-maps``'s folder per data set, made here so that ranks never race on it."""
-    if not options.save_maps:
-        return
-    out = Path(options.save_maps)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--save-maps {out} exists and is not a folder")
-    for name in options.names or ():
-        (out / name).mkdir(parents=True, exist_ok=True)
+    if options.save_maps:
+        for name in options.names or ():
+            check_writable_folder(Path(options.save_maps) / name, "--save-maps")
 
 
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None]) -> None:

@@ -14,6 +14,7 @@ from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..inference import predict_maps, to_8bit_maps
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import PredictOptions
+from ..output_paths import check_writable_folder
 from .crf import crf_refine, require_crf
 from .maps import output_path, save_map
 
@@ -42,12 +43,10 @@ def predict(options: PredictOptions) -> int:
     if options.inference.crf:
         require_crf()
     out = Path(options.output)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--output {out} exists and is not a folder")
     pairs = plan_outputs(collect_inputs(options.inputs), out)
+    check_writable_folder(out, "--output")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     to_maps = _map_function(options, device)
-    out.mkdir(parents=True, exist_ok=True)
     workers = options.inference.workers
     loader = torch.utils.data.DataLoader(
         ImageFiles([src for src, _ in pairs]),

@@ -37,6 +37,7 @@ from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions
+from ..output_paths import check_writable_file
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .runtime import (
     INPUT_NAME,
@@ -119,10 +120,6 @@ def export_model(options: ExportOptions) -> Path:
     graph = SaliencyGraph(build_model(weights, "cpu"))
     metadata = contract(weights.backbone, options.checkpoint, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OptionError(f"--output {out}: cannot create its folder: {e.strerror or e}") from None
     with _atomic_path(out) as tmp:
         if options.format == "onnx":
             _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
@@ -150,8 +147,7 @@ def _check_output(options: ExportOptions) -> Path:
         )
     if out.exists() and out.resolve() == Path(options.checkpoint).resolve():
         raise OptionError(f"--output {out} is the checkpoint itself; choose another file name")
-    if out.parent.exists() and not out.parent.is_dir():
-        raise OptionError(f"--output {out}: {out.parent} is not a folder")
+    check_writable_file(out, "--output")
     return out
 
 
