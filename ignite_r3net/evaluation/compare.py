@@ -20,21 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_files import write_json, write_text
-from ..data import assert_dataset_ok, list_pairs, split_dirs
+from ..data import assert_dataset_ok, list_pairs
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import DataError, OptionError, note, warn
+from ..errors import OptionError, note, warn
 from ..model.trained_model import read_trained_weights
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
+from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
 from .plots import plot_fm, plot_pr
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
-_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
 
 @dataclass(frozen=True)
@@ -111,24 +111,6 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
 # ------------------------------------------------------------------------------ options, inputs
 
 
-def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
-    """``NAME=PATH`` items as (name, path); names must be distinct and usable as file names."""
-    parsed: list[tuple[str, str]] = []
-    for item in values:
-        name, sep, path = item.partition("=")
-        name = name.strip()
-        if not sep or not name or not path:
-            raise OptionError(f"{option} {item!r}: expected NAME=PATH, e.g. ECSSD=/data/ECSSD/GT")
-        if name in (".", "..") or name.startswith(".") or _BAD_NAME.search(name):
-            raise OptionError(
-                f"{option} {item!r}: NAME must not start with '.' or hold '/', '\\' or control characters"
-            )
-        if name in {n for n, _ in parsed}:
-            raise OptionError(f"{option}: the name {name!r} is given twice")
-        parsed.append((name, path))
-    return parsed
-
-
 def _check_environment(out: str) -> None:
     if under_torchrun():
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
@@ -139,31 +121,12 @@ def _check_environment(out: str) -> None:
 def _benchmark(name: str, folder: str) -> Benchmark:
     """A data set from ``NAME=DIR``: DIR is a masks folder, or a data set folder holding images and
     masks (DUTS layout: an images and a masks subfolder; MSRA10K: name.jpg beside name.png)."""
-    path = Path(folder).resolve()
+    path = Path(folder)
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
-    split = split_dirs(path)
-    if split is not None:  # a DUTS-layout data set folder
-        return Benchmark(name, split[1], path)
-    if _is_masks_half(path):  # the masks folder of a DUTS-layout data set folder
-        return Benchmark(name, path, path.parent)
-    return Benchmark(name, path, path if _has_images_beside_masks(path) else None)
-
-
-def _is_masks_half(folder: Path) -> bool:
-    """Whether ``folder`` is the masks folder of a DUTS-layout data set (its parent)."""
-    try:
-        split = split_dirs(folder.parent)
-    except DataError:  # the parent is no data set folder (e.g. a masks folder alone in it)
-        return False
-    return split is not None and split[1] == folder
-
-
-def _has_images_beside_masks(folder: Path) -> bool:
-    """Whether ``folder`` is MSRA10K-style (an image beside some ``.png`` mask of the same stem)."""
-    pngs = {p.stem for p in folder.glob("*.png")}
-    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+    located = locate_dataset(path)
+    return Benchmark(name, located.masks, located.data)
 
 
 def _source(name: str, source: str) -> Path:

@@ -31,6 +31,7 @@ from ..model.trained_model import TrainedWeights, build_model, read_trained_weig
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file, check_writable_folder
 from .crf import crf_refine, require_crf
+from .dataset_folders import locate_dataset, named_folders
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
 
@@ -70,6 +71,9 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     """
     options.validate()
     assert options.checkpoint is not None and options.data
+    if options.names is None:  # NAME=DIR items, or folders named after themselves
+        names, folders = zip(*named_folders(options.data, "--data"))
+        options = replace(options, names=list(names), data=list(folders))
     if options.inference.crf:
         require_crf()
     for folder in options.data:
@@ -77,11 +81,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     check_writable_file(options.json_path, "--json")
     check_writable_folder(options.save_maps, "--save-maps")
     weights = read_trained_weights(options.checkpoint, options.inference.backbone)
-    options = replace(
-        options,
-        names=dataset_names(options.data) if options.names is None else options.names,
-        inference=replace(options.inference, backbone=weights.backbone),
-    )
+    options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     _make_map_folders(options)
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
@@ -157,6 +157,8 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     maps, gt, json_path = options.maps, options.gt, options.json_path
     assert maps is not None and gt is not None
     check_writable_file(json_path, "--json")
+    if Path(gt).is_dir():  # a data set folder, as compare takes it, stands for its masks
+        gt = str(locate_dataset(gt).masks)
     match = match_maps(maps, gt)
     if match.maps_without_mask:
         warn(
@@ -176,5 +178,5 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
-    report({dataset_names([gt])[0]: row}, json_path)
+    report({dataset_names([options.gt])[0]: row}, json_path)
     return row

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..data import IMAGE_EXTS, init_loader_worker, load_image, worker_context
-from ..errors import OptionError
+from ..data import IMAGE_EXTS, init_loader_worker, load_image, split_dirs, worker_context
+from ..errors import DataError, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..inference import predict_maps, to_8bit_maps
 from ..model.trained_model import build_model, read_trained_weights
@@ -85,7 +85,7 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
                 f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS
             )
             if not images:
-                raise OptionError(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
+                raise OptionError(_no_images(p))
             # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
             # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
             stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
@@ -95,6 +95,17 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
         else:
             raise OptionError(f"--input {p} does not exist")
     return found
+
+
+def _no_images(folder: Path) -> str:
+    """Why ``--input folder`` gives nothing, with the folder to give instead when it is a data set."""
+    try:
+        split = split_dirs(folder)
+    except DataError:
+        split = None
+    if split is not None:
+        return f"--input {folder} is a data set folder (images and masks): give its images folder {split[0]}"
+    return f"--input folder {folder} holds no images ({', '.join(IMAGE_EXTS)})"
 
 
 def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:

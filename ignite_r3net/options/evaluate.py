@@ -19,9 +19,18 @@ class EvaluateOptions:
         None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source"
     )
     data: list[str] | None = option(
-        None, "data set folders (MSRA10K or DUTS layout); with --checkpoint", nargs="+", metavar="DIR"
+        None,
+        "data set folders (MSRA10K or DUTS layout), each DIR or NAME=DIR: NAME is its table row and JSON key "
+        "(default: the folder's name); with --checkpoint",
+        nargs="+",
+        metavar="[NAME=]DIR",
     )
-    gt: str | None = option(None, "folder of ground-truth masks matched to --maps by file stem", metavar="DIR")
+    gt: str | None = option(
+        None,
+        "ground-truth masks matched to --maps by file stem: the masks folder, or a data set folder holding "
+        "images and masks (its masks are used)",
+        metavar="DIR",
+    )
     protocol: str = protocol_option()
     json_path: str | None = option(
         None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
