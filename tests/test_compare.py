@@ -328,3 +328,22 @@ def test_bad_inputs_are_one_line_before_any_work(bench: Path, tmp_path: Path, ca
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
         assert message in err, (args, err)
         assert not (tmp_path / "out").exists()
+
+
+def test_r3net_protocol_columns_marked_and_metric_names_any_case(bench: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli.main(_args(bench, out, ("M1", "M2"), "--protocol", "r3net", "--metrics", "MAXF", "sm", "Mae")) == 0
+    markdown = (out / "table.md").read_text()
+    header = markdown.splitlines()[0]
+    assert "SetA maxF↑†" in header and "SetA Sm↑ " in header and "SetA mae↓†" in header
+    assert "† --protocol r3net: mae and maxF as the original R3Net code computes them" in markdown
+    assert next(csv.reader((out / "table.csv").open()))[1:4] == ["SetA/maxF (r3net)", "SetA/Sm", "SetA/mae (r3net)"]
+    tex = (out / "table.tex").read_text()
+    assert r"F_\beta^{\max}\uparrow^\dagger$" in tex and r"S_\alpha\uparrow$" in tex
+    row = json.loads((out / "results.json").read_text())["SetA"]["M1"]
+    assert row["protocol"] == "r3net" and row["protocol_metrics"] == ["mae", "maxF"]
+
+    standard = tmp_path / "standard"
+    assert cli.main(_args(bench, standard, ("M1",))) == 0
+    assert "†" not in (standard / "table.md").read_text() + (standard / "table.csv").read_text()
+    assert "protocol" not in json.loads((standard / "results.json").read_text())["SetA"]["M1"]

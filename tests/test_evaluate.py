@@ -79,6 +79,29 @@ def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: py
     assert "ECSSD" in captured.out and "maxF" in captured.out
 
 
+def test_r3net_protocol_marks_the_columns_it_changes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    maps, gts = tmp_path / "maps", tmp_path / "gt"
+    maps.mkdir()
+    gts.mkdir()
+    rng = np.random.default_rng(2)
+    gt = blob_mask(rng, 40, 60)
+    Image.fromarray(gt).save(gts / "a.png")
+    Image.fromarray(np.clip(gt * 0.8 + rng.normal(30, 20, gt.shape), 0, 255).astype(np.uint8)).save(maps / "a.png")
+    for protocol in ("standard", "r3net"):
+        out = tmp_path / f"{protocol}.json"
+        args = ["evaluate", "--maps", str(maps), "--gt", str(gts), "--protocol", protocol, "--json", str(out)]
+        assert cli.main(args) == 0
+        printed = capsys.readouterr().out.splitlines()
+        (row,) = json.loads(out.read_text()).values()
+        if protocol == "standard":
+            assert "†" not in "".join(printed) and "protocol" not in row
+            continue
+        header = printed[0].split()
+        assert header[2:] == ["mae†", "maxF†", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"]
+        assert printed[-1].startswith("† --protocol r3net: mae and maxF as the original R3Net code computes them")
+        assert row["protocol"] == "r3net" and row["protocol_metrics"] == ["mae", "maxF"]
+
+
 def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     maps, gts = tmp_path / "maps", tmp_path / "gt"
     maps.mkdir()

@@ -23,6 +23,7 @@ from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, note, warn
+from ..metrics.keys import protocol_fields
 from ..model.trained_model import read_trained_weights
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
@@ -102,7 +103,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
     spec = LaunchSpec.on_one_node(options.processes)
     scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec)
-    results, curves = _collect(scored, scores)
+    results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
     return results
@@ -256,7 +257,7 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
 # ------------------------------------------------------------------------------------- outputs
 
 
-def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dict]:
+def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
     """``results`` (``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}``) and the
     curves, in the order of ``pairs``; warns about resized maps."""
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -264,7 +265,7 @@ def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dic
     for pair, entry in zip(pairs, scores):
         if entry["resized"]:
             warn(f"method {pair.method}, {pair.dataset}: {entry['resized']} map(s) resized (bilinear) to their mask")
-        row = {**entry["metrics"], "count": entry["count"]}
+        row = {**entry["metrics"], "count": entry["count"], **protocol_fields(protocol)}
         if pair.missing:
             row["missing"] = pair.missing
         results.setdefault(pair.dataset, {})[pair.method] = row
@@ -278,7 +279,7 @@ def _write_outputs(
     """results.json, the three tables, and the PR and F-measure curves of each data set."""
     results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
     write_json(results, out / "results.json")
-    table = build_table(results, datasets, methods, options.metrics, options.digits)
+    table = build_table(results, datasets, methods, options.metrics, options.digits, options.protocol)
     markdown = table_markdown(table)
     write_text(markdown, out / "table.md")
     write_text(table_csv(table), out / "table.csv")

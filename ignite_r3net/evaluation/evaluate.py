@@ -114,7 +114,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
 
 @rank_zero_only
 def _report_rows(rows: dict[str, Row], options: EvaluateOptions) -> None:
-    report(rows, options.json_path, print_table=not options.quiet)
+    report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
     if options.save_maps and not options.quiet:
         print(f"maps written to {options.save_maps}", flush=True)
 
@@ -178,5 +178,5 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
-    report({dataset_names([options.gt])[0]: row}, json_path)
+    report({dataset_names([options.gt])[0]: row}, json_path, protocol=options.protocol)
     return row

@@ -18,7 +18,8 @@ def protocol_option() -> str:
     """``--protocol``: which code's metric definitions the scores follow."""
     return option(
         "standard",
-        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF (marked † in the "
+        "tables and listed under 'protocol_metrics' in the JSON; the other metrics stay standard)",
         choices=PROTOCOLS,
     )
 
