@@ -299,6 +299,11 @@ def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     second = capsys.readouterr().out
     assert "maps of Ours: kept" in second and _scored(second) == []
 
+    assert cli.main([*args, "--max-side", "24"]) == 0  # another inference size: the maps are made again
+    third = capsys.readouterr().out
+    assert "maps of Ours: inference on D, R" in third and _scored(third) == ["Ours on D", "Ours on R"]
+    assert json.loads((out / "results.json").read_text())["D"]["Ours"]["mae"] != results["D"]["Ours"]["mae"]
+
 
 def _bad_cases(bench: Path, tmp: Path) -> list[tuple[list[str], str]]:
     gt = f"SetA={bench / 'SetA' / 'GT'}"

@@ -218,6 +218,8 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
                 "(images/ + masks/, Imgs/ + GT/, ..., or name.jpg beside name.png)"
             )
         settings = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
+        # the input size only when given: maps made at full resolution keep their key
+        settings |= {k: v for k, v in (("size", options.size), ("max_side", options.max_side)) if v is not None}
         files = list_pairs(bench.data)
         key = scoring.inference_key(method.source, files, settings)
         if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:

@@ -123,9 +123,10 @@ def _evaluate_dataset(
     model: torch.nn.Module, device: torch.device, name: str, folder: str, options: EvaluateOptions
 ) -> Row:
     loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), options.inference.workers)
-    evaluator = create_evaluator(model, device, options.inference.amp)
+    inference = options.inference
+    evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
     # handlers run in the order they are added: refine, then save, then score the refined map
-    if options.inference.crf:
+    if inference.crf:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _refine_with_crf)
     if options.save_maps:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)

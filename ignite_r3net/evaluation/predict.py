@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 
 from ..data import IMAGE_EXTS, init_loader_worker, load_image, split_dirs, worker_context
+from ..distributed.process_setup import worker_threads
 from ..errors import DataError, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
-from ..inference import predict_maps, to_8bit_maps
+from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import PredictOptions
 from ..output_paths import check_writable_folder
@@ -46,9 +47,31 @@ def predict(options: PredictOptions) -> int:
     pairs = plan_outputs(collect_inputs(options.inputs), out)
     check_writable_folder(out, "--output")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    to_maps = _map_function(options, device)
-    workers = options.inference.workers
-    loader = torch.utils.data.DataLoader(
+    with worker_threads(device) as threads:
+        to_maps = _map_function(options, device, threads)
+        for (_, dst), image in zip(pairs, _decoded(pairs, options.inference.workers)):
+            saliency = to_maps(image[None].to(device))[0]
+            if options.inference.crf:
+                saliency = crf_refine(image, saliency)
+            save_map(dst, saliency)
+    print(f"wrote {len(pairs)} map(s) to {out}")
+    return len(pairs)
+
+
+def _map_function(options: PredictOptions, device: torch.device, threads: int) -> MapFunction:
+    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size."""
+    size, max_side = options.inference.size, options.inference.max_side
+    if options.model is not None:
+        run = load_exported(options.model, device, threads)
+        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
+    assert options.checkpoint is not None
+    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
+    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+
+
+def _decoded(pairs: list[tuple[Path, Path]], workers: int) -> torch.utils.data.DataLoader:
+    """The input images of ``pairs``, decoded in order by ``workers`` DataLoader workers."""
+    return torch.utils.data.DataLoader(
         ImageFiles([src for src, _ in pairs]),
         batch_size=1,
         num_workers=workers,
@@ -56,23 +79,6 @@ def predict(options: PredictOptions) -> int:
         worker_init_fn=init_loader_worker,
         multiprocessing_context=worker_context(workers),
     )
-    for (_, dst), image in zip(pairs, loader):
-        saliency = to_maps(image[None].to(device))[0]
-        if options.inference.crf:
-            saliency = crf_refine(image, saliency)
-        save_map(dst, saliency)
-    print(f"wrote {len(pairs)} map(s) to {out}")
-    return len(pairs)
-
-
-def _map_function(options: PredictOptions, device: torch.device) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch."""
-    if options.model is not None:
-        run = load_exported(options.model, device)
-        return lambda images: to_8bit_maps(run(images))
-    assert options.checkpoint is not None
-    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    return lambda images: predict_maps(model, images, options.inference.amp)
 
 
 def collect_inputs(inputs: Iterable[str]) -> list[Path]:

@@ -54,7 +54,13 @@ class EvaluateOptions:
                 raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
             if self.data:
                 raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
-            for flag, given in (("--save-maps", self.save_maps), ("--crf", self.inference.crf)):
+            acting_on_predictions = (
+                ("--save-maps", self.save_maps),
+                ("--crf", self.inference.crf),
+                ("--size", self.inference.size),
+                ("--max-side", self.inference.max_side),
+            )
+            for flag, given in acting_on_predictions:
                 if given:
                     raise OptionError(f"{flag} needs --checkpoint (it acts on predictions)")
             return
