@@ -98,9 +98,14 @@ def create_evaluator(
 
 
 def attach_scoring(evaluator: Engine, metric: Metric) -> None:
-    """Feed every step's ``(maps, gts)`` to ``metric`` (after the handlers added before this one,
-    e.g. a CRF refinement)."""
-    evaluator.add_event_handler(Events.ITERATION_COMPLETED, lambda engine: metric.update(engine.state.output))
+    """Feed every step's ``(maps, gts, names)`` to ``metric`` (after the handlers added before this
+    one, e.g. a CRF refinement)."""
+
+    def update(engine: Engine) -> None:
+        maps, gts = engine.state.output
+        metric.update((maps, gts, engine.state.names))
+
+    evaluator.add_event_handler(Events.ITERATION_COMPLETED, update)
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric) -> dict[str, Any]:

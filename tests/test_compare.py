@@ -104,6 +104,31 @@ def test_results_tables_and_curves(bench: Path, tmp_path: Path, capsys: pytest.C
     _check_csv(out / "table.csv", results)
     _check_latex(out / "table.tex", results)
     _check_curves(out / "curves", results)
+    _check_per_image(out / "per_image", results, bench)
+
+
+def _check_per_image(folder: Path, results: dict, bench: Path) -> None:
+    """A row per image, a column per method and table metric; each cell the image alone."""
+    assert sorted(p.name for p in folder.iterdir()) == ["SetA.csv", "SetB.csv"]
+    for dataset, methods in results.items():
+        with (folder / f"{dataset}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert list(rows[0]) == ["image", *(f"{m}/{k}" for m in methods for k in DEFAULT_COLUMNS)]
+        assert [r["image"] for r in rows] == [f"{dataset.lower()}_{i}" for i in range(len(DATASETS[dataset]))]
+        for method in methods:  # the set's MAE, S and weighted F are the means of the images' own
+            for key in ("mae", "Sm", "wF"):
+                column = [float(r[f"{method}/{key}"]) for r in rows]
+                assert np.mean(column) == pytest.approx(results[dataset][method][key], abs=1e-12)
+    row = rows[0]
+    alone = pysod_reference(
+        [
+            (
+                np.asarray(Image.open(bench / "methods" / "M2" / "SetB" / f"{row['image']}.png")),
+                np.asarray(Image.open(bench / "SetB" / "GT" / f"{row['image']}.png")),
+            )
+        ]
+    )
+    assert float(row["M2/maxF"]) == pytest.approx(alone["maxF"], abs=1e-6)
 
 
 def _check_markdown(path: Path, results: dict) -> None:
@@ -190,6 +215,8 @@ def test_cache_computes_only_new_pairs(bench: Path, tmp_path: Path, capsys: pyte
     assert "2 of 4 (method, data set) pair(s) from the cache" in second
     both = json.loads((out / "results.json").read_text())
     assert both["SetA"]["M1"] == m1["SetA"]["M1"] and list(both["SetA"]) == ["M1", "M2"]
+    header = (out / "per_image" / "SetA.csv").read_text().splitlines()[0]  # cached pairs included
+    assert header.startswith("image,M1/mae,") and ",M2/mae," in header
 
     # a map rewritten (its modification time changes): only its pair again
     touched = bench / "methods" / "M2" / "SetA" / "seta_0.png"
@@ -228,7 +255,7 @@ def test_two_processes_equal_one(bench: Path, tmp_path: Path, capfd: pytest.Capt
         "M2 on SetB",
         "M3 on SetA",
     ]
-    for name in ("results.json", "curves/curves.json", "table.md", "table.tex", "table.csv"):
+    for name in ("results.json", "curves/curves.json", "table.md", "table.tex", "table.csv", "per_image/SetA.csv"):
         assert (one / name).read_text() == (two / name).read_text(), name  # bit for bit
 
 

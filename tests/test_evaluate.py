@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -142,6 +143,8 @@ def test_checkpoint_one_and_two_processes_identical(
                 "resnet18",
                 "--json",
                 str(one),
+                "--per-image",
+                str(tmp_path / "one.csv"),
                 "--save-maps",
                 str(saved),
             ]
@@ -152,10 +155,11 @@ def test_checkpoint_one_and_two_processes_identical(
     capfd.readouterr()
     # the plain state_dict: no --backbone, no config.json, so the backbone is inferred
     args = ["evaluate", "--checkpoint", str(plain), "--data", str(dataset), "--workers", "0", "--json", str(two)]
-    assert cli.main([*args, "--nproc", "2", "--backend", "gloo"]) == 0
+    assert cli.main([*args, "--nproc", "2", "--backend", "gloo", "--per-image", str(tmp_path / "two.csv")]) == 0
     printed, _ = capfd.readouterr()
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert a == b  # exactly: the sums are made in data set order whatever the sharding
+    assert (tmp_path / "one.csv").read_text() == (tmp_path / "two.csv").read_text()  # rows sorted by stem
     assert a["setA"]["images"] == 5 and set(METRIC_KEYS) <= set(a["setA"])
     assert "setA" in printed
 
@@ -164,6 +168,50 @@ def test_checkpoint_one_and_two_processes_identical(
     for i, (h, w) in enumerate(SIZES):
         with Image.open(saved / "setA" / f"img{i}.png") as im:
             assert im.mode == "L" and im.size == (w, h)
+
+
+def test_named_data_set_and_per_image_scores(
+    tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    training, _ = checkpoints
+    scores, per_image = tmp_path / "scores.json", tmp_path / "per_image.csv"
+    args = ["evaluate", "--checkpoint", str(training), "--data", f"Mine={dataset}", "--workers", "0"]
+    assert cli.main([*args, "--json", str(scores), "--per-image", str(per_image)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("Mine ")  # the row's name
+    row = json.loads(scores.read_text())["Mine"]
+    with per_image.open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["dataset", "image", *METRIC_KEYS]
+    assert [(r["dataset"], r["image"]) for r in rows] == [("Mine", f"img{i}") for i in range(len(SIZES))]
+    for key in ("mae", "meanF", "adpF", "Sm", "meanE", "adpE", "wF"):  # means of per-image values
+        assert np.mean([float(r[key]) for r in rows]) == pytest.approx(row[key], abs=1e-12), key
+
+
+def test_per_image_scores_of_maps_and_the_r3net_columns(tmp_path: Path) -> None:
+    maps, gts = tmp_path / "maps", tmp_path / "gt"
+    maps.mkdir()
+    gts.mkdir()
+    rng = np.random.default_rng(4)
+    pairs = []
+    for stem in ("b", "a"):
+        gt = blob_mask(rng, 30, 40)
+        pred = np.clip(gt * 0.7 + rng.normal(40, 30, gt.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(gt).save(gts / f"{stem}.png")
+        Image.fromarray(pred).save(maps / f"{stem}.png")
+        pairs.append((stem, pred, gt))
+    out = tmp_path / "r.csv"
+    assert cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts), "--per-image", str(out)]) == 0
+    with out.open() as f:
+        rows = {r["image"]: r for r in csv.DictReader(f)}
+    for stem, pred, gt in pairs:  # each row is the image alone, as PySODMetrics scores it
+        expected = pysod_reference([(pred, gt)])
+        for key in METRIC_KEYS:
+            assert float(rows[stem][key]) == pytest.approx(expected[key], abs=1e-6), (stem, key)
+    assert (
+        cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts), "--per-image", str(out), "--protocol", "r3net"])
+        == 0
+    )
+    assert out.read_text().splitlines()[0] == "dataset,image,mae (r3net),maxF (r3net),meanF,adpF,Sm,maxE,meanE,adpE,wF"
 
 
 def test_backbone_inferred_for_every_backbone() -> None:

@@ -33,6 +33,7 @@ from .crf import require_crf
 from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, listing, match_maps
+from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
@@ -106,6 +107,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
+    _write_per_image(scored, scores, datasets, methods, options, out_dir)
     return results
 
 
@@ -296,4 +298,22 @@ def _write_outputs(
         out / "curves" / "curves.json",
     )
     print(markdown, flush=True)
-    print(f"wrote results.json, table.md, table.csv, table.tex and curves/ to {out}", flush=True)
+    print(f"wrote results.json, table.md, table.csv, table.tex, curves/ and per_image/ to {out}", flush=True)
+
+
+def _write_per_image(
+    pairs: list[Pair],
+    scores: list[dict[str, Any]],
+    datasets: list[str],
+    methods: list[str],
+    options: CompareOptions,
+    out: Path,
+) -> None:
+    """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
+    ``--metrics``."""
+    cells = {(pair.dataset, pair.method): entry["per_image"] for pair, entry in zip(pairs, scores)}
+    for dataset in datasets:
+        present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
+        if present:
+            csv_text = comparison_csv(present, options.metrics, options.protocol)
+            write_text(csv_text, out / "per_image" / f"{dataset}.csv")

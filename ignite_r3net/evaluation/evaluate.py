@@ -19,6 +19,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ..atomic_files import write_text
 from ..data import assert_dataset_ok, build_eval_loader
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
@@ -34,6 +35,7 @@ from .crf import crf_refine, require_crf
 from .dataset_folders import locate_dataset, named_folders
 from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
+from .per_image import ImageScores, evaluation_csv
 
 Row = dict[str, float]
 
@@ -79,6 +81,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     for folder in options.data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
     check_writable_file(options.json_path, "--json")
+    check_writable_file(options.per_image, "--per-image")
     check_writable_folder(options.save_maps, "--save-maps")
     weights = read_trained_weights(options.checkpoint, options.inference.backbone)
     options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
@@ -105,23 +108,30 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     assert options.checkpoint is not None and options.data and options.names
     with worker_threads(device):
         model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-        rows = {
+        scored = {
             name: _evaluate_dataset(model, device, name, folder, options)
             for name, folder in zip(options.names, options.data)
         }
-    _report_rows(rows, options)
+    _report_rows(scored, options)
 
 
 @rank_zero_only
-def _report_rows(rows: dict[str, Row], options: EvaluateOptions) -> None:
+def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: EvaluateOptions) -> None:
+    rows = {name: row for name, (row, _) in scored.items()}
     report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
+    if options.per_image:
+        write_text(
+            evaluation_csv({name: images for name, (_, images) in scored.items()}, options.protocol), options.per_image
+        )
     if options.save_maps and not options.quiet:
         print(f"maps written to {options.save_maps}", flush=True)
 
 
 def _evaluate_dataset(
     model: torch.nn.Module, device: torch.device, name: str, folder: str, options: EvaluateOptions
-) -> Row:
+) -> tuple[Row, list[ImageScores]]:
+    """This rank's share of the data set ``folder`` scored; the row (and with ``--per-image`` every
+    image's scores) over all ranks: a collective."""
     loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), options.inference.workers)
     inference = options.inference
     evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
@@ -130,10 +140,11 @@ def _evaluate_dataset(
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _refine_with_crf)
     if options.save_maps:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)
-    metric = SaliencyMetrics(device=device, protocol=options.protocol)
+    metric = SaliencyMetrics(device=device, protocol=options.protocol, per_image=bool(options.per_image))
     attach_scoring(evaluator, metric)
     values = score_shard(evaluator, loader, metric)
-    return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}
+    images = metric.per_image_scores() if options.per_image else []
+    return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}, images
 
 
 def _refine_with_crf(engine: Engine) -> None:
@@ -158,6 +169,7 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     maps, gt, json_path = options.maps, options.gt, options.json_path
     assert maps is not None and gt is not None
     check_writable_file(json_path, "--json")
+    check_writable_file(options.per_image, "--per-image")
     if Path(gt).is_dir():  # a data set folder, as compare takes it, stands for its masks
         gt = str(locate_dataset(gt).masks)
     match = match_maps(maps, gt)
@@ -173,11 +185,14 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
         )
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
-    metric = SaliencyMetrics(protocol=options.protocol)
+    metric = SaliencyMetrics(protocol=options.protocol, per_image=bool(options.per_image))
     resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
-    report({dataset_names([options.gt])[0]: row}, json_path, protocol=options.protocol)
+    name = dataset_names([options.gt])[0]
+    report({name: row}, json_path, protocol=options.protocol)
+    if options.per_image:
+        write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)
     return row

@@ -10,8 +10,9 @@ A cell's key is a SHA-256 over
   scipy, Pillow).
 
 An entry is ``OUT/cache/<key>.json``, written atomically, holding the nine metrics, the image count,
-how many maps were resized and the 256-point curves. The key names the file, so renaming a method or
-changing the order of the command line reuses it, and any change to a file or the code misses it.
+how many maps were resized, the 256-point curves and every image's own scores (by mask stem). The
+key names the file, so renaming a method or changing the order of the command line reuses it, and
+any change to a file or the code misses it.
 
 Cells the cache lacks are scored by ``score_cells`` on ``spec.nproc`` processes: the images of all
 cells are dealt to the ranks in turn (image i of their concatenation to rank i mod world size), each
@@ -59,7 +60,7 @@ __all__ = [
     "write_manifest",
 ]
 
-CACHE_FORMAT = 1  # bump when an entry's layout changes
+CACHE_FORMAT = 2  # bump when an entry's layout changes (2: per-image scores)
 MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
 _LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
 
@@ -150,7 +151,7 @@ class ScoreJob:
 
 
 def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec) -> list[dict[str, Any]]:
-    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``), scoring the ones
+    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring the ones
     ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
@@ -194,7 +195,7 @@ def _score_share(job: ScoreJob) -> None:
         start = time.perf_counter()
         mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
         dealt += len(files)
-        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol)
+        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol, per_image=True)
         resized = idist.all_reduce(float(len(score_maps(mine, metric))))
         values, curves = metric.compute(), metric.curves()
         entry = {
@@ -202,6 +203,7 @@ def _score_share(job: ScoreJob) -> None:
             "resized": int(resized),
             "metrics": {k: float(values[k]) for k in METRIC_KEYS},
             "curves": {name: [float(v) for v in curve] for name, curve in curves.items()},
+            "per_image": dict(metric.per_image_scores()),
         }
         _store(Path(entry_path), entry, label, time.perf_counter() - start)
 

@@ -35,6 +35,15 @@ class EvaluateOptions:
     json_path: str | None = option(
         None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
     )
+    per_image: str | None = option(
+        None,
+        "also write every image's own scores as CSV: dataset, image (file stem) and the nine metrics of that "
+        "image alone: mae, adpF and adpE (at its adaptive threshold), Sm, wF, meanF and meanE (the mean of "
+        "its F and E curves over the 256 thresholds), maxF and maxE (their maximum; with --protocol r3net, "
+        "maxF from its own precision and recall). The data set's score is the mean of its images' column "
+        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem",
+        metavar="FILE.csv",
+    )
     inference: InferenceOptions = group(InferenceOptions)
     save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
     processes: ProcessOptions = group(
