@@ -14,12 +14,12 @@ the 1-process time over the 2-process time.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from bench_scaling import timed_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,13 +53,7 @@ def _evaluate(checkpoint: Path, data: Path, nproc: int, backbone: str, timeout: 
     env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, str(REPO / "run.py"), "evaluate", "--checkpoint", str(checkpoint), "--data", str(data)]
     cmd += ["--backbone", backbone, "--nproc", str(nproc), "--backend", "gloo"]
-    start = time.perf_counter()
-    proc = subprocess.run(
-        cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
-    return time.perf_counter() - start
+    return timed_command(cmd, env, timeout)
 
 
 def bench_evaluate(

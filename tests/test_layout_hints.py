@@ -16,7 +16,6 @@ from PIL import Image
 from ignite_r3net import cli
 from ignite_r3net.errors import OptionError
 from ignite_r3net.evaluation.dataset_folders import locate_dataset, named_folders
-from ignite_r3net.model import R3Net
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +31,9 @@ def duts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("ckpt") / "best_model_1_maxF=0.1000.pt"
-    torch.manual_seed(0)
-    torch.save(R3Net("resnet18").state_dict(), path)
-    return path
+@pytest.fixture
+def checkpoint(spread_checkpoint: Path) -> Path:
+    return spread_checkpoint
 
 
 def _error(args: list[str], capsys: pytest.CaptureFixture) -> str:
