@@ -47,7 +47,9 @@ class EvaluateOptions:
     inference: InferenceOptions = group(InferenceOptions)
     save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
     processes: ProcessOptions = group(
-        ProcessOptions, nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo)"
+        ProcessOptions,
+        nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo, which divide the cores "
+        "among them unless OMP_NUM_THREADS is set)",
     )
     # not options: set by ``compare``, which names the data sets itself and prints its own tables
     names: list[str] | None = field(default=None)
