@@ -2,10 +2,11 @@
 to write its result: ``check_writable_file`` (``--json``, ``--per-image``, ``export --output``)
 and ``check_writable_folder`` (``--save-maps``, ``predict --output``, ``compare --out``).
 
-Each creates the folder the output goes into (as the command would) and writes a probe file in it:
-permission bits alone do not tell (``os.access`` says yes for root anywhere, and for folders such
-as ``/proc`` or a read-only mount where a write then fails). A failure is one ``OptionError``
-naming the option, the path and the cause.
+Each writes a probe file in the output's folder, or in its nearest existing ancestor when the folder
+is still to be made (the command makes it when it writes): permission bits alone do not tell
+(``os.access`` says yes for root anywhere, and for folders such as ``/proc`` or a read-only mount
+where a write then fails). Nothing is left behind, so a command refused later leaves no empty
+folder. A failure is one ``OptionError`` naming the option, the path and the cause.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .errors import OptionError
 
 def check_writable_file(path: str | Path | None, option: str) -> None:
     """Fail unless ``path`` (when given) can be written as a file: not a folder, in a folder that
-    exists or can be created and takes new files (written beside their final name, then renamed)."""
+    takes new files or can be made (files are written beside their final name, then renamed)."""
     if not path:
         return
     path = Path(path)
@@ -29,8 +30,7 @@ def check_writable_file(path: str | Path | None, option: str) -> None:
 
 
 def check_writable_folder(path: str | Path | None, option: str) -> None:
-    """Fail unless ``path`` (when given) is a folder that exists or can be created, and takes new
-    files."""
+    """Fail unless ``path`` (when given) is a folder that takes new files, or can be made."""
     if not path:
         return
     path = Path(path)
@@ -40,21 +40,16 @@ def check_writable_folder(path: str | Path | None, option: str) -> None:
 
 
 def _check_folder(folder: Path, option: str, given: Path) -> None:
-    """Create ``folder`` and prove that a file can be written in it."""
-    if folder.exists() and not folder.is_dir():
-        raise OptionError(f"{option} {given}: {folder} is not a folder")
+    """Prove that a file can be written in ``folder``, or in the ancestor it would be made in."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OptionError(f"{option} {given}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OptionError(f"{option} {given}: the folder {existing} is not writable")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OptionError(f"{option} {given}: cannot create the folder {folder}: {_reason(e)}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OptionError(f"{option} {given}: the folder {folder} is not writable")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise OptionError(f"{option} {given}: cannot write in {folder}: {_reason(e)}") from None
-
-
-def _reason(e: OSError) -> str:
-    return e.strerror or str(e)
+        raise OptionError(f"{option} {given}: cannot write in {existing}: {e.strerror or e}") from None

@@ -72,17 +72,17 @@ def test_every_command_checks_its_outputs_first(
     assert f"--output {base / 'm.pt'}" in _one_error_line(export, capsys)
 
 
-def test_checks_create_missing_folders_and_name_what_is_wrong(tmp_path: Path) -> None:
+def test_checks_leave_nothing_behind_and_name_what_is_wrong(tmp_path: Path) -> None:
     check_writable_file(tmp_path / "new" / "deeper" / "r.json", "--json")
     check_writable_folder(tmp_path / "maps" / "ECSSD", "--save-maps")
-    assert (tmp_path / "new" / "deeper").is_dir() and (tmp_path / "maps" / "ECSSD").is_dir()
-    assert not list((tmp_path / "new" / "deeper").iterdir())  # the probe file is gone
+    assert not list(tmp_path.iterdir())  # no folder made, the probe file gone
+    (tmp_path / "maps").mkdir()
     with pytest.raises(OptionError, match="--json .* is a folder"):
         check_writable_file(tmp_path / "maps", "--json")
     (tmp_path / "f").write_text("x")
     with pytest.raises(OptionError, match="--out .* exists and is not a folder"):
         check_writable_folder(tmp_path / "f", "--out")
-    with pytest.raises(OptionError, match="cannot create the folder"):
-        check_writable_folder(tmp_path / "f" / "sub", "--out")
+    with pytest.raises(OptionError, match=f"--out {tmp_path / 'f' / 'sub' / 'x'}: {tmp_path / 'f'} is not a folder"):
+        check_writable_folder(tmp_path / "f" / "sub" / "x", "--out")
     with pytest.raises(OptionError, match="cannot write in /proc"):
-        check_writable_file("/proc/r.json", "--json")
+        check_writable_file("/proc/new/r.json", "--json")

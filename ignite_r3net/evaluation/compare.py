@@ -95,7 +95,8 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     allow_missing = options.allow_missing
     pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
     stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
-    check_writable_folder(out_dir, "--out")  # the last check: it creates the folder
+    check_writable_folder(out_dir, "--out")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused run leaves no folder
     for method in (m for m in entries if m.is_checkpoint):
         maps = out_dir / "maps" / method.name
         _make_maps(method, stale[method.name], maps, options)

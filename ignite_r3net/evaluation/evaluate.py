@@ -96,7 +96,7 @@ def _make_map_folders(options: EvaluateOptions) -> None:
     """``--save-maps``'s folder per data set, made here so that ranks never race on it."""
     if options.save_maps:
         for name in options.names or ():
-            check_writable_folder(Path(options.save_maps) / name, "--save-maps")
+            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
 
 
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None]) -> None:

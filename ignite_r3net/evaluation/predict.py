@@ -49,6 +49,7 @@ def predict(options: PredictOptions) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with worker_threads(device) as threads:
         to_maps = _map_function(options, device, threads)
+        out.mkdir(parents=True, exist_ok=True)
         for (_, dst), image in zip(pairs, _decoded(pairs, options.inference.workers)):
             saliency = to_maps(image[None].to(device))[0]
             if options.inference.crf:
