@@ -104,17 +104,28 @@ class TrainConfig:
     )
     node_rank: int = option(0, "rank of this node in a multi-node run started by hand (under srun: from SLURM)")
     master_addr: str | None = option(
-        None, "address of node 0; default: the first node of SLURM_JOB_NODELIST under srun, else 127.0.0.1"
+        None,
+        "address of node 0, where the processes of a job of several nodes (or srun tasks) meet; default: "
+        "MASTER_ADDR from the environment, else under srun the first node of SLURM_JOB_NODELIST, else 127.0.0.1 "
+        "(a single node: 127.0.0.1; under torchrun: torchrun's, leave it out)",
     )
     master_port: int | None = option(
         None,
-        "rendezvous port on node 0; default: 15000 + the last 4 digits of SLURM_JOB_ID under srun, a free port "
-        "on a single node, else 29500",
+        "rendezvous port on node 0; default: MASTER_PORT from the environment, else under srun 15000 + the last "
+        "4 digits of SLURM_JOB_ID, else 29500 (a single node: a free port; under torchrun: torchrun's)",
         rule=TCP_PORT,
     )
-    dist_timeout: int = option(600, "seconds a collective may wait for a peer before the job fails", rule=_SECONDS)
+    dist_timeout: int = option(
+        600,
+        "seconds the processes of a job wait for each other: at the rendezvous (then the job stops with one line "
+        "saying who is missing) and in every collective",
+        rule=_SECONDS,
+    )
     # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
     weights: dict[str, str] | None = field(default=None)
+    # recorded at start-up: what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}
+    # (``data.listing_digest``); every rank of a job must list the same pairs
+    listings: dict[str, str] | None = field(default=None)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -47,6 +47,18 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the job is stopped (its ranks too) rather than left running."""
 
 
+class RendezvousFailed(UserError):
+    """The processes of a job did not meet: a peer that never came within ``--dist-timeout``, an
+    address that does not resolve, a port already taken (exit code 1)."""
+
+    exit_code = 1
+
+
+class RanksDisagree(UserError):
+    """The processes of a job were started with different options or software: every one of them
+    refuses, before anything is trained or written (exit code 2)."""
+
+
 class WorkerFailed(UserError):
     """A worker of a running job failed: one line naming the rank and the cause (exit code 1)."""
 

@@ -9,6 +9,7 @@ Two layouts are recognised:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ __all__ = [
     "IMAGE_EXTS",
     "MASK_EXTS",
     "list_pairs",
+    "listing_digest",
     "split_dirs",
     "dataset_of_half",
 ]
@@ -148,3 +150,14 @@ def list_pairs(root: str | Path) -> list[tuple[Path, Path]]:
     if problems:
         raise DataError(problems)
     return pairs
+
+
+def listing_digest(root: str | Path, pairs: list[tuple[Path, Path]] | None = None) -> str:
+    """What ``list_pairs(root)`` lists (or ``pairs``, its result), in a few words: ``"12 pairs
+    (sha256 0123456789ab)"``, the digest of the pairs' file names relative to ``root`` (the files
+    are not read), so that the same data set mounted at other paths on other nodes gives the same
+    words."""
+    root = Path(root)
+    pairs = list_pairs(root) if pairs is None else pairs
+    names = "\n".join(f"{image.relative_to(root)}\t{mask.relative_to(root)}" for image, mask in pairs)
+    return f"{len(pairs)} pairs (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})"

@@ -1,7 +1,7 @@
 """A failed worker becomes one line: ``rank N failed: <type>: <cause>``, its traceback in a file.
 
 ``run_reporting_failures`` is the entry every worker runs; the launching process turns what a
-spawned worker raised into a ``WorkerFailed`` with ``summarise_spawn_error``.
+spawned worker raised into the error to report with ``spawn_failure``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TypeVar
 import ignite.distributed as idist
 import torch
 
-from ..errors import Terminated, WorkerFailed, error_line
+from ..errors import RanksDisagree, Terminated, UserError, WorkerFailed, error_line
 from .signals import ignore_interrupts_in_worker, terminating
 
 T = TypeVar("T")
@@ -32,8 +32,8 @@ def run_reporting_failures(
     try:
         fn(local_rank, arg)
         _release_worker_state()
-    except KeyboardInterrupt:
-        raise
+    except (KeyboardInterrupt, RanksDisagree):
+        raise  # a refusal every rank makes alike, before any work: no rank failed
     except BaseException as e:  # noqa: BLE001 - every failure must end the job with a clear line
         if isinstance(e, SystemExit) and not e.code:
             raise
@@ -74,13 +74,15 @@ def _save_traceback(folder: str | None, rank: int) -> str:
         return ""
 
 
-def summarise_spawn_error(e: Exception) -> str:
-    """The one line of a spawned worker's failure, from the exception torch's spawn re-raised."""
+def spawn_failure(e: Exception) -> UserError:
+    """The error a spawned worker's failure is reported as, from the exception torch's spawn
+    re-raised (which holds the worker's traceback as text)."""
     rank = getattr(e, "error_index", None)
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
-    if "WorkerFailed: " in last:
-        return last.split("WorkerFailed: ", 1)[1]
+    for kind in (WorkerFailed, RanksDisagree):
+        if f"{kind.__name__}: " in last:
+            return kind(last.split(f"{kind.__name__}: ", 1)[1])
     if isinstance(e, torch.multiprocessing.ProcessExitedException):
-        return f"process {rank} exited unexpectedly ({last})"
-    return f"process {rank} failed: {last}"
+        return WorkerFailed(f"process {rank} exited unexpectedly ({last})")
+    return WorkerFailed(f"process {rank} failed: {last}")

@@ -1,29 +1,35 @@
-"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker through ``idist.Parallel``.
+"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job.
 
-It spawns workers, joins the group torchrun or srun set up, or runs ``fn`` in this process, as
-``spec`` and the environment say. A failure in any worker becomes one ``WorkerFailed`` line
-naming the rank and the cause (the traceback goes to ``<traceback_dir>/error-rank<N>.log``);
-spawned siblings are stopped, so the job ends with a non-zero exit code instead of hanging in a
-collective.
+It spawns workers through ``idist.Parallel``, joins the group of a job whose ranks were started
+by torchrun or srun, or runs ``fn`` in this process, as ``spec`` and the environment say. Processes
+started separately first meet in Python (``rendezvous.meet``), announcing where and waiting at
+most ``--dist-timeout``. A failure in any worker becomes one ``WorkerFailed`` line naming the rank
+and the cause (the traceback goes to ``<traceback_dir>/error-rank<N>.log``); spawned siblings are
+stopped, so the job ends with a non-zero exit code instead of hanging in a collective.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import ignite.distributed as idist
 import torch
 
-from ..errors import WorkerFailed
-from .failures import run_reporting_failures, summarise_spawn_error
+from ..errors import RanksDisagree, WorkerFailed
+from .failures import run_reporting_failures, spawn_failure
 from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
+from .rendezvous import Meeting, meet
 from .signals import raise_on_sigterm, restore_sigterm, stop_children
 from .topology import (
     LaunchSpec,
     default_backend,
-    default_port,
+    environment,
+    rendezvous_endpoint,
     set_rank_variables_from_slurm,
     slurm_hidden_from_children,
     warn_if_restarts_share_a_store,
@@ -31,47 +37,104 @@ from .topology import (
 
 T = TypeVar("T")
 
+# c10d's processes use the store a rendezvous participant serves, as torchrun's workers use their
+# agent's (torch.distributed.rendezvous: _create_c10d_store)
+_USE_MEETING_STORE = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+
 
 def parallel_for(spec: LaunchSpec) -> idist.Parallel:
-    """The ``idist.Parallel`` context matching how this process was started and what was asked."""
-    backend = spec.backend or default_backend()
-    timeout = datetime.timedelta(seconds=spec.dist_timeout)
-    task = spec.slurm
-    if spec.joins():
-        if task is not None:
-            set_rank_variables_from_slurm(task, spec)
-        warn_if_restarts_share_a_store()
-        return idist.Parallel(backend=backend, timeout=timeout)  # joins: must not spawn
-    if spec.spawns():
-        return idist.Parallel(
-            backend=backend,
-            nproc_per_node=spec.nproc,
-            nnodes=task.ntasks if task else spec.nnodes,
-            node_rank=task.procid if task else spec.node_rank,
-            master_addr=spec.master_addr or (task.master_addr() if task else "127.0.0.1"),
-            master_port=spec.master_port or (task.default_port if task else default_port(spec.nnodes)),
-            timeout=timeout,
-        )
-    return idist.Parallel(backend=None)
+    """The ``idist.Parallel`` that spawns this node's workers, or runs ``fn`` in this process."""
+    if not spec.spawns():
+        return idist.Parallel(backend=None)
+    endpoint = rendezvous_endpoint(spec)
+    node_rank, nnodes = spec.node()
+    return idist.Parallel(
+        backend=spec.backend or default_backend(),
+        nproc_per_node=spec.nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=endpoint.addr,
+        master_port=endpoint.port,
+        timeout=datetime.timedelta(seconds=spec.dist_timeout),
+    )
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed.
 
     Raises ``Terminated`` (SIGTERM) or ``KeyboardInterrupt`` (Ctrl-C) after stopping the spawned
-    workers."""
+    workers, ``RendezvousFailed`` when the processes of the job did not meet, ``RanksDisagree``
+    when they were started differently."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     previous = raise_on_sigterm()
     try:
-        with parallel_for(spec) as parallel, slurm_hidden_from_children(spec.slurm if spec.spawns() else None):
+        if spec.joins():
+            with joined_group(spec):
+                run_reporting_failures(idist.get_local_rank(), fn, arg, spec.traceback_dir)
+            return
+        children = spec.slurm if spec.spawns() else None
+        with nodes_met(spec), parallel_for(spec) as parallel, slurm_hidden_from_children(children):
             parallel.run(run_reporting_failures, fn, arg, spec.traceback_dir, spec.spawns())
     except KeyboardInterrupt:
         stop_children()
         raise
-    except WorkerFailed:
+    except (WorkerFailed, RanksDisagree):
         raise
     except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
-        raise WorkerFailed(summarise_spawn_error(e)) from None
+        raise spawn_failure(e) from None
     finally:
         restore_sigterm(previous)
+
+
+@contextmanager
+def joined_group(spec: LaunchSpec) -> Iterator[None]:
+    """This process as one rank of a job whose ranks were started separately (torchrun, srun, or
+    torch's variables set by hand): meet, form the group with ``--dist-timeout``, and destroy it
+    at the end. ignite's ``Parallel`` would join without the timeout (c10d's 30 minutes)."""
+    backend = spec.backend or default_backend()
+    endpoint = rendezvous_endpoint(spec)
+    task = spec.slurm
+    if task is not None:
+        set_rank_variables_from_slurm(task, endpoint)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    meeting = Meeting("rank", rank, world_size, endpoint, backend, world_size, spec.dist_timeout, alike, torchrun)
+    if torchrun:
+        # torchrun's agents have met already and started every rank together: c10d's wait is short
+        print(meeting.announce(), file=sys.stderr, flush=True)
+        warn_if_restarts_share_a_store()
+        store, variables = None, {}
+    else:
+        # c10d reads the address from the environment, which the options may have overridden
+        store = meet(meeting)
+        variables = {**_USE_MEETING_STORE, "MASTER_ADDR": endpoint.addr, "MASTER_PORT": str(endpoint.port)}
+    with environment(variables):
+        idist.initialize(backend, timeout=datetime.timedelta(seconds=spec.dist_timeout))
+        try:
+            yield
+        finally:
+            idist.finalize()
+            del store  # served by rank 0: it must outlive the group
+
+
+@contextmanager
+def nodes_met(spec: LaunchSpec) -> Iterator[None]:
+    """For the nodes of a multi-node launch (``--nnodes``, or one srun task per node): meet before
+    spawning, node 0 serving the store that every node's workers then use."""
+    if not spec.spawns() or spec.spawns_alone():
+        yield
+        return
+    node_rank, nnodes = spec.node()
+    backend = spec.backend or default_backend()
+    alike = {"--nproc": str(spec.nproc), "--nnodes": str(nnodes), "--backend": backend}
+    meeting = Meeting(
+        "node", node_rank, nnodes, rendezvous_endpoint(spec), backend, spec.world_size, spec.dist_timeout, alike
+    )
+    store = meet(meeting)
+    try:
+        with environment(_USE_MEETING_STORE):
+            yield
+    finally:
+        del store

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -65,9 +65,11 @@ class LaunchSpec:
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate`` or ``compare``: one node, and a free port unless
-        ``--master-port`` is given, also under srun (SLURM's derived port is the training run's)."""
-        return cls(processes.nproc, processes.backend, master_port=processes.master_port or free_port())
+        """The workers of ``evaluate`` or ``compare``: one node; the spawned workers meet on a free
+        port unless ``--master-port`` is given, also under srun (SLURM's derived port is the training
+        run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet where those
+        say."""
+        return cls(processes.nproc, processes.backend, master_port=processes.master_port)
 
     @property
     def slurm(self) -> SlurmTask | None:
@@ -89,6 +91,15 @@ class LaunchSpec:
             return self.nproc > 1  # one task per node: it spawns that node's workers
         return self.nproc * self.nnodes > 1
 
+    def spawns_alone(self) -> bool:
+        """Whether this process spawns every worker of the job itself (the job has one node)."""
+        return self.spawns() and self.node()[1] == 1
+
+    def node(self) -> tuple[int, int]:
+        """``(node rank, number of nodes)`` of a spawning process: SLURM's task, else the options."""
+        task = self.slurm
+        return (task.procid, task.ntasks) if task is not None else (self.node_rank, self.nnodes)
+
     def joins(self) -> bool:
         """Whether this process is one rank of a group another launcher started (torchrun, srun)."""
         task = self.slurm
@@ -103,10 +114,58 @@ class LaunchSpec:
         return self.node_rank == 0 and os.environ.get("RANK", "0") == "0"
 
 
-def default_port(nnodes: int) -> int:
-    """One node: a free port, so that two runs on one host do not both take torch's 29500; several
-    nodes started by hand must agree on a port without talking: 29500, as torchrun."""
-    return free_port() if nnodes == 1 else 29500
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the processes of a job meet (``addr:port``, the TCP store of the rendezvous) and which
+    setting each part came from, for the start-up line and the errors: ``(setting, origin)`` such
+    as ``("MASTER_PORT", "the environment")`` or ``("--master-port", "")``."""
+
+    addr: str
+    port: int
+    addr_from: tuple[str, str]
+    port_from: tuple[str, str]
+
+    def __str__(self) -> str:
+        return f"{self.addr}:{self.port}"
+
+    @property
+    def source(self) -> str:
+        """``MASTER_ADDR and MASTER_PORT from the environment``, ``--master-addr, --master-port``, ..."""
+        (addr, addr_origin), (port, port_origin) = self.addr_from, self.port_from
+        if addr_origin and addr_origin == port_origin:
+            return f"{addr} and {port} from {addr_origin}"
+        return ", ".join(
+            f"{what} from {origin}" if origin else what for what, origin in (self.addr_from, self.port_from)
+        )
+
+
+def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
+    """The rendezvous of a job whose processes were started separately (torchrun ranks, srun tasks,
+    the nodes of a multi-node launch): ``--master-addr`` / ``--master-port``, else ``MASTER_ADDR`` /
+    ``MASTER_PORT`` from the environment (what torchrun gives its ranks, and what many sbatch
+    scripts export), else SLURM's first node and 15000 + the job id's last digits, else
+    127.0.0.1:29500. A job of one node meets on a free port of 127.0.0.1 instead."""
+    env, task = os.environ, spec.slurm
+    origin = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "the environment"
+    if spec.spawns_alone():
+        return Endpoint("127.0.0.1", spec.master_port or free_port(), ("this host", ""), ("a free port", ""))
+    if spec.master_addr:
+        addr, addr_from = spec.master_addr, ("--master-addr", "")
+    elif env.get("MASTER_ADDR"):
+        addr, addr_from = env["MASTER_ADDR"], ("MASTER_ADDR", origin)
+    elif task is not None:
+        addr, addr_from = task.master_addr(), ("the first node of SLURM_JOB_NODELIST", "")
+    else:
+        addr, addr_from = "127.0.0.1", ("the default address", "")
+    if spec.master_port:
+        port, port_from = spec.master_port, ("--master-port", "")
+    elif env.get("MASTER_PORT"):
+        port, port_from = int(env["MASTER_PORT"]), ("MASTER_PORT", origin)
+    elif task is not None:
+        port, port_from = task.default_port, ("15000 + the last 4 digits of SLURM_JOB_ID", "")
+    else:
+        port, port_from = 29500, ("the default port", "")
+    return Endpoint(addr, port, addr_from, port_from)
 
 
 def warn_if_restarts_share_a_store() -> None:
@@ -124,15 +183,15 @@ def warn_if_restarts_share_a_store() -> None:
             )
 
 
-def set_rank_variables_from_slurm(task: SlurmTask, spec: LaunchSpec) -> None:
-    """torch's rendezvous variables from SLURM's (``--master-addr``/``--master-port`` win), set
-    before joining: ignite then checks they agree with SLURM's and uses this address and port."""
+def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:
+    """torch's rendezvous variables from SLURM's and ``endpoint``, set before joining: ignite then
+    checks they agree with SLURM's and uses this address and port."""
     os.environ.update(
         RANK=str(task.procid),
         LOCAL_RANK=str(task.localid),
         WORLD_SIZE=str(task.ntasks),
-        MASTER_ADDR=spec.master_addr or task.master_addr(),
-        MASTER_PORT=str(spec.master_port or task.default_port),
+        MASTER_ADDR=endpoint.addr,
+        MASTER_PORT=str(endpoint.port),
     )
 
 
@@ -152,3 +211,18 @@ def slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
         yield
     finally:
         os.environ.update(saved)
+
+
+@contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment (and so in the processes it starts) for the block."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -20,7 +20,8 @@ import torch
 from ignite.engine import Engine, Events
 
 from ..atomic_files import write_text
-from ..data import assert_dataset_ok, build_eval_loader
+from ..data import assert_dataset_ok, build_eval_loader, listing_digest
+from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import rank_zero_only
@@ -89,7 +90,25 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
     in_process = None if spec.spawns() or under_torchrun() else weights
-    launch(_evaluate_worker, (options, in_process), spec)
+    launch(_evaluate_worker, (options, in_process, _options_every_rank_shares(options)), spec)
+
+
+def _options_every_rank_shares(options: EvaluateOptions) -> dict[str, str]:
+    """What every rank must be started with alike: each node may write its maps and JSON elsewhere,
+    with other ``--workers``; the checkpoint is compared by its size (it is not read again) and the
+    data sets by their listings (``data.listing_digest``)."""
+    assert options.checkpoint is not None and options.data and options.names
+    values = {
+        "--checkpoint": f"{Path(options.checkpoint).stat().st_size} bytes",
+        "--backbone": str(options.inference.backbone),
+        "--protocol": options.protocol,
+        "--crf": str(options.inference.crf),
+        "--amp": options.inference.amp,
+        "--size": str(options.inference.size),
+        "--max-side": str(options.inference.max_side),
+    }
+    values.update({f"--data {name}": listing_digest(folder) for name, folder in zip(options.names, options.data)})
+    return values
 
 
 def _make_map_folders(options: EvaluateOptions) -> None:
@@ -99,10 +118,12 @@ def _make_map_folders(options: EvaluateOptions) -> None:
             (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
 
 
-def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None]) -> None:
-    """Runs on every rank: score each data set on this rank's shard; rank 0 reports. ``job`` holds
-    the weights already read when the worker runs in the launching process."""
-    options, weights = job
+def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None, dict[str, str]]) -> None:
+    """Runs on every rank: refuse ranks started differently, score each data set on this rank's
+    shard; rank 0 reports. ``job`` holds the weights already read when the worker runs in the
+    launching process, and what every rank must share."""
+    options, weights, shared = job
+    refuse_unless_ranks_agree(shared)
     freeze_long_lived_objects()
     device = idist.device()
     assert options.checkpoint is not None and options.data and options.names

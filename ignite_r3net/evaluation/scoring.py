@@ -32,7 +32,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from ..data import load_mask
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import rank_zero_only
-from ..distributed.topology import LaunchSpec, free_port
+from ..distributed.topology import LaunchSpec
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from .maps import load_saliency_map, score_maps
 
@@ -172,7 +172,7 @@ def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: La
         if spec.nproc == 1:  # in this process: an unreadable map is a plain one-line error
             _score_worker(0, job)
         else:
-            launch(_score_worker, job, replace(spec, master_port=spec.master_port or free_port()))
+            launch(_score_worker, job, spec)
     entries = [e for e in (read_entry(cache, key) for key in keys) if e is not None]
     if len(entries) != len(keys):
         raise OSError(f"cache entries vanished from {cache} while compare ran")

@@ -8,6 +8,8 @@ output folder (``output_dir``), the resume checkpoint (``resume``), the starting
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..config import TrainConfig
@@ -22,8 +24,10 @@ from .train_data import resolve_data
 
 
 def check_environment(config: TrainConfig) -> None:
-    """Options that depend on this machine or its launcher: the backbone name, GPUs for NCCL, SLURM."""
+    """Options that depend on this machine or its launcher: the backbone name, GPUs for NCCL, SLURM,
+    torchrun."""
     check_slurm(LaunchSpec.of(config))
+    check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
     if (config.backend or default_backend()) == "nccl":
@@ -47,6 +51,24 @@ def check_slurm(spec: LaunchSpec) -> None:
             f"(this step has {task.ntasks} tasks on {task.nnodes} node(s)): use srun --ntasks-per-node 1, or "
             "one task per GPU without --nproc"
         )
+
+
+def check_torchrun(config: TrainConfig) -> None:
+    """Under torchrun the ranks meet where torchrun says (MASTER_ADDR / MASTER_PORT, its agent's
+    store): another address or port given to this program could not be honoured."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return
+    for flag, given, variable in (
+        ("--master-addr", config.master_addr, "MASTER_ADDR"),
+        ("--master-port", config.master_port, "MASTER_PORT"),
+    ):
+        if given is not None and str(given) != env.get(variable):
+            raise OptionError(
+                f"{flag} {given}: under torchrun the ranks meet where torchrun says ({variable}="
+                f"{env.get(variable)}); leave {flag} out, or give the address to torchrun (--rdzv-endpoint, "
+                "--master-addr, --master-port)"
+            )
 
 
 def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:

@@ -9,14 +9,14 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..config import TrainConfig
-from ..data import assert_dataset_ok, ensure_synthetic, list_pairs
+from ..data import assert_dataset_ok, ensure_synthetic, list_pairs, listing_digest
 from ..distributed.topology import LaunchSpec
 from ..errors import DataError, OptionError
 
 
 def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
-    """Replace 'synthetic' by the generated folders and check every data folder's pairs; returns
-    the config and the number of training pairs."""
+    """Replace 'synthetic' by the generated folders, check every data folder's pairs and record
+    their listings; returns the config and the number of training pairs."""
     min_size: int | None = config.crop
     if config.data == "synthetic":
         # several launching processes (torchrun) may try to generate the same data at once
@@ -30,11 +30,16 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
                 assert_dataset_ok(folder, min_size=smallest)
             except DataError as e:
                 raise DataError(f"{option}: {e}") from None
-    pairs = len(list_pairs(config.data))
+    listed = list_pairs(config.data)
+    pairs = len(listed)
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise OptionError(
             f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
             f"{config.batch_size} on {world} process(es)"
         )
-    return config, pairs
+    listings = {
+        "data": listing_digest(config.data, listed),
+        "val_data": listing_digest(config.val_data) if config.val_data else "none",
+    }
+    return dataclasses.replace(config, listings=listings), pairs

@@ -1,0 +1,83 @@
+"""The processes of a job must be started alike: the options that decide the run, and the software.
+
+Each node of a multi-node job runs its own command line, and DDP compares nothing but tensor
+shapes: ranks started with another ``--lr`` train on, their replicas drifting apart while the
+checkpoints show rank 0's. ``refuse_unless_ranks_agree`` compares, right after the group forms,
+what every rank was started with (one all_gather of a short string); ``disagreement`` is the one
+line that names what differs, also used by the rendezvous for what the nodes tell each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+
+import ignite
+import ignite.distributed as idist
+import torch
+
+from .. import __version__
+from ..errors import RanksDisagree
+
+
+@cache
+def installed_software() -> dict[str, str]:
+    """What must be installed alike on every node: this package (its version and a digest of its
+    sources: a checkout's version does not change with its code), torch and ignite."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(f"{path.relative_to(package)}\0".encode() + path.read_bytes())
+    return {
+        "ignite_r3net": f"{__version__} (sources {digest.hexdigest()[:12]})",
+        "torch": torch.__version__,
+        "ignite": ignite.__version__,
+    }
+
+
+def refuse_unless_ranks_agree(options: Mapping[str, str]) -> None:
+    """Raise ``RanksDisagree`` on every rank unless all ranks were started with the same
+    ``options`` (display name -> value, e.g. ``{"--lr": "0.001"}``) and the same software.
+    A collective: every rank calls it at the same point."""
+    mine = {"options": dict(options), "software": installed_software(), "node": idist.get_node_rank()}
+    # ASCII: ignite sizes the gathered string by its length in characters, not in UTF-8 bytes
+    gathered = [json.loads(text) for text in idist.all_gather(json.dumps(mine, sort_keys=True, ensure_ascii=True))]
+    first = gathered[0]
+    for rank, other in enumerate(gathered[1:], start=1):
+        line = disagreement(
+            "ranks",
+            ("rank 0", first["options"], first["software"]),
+            (f"rank {rank} (node {other['node']})", other["options"], other["software"]),
+        )
+        if line:
+            raise RanksDisagree(line)
+
+
+Side = tuple[str, Mapping[str, str], Mapping[str, str]]
+"""Who (``"rank 1 (node 1)"``), their options and their software."""
+
+
+def disagreement(what: str, first: Side, other: Side) -> str | None:
+    """The one line naming every option and package that differs between ``first`` and ``other``
+    with both values, or None when they agree, e.g. ``the ranks were started with different
+    options: --lr 0.001 on rank 0, 0.01 on rank 1 (node 1); start every node with the same command``."""
+    options = _differing(first[0], first[1], other[0], other[1])
+    software = _differing(first[0], first[2], other[0], other[2])
+    parts = [f"were started with different options: {options}"] if options else []
+    parts += [f"run different software: {software}"] if software else []
+    if not parts:
+        return None
+    advice = "start every node with the same command" + (" and the same installation" if software else "")
+    return f"the {what} {'; and '.join(parts)}; {advice}"
+
+
+def _differing(first: str, mine: Mapping[str, str], other: str, theirs: Mapping[str, str]) -> str:
+    names = list(mine) + [name for name in theirs if name not in mine]
+    return "; ".join(
+        f"{name} {mine.get(name, 'unset')} on {first}, {theirs.get(name, 'unset')} on {other}"
+        for name in names
+        if mine.get(name) != theirs.get(name)
+    )
