@@ -1,8 +1,8 @@
 """Framework overhead: the ignite trainer with every handler versus a bare PyTorch loop.
 
 Both run the same iterations on the same pre-loaded uint8 batches (so data loading does not count),
-with the same model (R3Net, resnet18 backbone, same initial weights), the same ``device_augment``,
-the same 7 BCE losses, SGD with the seed's two parameter groups and the poly LR.
+with the same model (R3Net, resnet18 backbone, same initial weights), the same ``DeviceAugment``,
+the same 7 BCE losses, SGD with the reference DDP script's two parameter groups and the poly LR.
 
 * ignite: the Engine ``trainer.create_trainer`` builds for ``trainer.training``, in
   the same order: sampler epoch, poly LR (ignite ``LRScheduler``), loss meter (updated every
@@ -12,7 +12,7 @@ the same 7 BCE losses, SGD with the seed's two parameter groups and the poly LR.
   shorter than that, so no periodic save happens inside the timed window; the final save at
   ``COMPLETED`` happens after it. Validation and the progress bar (off without a terminal) are not
   attached.
-* bare: ``for batch in batches``: set both groups' LR by the poly formula, ``device_augment``,
+* bare: ``for batch in batches``: set both groups' LR by the poly formula, ``DeviceAugment``,
   forward, losses, ``zero_grad``, ``backward``, ``step``. Nothing else: no meter, no log, no sync,
   i.e. the fastest loop that trains the same way.
 
@@ -36,9 +36,9 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, collate_train, sample_seed
 from ignite_r3net.model import R3Net
 from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
-from ignite_r3net.training.optim import build_optimizer, build_poly_lr, poly_lr
+from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses
-from ignite_r3net.training.trainer import create_trainer
+from ignite_r3net.training.worker import create_trainer
 
 __all__ = ["bench_engine", "preload_batches"]
 
@@ -102,6 +102,11 @@ def _ignite_run(
     return marks[config.iters] - marks[warmup], in_step[0]
 
 
+def _poly_lr(base_lr: float, iteration: int, iters: int, power: float) -> float:
+    """The LR the bare loop sets before 1-based ``iteration``, as the reference DDP script does."""
+    return base_lr * (1 - (iteration - 1) / iters) ** power
+
+
 def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: TrainConfig, warmup: int) -> float:
     """Seconds for iterations ``warmup+1 .. iters`` of a plain PyTorch loop training the same way."""
     device = torch.device("cpu")
@@ -110,8 +115,8 @@ def _bare_run(model: torch.nn.Module, batches: list[dict[str, Any]], config: Tra
     start = 0.0
     for i in range(1, config.iters + 1):
         batch = batches[(i - 1) % len(batches)]
-        optimizer.param_groups[0]["lr"] = poly_lr(2 * config.lr, i, config.iters, config.lr_power)
-        optimizer.param_groups[1]["lr"] = poly_lr(config.lr, i, config.iters, config.lr_power)
+        optimizer.param_groups[0]["lr"] = _poly_lr(2 * config.lr, i, config.iters, config.lr_power)
+        optimizer.param_groups[1]["lr"] = _poly_lr(config.lr, i, config.iters, config.lr_power)
         model.train()
         images, masks = prepare_batch(batch, device, augment)
         losses = side_output_losses(model(images), masks)

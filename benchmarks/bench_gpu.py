@@ -1,8 +1,8 @@
 """Training speed on one GPU: images/s and peak memory of the real training step in four modes.
 
-The seed's setting (R3Net with the resnext101_32x4d backbone, crop 300, batch 12) through the same
-``create_train_step`` the trainer uses, on pre-loaded uint8 batches already on the GPU (so only the
-step counts: device augmentation, forward, 7 losses, backward, SGD):
+The reference DDP script's setting (R3Net with the resnext101_32x4d backbone, crop 300, batch 12)
+through the same ``create_train_step`` the trainer uses, on pre-loaded uint8 batches already on
+the GPU (so only the step counts: device augmentation, forward, 7 losses, backward, SGD):
 
 * ``fp32``               ``amp="off"``
 * ``bf16``               ``amp="bf16"`` (autocast)

@@ -1,6 +1,7 @@
-"""Input pipeline throughput: ours versus a faithful re-implementation of the seed's pipeline.
+"""Input pipeline throughput: ours versus a faithful re-implementation of the reference DDP script's
+pipeline.
 
-Baseline (the seed, ``seed/ddp_r3net_blog.txt`` with R3Net's ``datasets.ImageFolder`` and
+Baseline (the reference DDP script, with R3Net's ``datasets.ImageFolder`` and
 ``joint_transforms``), per sample::
 
     Image.open(jpg).convert('RGB'), Image.open(png).convert('L')
@@ -11,8 +12,8 @@ Baseline (the seed, ``seed/ddp_r3net_blog.txt`` with R3Net's ``datasets.ImageFol
                              mask.rotate(angle, NEAREST)
     ToTensor + Normalize(ImageNet) for the image, ToTensor for the mask
 
-then ``default_collate`` of a batch (the seed's DataLoader, batch 12). The code below is written from
-that description (the seed's helper modules are not part of this repository).
+then ``default_collate`` of a batch (the reference DDP script's DataLoader, batch 12). The code below
+is written from that description (the script's helper modules are not part of this repository).
 
 What matters for GPU training is the work left in the DataLoader workers: rotation and
 normalisation of a batch run on the GPU (``DeviceAugment``, well under a millisecond per batch), so
@@ -20,8 +21,9 @@ the CPU's share per sample is decode, crop and flip. The headline figure is ther
 
 * ``worker_speedup``: ours, ``SaliencyTrainSet.__getitem__`` (torchvision decode, resize only when
   a side is smaller than the crop, channels-last crop and flip on uint8, angle drawn) and
-  ``collate_train`` (the training DataLoader's collate), versus the whole seed pipeline above;
-* ``full_cpu_speedup`` (secondary): ours plus the batched ``device_augment`` (rotation and
+  ``collate_train`` (the training DataLoader's collate), versus the reference DDP script's whole
+  pipeline above;
+* ``full_cpu_speedup`` (secondary): ours plus the batched ``DeviceAugment`` (rotation and
   normalisation) run on the CPU as well, the worst case for it (CPU-only training);
 * ``worker_profile_ms_per_sample``: where ours spends its time per sample (JPEG and PNG decode,
   crop/flip with the draws, collate, and the whole worker share), each the best pass over the files.
@@ -46,9 +48,9 @@ from torch.utils.data import default_collate
 from torchvision import transforms
 
 from ignite_r3net.data import (
+    DeviceAugment,
     SaliencyTrainSet,
     collate_train,
-    device_augment,
     list_pairs,
     load_image,
     load_mask,
@@ -57,23 +59,24 @@ from ignite_r3net.data import (
 from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD, draw_angle
 
 __all__ = [
-    "SeedRandomCrop",
-    "SeedRandomHorizontallyFlip",
-    "SeedRandomRotate",
-    "SeedJointTransform",
-    "SeedImageFolder",
+    "ReferenceRandomCrop",
+    "ReferenceRandomHorizontallyFlip",
+    "ReferenceRandomRotate",
+    "ReferenceJointTransform",
+    "ReferenceImageFolder",
     "bench_pipeline",
     "profile_worker",
 ]
 
 
 # ---------------------------------------------------------------------------------------------
-# The seed's pipeline (baseline). Each transform draws its parameters with ``get_params`` from a
-# ``random.Random`` (the seed used the global ``random`` module: pass ``random`` itself for that)
+# The reference DDP script's pipeline (baseline). Each transform draws its parameters with
+# ``get_params`` from a ``random.Random`` (the script used the global ``random`` module: pass
+# ``random`` itself for that)
 # and then applies them, so tests can read the draws the baseline really makes.
 
 
-class SeedRandomCrop:
+class ReferenceRandomCrop:
     """``joint_transforms.RandomCrop(size)``: resize to size x size when a side is smaller, else crop."""
 
     def __init__(self, size: int) -> None:
@@ -101,7 +104,7 @@ class SeedRandomCrop:
         return img.crop(box), mask.crop(box)
 
 
-class SeedRandomHorizontallyFlip:
+class ReferenceRandomHorizontallyFlip:
     """``joint_transforms.RandomHorizontallyFlip()``: both flipped when ``random() < 0.5``."""
 
     def get_params(self, rng: Any) -> bool:
@@ -113,7 +116,7 @@ class SeedRandomHorizontallyFlip:
         return img, mask
 
 
-class SeedRandomRotate:
+class ReferenceRandomRotate:
     """``joint_transforms.RandomRotate(degree)``: angle ``random() * 2 d - d``, PIL rotate (bilinear / nearest)."""
 
     def __init__(self, degree: float) -> None:
@@ -126,17 +129,17 @@ class SeedRandomRotate:
         return img.rotate(angle, Image.BILINEAR), mask.rotate(angle, Image.NEAREST)
 
 
-class SeedJointTransform:
+class ReferenceJointTransform:
     """``joint_transforms.Compose([RandomCrop(crop), RandomHorizontallyFlip(), RandomRotate(rotate)])``.
 
-    ``rng`` defaults to the global ``random`` module, as in the seed. ``draw(w, h)`` makes the same
-    draws, in the same order, as one call would make; ``apply(img, mask, params)`` applies them.
+    ``rng`` defaults to the global ``random`` module, as in the reference DDP script. ``draw(w, h)``
+    makes the same draws, in the same order, as one call would make; ``apply(img, mask, params)`` applies them.
     """
 
     def __init__(self, crop: int = 300, rotate: float = 10.0, rng: Any = random) -> None:
-        self.crop = SeedRandomCrop(crop)
-        self.flip = SeedRandomHorizontallyFlip()
-        self.rotate = SeedRandomRotate(rotate)
+        self.crop = ReferenceRandomCrop(crop)
+        self.flip = ReferenceRandomHorizontallyFlip()
+        self.rotate = ReferenceRandomRotate(rotate)
         self.rng = rng
 
     def draw(self, width: int, height: int) -> tuple[tuple[int, int] | None, bool, float]:
@@ -159,11 +162,11 @@ class SeedJointTransform:
         return self.apply(img, mask, self.draw(*img.size))
 
 
-class SeedImageFolder:
-    """The seed's ``datasets.ImageFolder`` over ``(image, mask)`` path pairs: PIL decode, joint
-    transform, ``ToTensor + Normalize`` for the image, ``ToTensor`` for the mask."""
+class ReferenceImageFolder:
+    """The reference DDP script's ``datasets.ImageFolder`` over ``(image, mask)`` path pairs: PIL
+    decode, joint transform, ``ToTensor + Normalize`` for the image, ``ToTensor`` for the mask."""
 
-    def __init__(self, pairs: list[tuple[Path, Path]], joint_transform: SeedJointTransform) -> None:
+    def __init__(self, pairs: list[tuple[Path, Path]], joint_transform: ReferenceJointTransform) -> None:
         self.pairs = list(pairs)
         self.joint_transform = joint_transform
         self.transform = transforms.Compose(
@@ -196,7 +199,8 @@ def bench_pipeline(
     threads: int = 1,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Samples/s of the seed's pipeline and of ours on the files of ``data_dir`` (MSRA10K layout).
+    """Samples/s of the reference DDP script's pipeline and of ours on the files of ``data_dir``
+    (MSRA10K layout).
 
     Each pass loads ``samples`` samples (rounded up to whole batches of ``batch_size``), cycling over
     the files in order; the passes of the pipelines alternate and each keeps its fastest.
@@ -204,7 +208,7 @@ def bench_pipeline(
     pairs = list_pairs(data_dir)
     n_batches = max(1, math.ceil(samples / batch_size))
     n = n_batches * batch_size
-    baseline = SeedImageFolder(pairs, SeedJointTransform(crop, rotate, random.Random(seed)))
+    baseline = ReferenceImageFolder(pairs, ReferenceJointTransform(crop, rotate, random.Random(seed)))
     ours = SaliencyTrainSet(data_dir, crop=crop, rotate=rotate)
 
     def run_baseline() -> None:
@@ -221,10 +225,12 @@ def bench_pipeline(
         for b in range(n_batches):
             ours_batch(b)
 
+    augment = DeviceAugment()  # what training runs on the device, here on the CPU
+
     def run_full_cpu() -> None:
         for b in range(n_batches):
             batch = ours_batch(b)
-            device_augment(batch["image"], batch["mask"], batch["angle"])
+            augment(batch["image"], batch["mask"], batch["angle"])
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -232,7 +238,7 @@ def bench_pipeline(
         # warm-up: file cache, lazy imports, allocator
         default_collate([baseline[k % len(pairs)] for k in range(batch_size)])
         batch = ours_batch(0)
-        device_augment(batch["image"], batch["mask"], batch["angle"])
+        augment(batch["image"], batch["mask"], batch["angle"])
         times: dict[str, list[float]] = {"baseline": [], "worker": [], "full_cpu": []}
         for _ in range(repeats):
             for name, fn in (("baseline", run_baseline), ("worker", run_worker), ("full_cpu", run_full_cpu)):

@@ -3,7 +3,8 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, evaluate, inference, gpu. See benchmarks/README.md.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, evaluate, inference, figure, gpu.
+See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
 ``--quick`` makes each benchmark short, for a first look; the full run is less noisy (8 minutes
@@ -29,14 +30,15 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "evaluate", "inference", "gpu")
-GOALS = {
+NAMES = ("pipeline", "engine", "metrics", "scaling", "evaluate", "inference", "figure", "gpu")
+GOALS: dict[str, float | None] = {
     "pipeline": 3.5,
     "engine": 0.97,
     "metrics": 2.5,
     "scaling": 1.7,
     "evaluate": 1.5,
     "inference": None,
+    "figure": None,
     "gpu": None,
 }
 
@@ -72,6 +74,11 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "quick": {"backbone": "resnet18", "size": (300, 400), "images": 3, "repeats": 2},
         "tiny": {"backbone": "resnet18", "size": (48, 64), "images": 1, "repeats": 1, "threads": (1,)},
     },
+    "figure": {
+        "full": {"n_maps": 100, "repeats": 3},
+        "quick": {"n_maps": 40, "repeats": 2},
+        "tiny": {"n_maps": 6, "size": (60, 80), "rows": 2, "repeats": 1},
+    },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
 }
 
@@ -83,7 +90,7 @@ def default_data(tiny: bool) -> Path:
     cache = Path(os.environ.get("IGNITE_R3NET_BENCH_CACHE", Path.home() / ".cache" / "ignite_r3net" / "bench"))
     if tiny:  # tests: a handful of small images
         train, _ = make_synthetic_dataset(cache / "tiny", n_train=8, n_val=1, size=(100, 140), seed=2018)
-    else:  # about the size of MSRA10K images (400x300), larger than the seed's crop of 300
+    else:  # about the size of MSRA10K images (400x300), larger than the reference DDP script's crop of 300
         train, _ = make_synthetic_dataset(cache / "msra_like", n_train=48, n_val=1, size=(300, 400), seed=2018)
     return train
 
@@ -159,6 +166,12 @@ def run_inference(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_inference(**s)
 
 
+def run_figure(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_figure import bench_figure
+
+    return bench_figure(**s)
+
+
 def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     from bench_gpu import bench_gpu
 
@@ -172,6 +185,7 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "scaling": run_scaling,
     "evaluate": run_evaluate,
     "inference": run_inference,
+    "figure": run_figure,
     "gpu": run_gpu,
 }
 
@@ -188,7 +202,8 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         return f"{name}: FAILED {r['error']}"
     if name == "pipeline":
         return (
-            f"pipeline: baseline (seed, PIL) {r['baseline_samples_per_s']:.1f} samples/s, ours DataLoader-worker "
+            f"pipeline: baseline (reference DDP script, PIL) {r['baseline_samples_per_s']:.1f} samples/s, "
+            "ours DataLoader-worker "
             f"share (GPU training) {r['ours_worker_samples_per_s']:.1f} samples/s, worker_speedup "
             f"{r['worker_speedup']:.2f}x{_goal(name, r['worker_speedup'])}; ours with rotation and "
             f"normalisation on the CPU too {r['ours_full_cpu_samples_per_s']:.1f} samples/s, "
@@ -219,6 +234,10 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         from bench_inference import format_inference
 
         return format_inference(r)
+    if name == "figure":
+        from bench_figure import format_figure
+
+        return format_figure(r)
     from bench_gpu import format_gpu
 
     return format_gpu(r)

@@ -1,29 +1,74 @@
 """Files that appear whole or not at all: written under a temporary name beside the target, then
-renamed onto it, so a reader, or a later run after an interruption, never sees half a file."""
+renamed onto it, so a reader, or a later run after an interruption, never sees half a file.
+
+``atomic_output`` is the one way this package writes a file that someone reads later: checkpoints
+(``checkpoint_io.SafeDiskSaver``), exported models, tables and JSON, plots, cache entries, saliency
+maps and the synthetic data set; ``atomic_folder`` does the same for a folder of files (the Hub
+export).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+TEMP_PREFIX = ".tmp-"
+"""Temporary files start with this (hidden, so no listing of maps or images picks them up)."""
+
 
 @contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends without
-    an error (removed otherwise), so a reader, or a later run after an interruption, never sees half
-    a file."""
+def atomic_output(path: str | Path, durable: bool = True) -> Iterator[Path]:
+    """A temporary path beside ``path`` for the block to write; when the block ends without an
+    error the file is made readable by all (0644), renamed onto ``path`` and, if ``durable``,
+    fsynced before the rename and its folder after it (so that a power loss keeps it too). On an
+    error or interruption the temporary file is removed and ``path`` is untouched.
+
+    Args:
+        path: the file to write; its folder is created.
+        durable: fsync the file and the rename. The rename alone is enough against a killed
+            process; the fsyncs cost milliseconds per file, too much for thousands of small ones.
+
+    Raises:
+        OSError: the folder or the file cannot be created, synced or renamed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
         yield tmp
+        if durable:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; what we write is read by others too
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    if durable:
+        _fsync_directory(path.parent)
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make a rename in ``folder`` durable, where the filesystem can sync a folder at all."""
+    with suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_bytes(data: bytes, path: str | Path) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_text(text: str, path: str | Path) -> None:
@@ -35,3 +80,40 @@ def write_text(text: str, path: str | Path) -> None:
 def write_json(data: Any, path: str | Path) -> None:
     """Write ``data`` as JSON atomically (floats as Python's shortest round-trip repr)."""
     write_text(json.dumps(data, indent=2) + "\n", path)
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A new temporary folder beside ``path`` for the block to fill; when the block ends without an
+    error its files are made readable by all and fsynced, and it replaces ``path`` (a folder already
+    there is removed after the swap). On an error or interruption it is removed and ``path`` is
+    untouched: a reader sees the old folder or the complete new one, never a mix of files.
+
+    Raises:
+        OSError: the folder cannot be created, synced or renamed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path.parent))
+    old = tmp.with_name(tmp.name + ".old")
+    try:
+        yield tmp
+        for file in tmp.iterdir():
+            file.chmod(0o644)  # some writers create 0600 (safetensors); the folder is shared
+            with open(file, "rb+") as f:
+                os.fsync(f.fileno())
+        tmp.chmod(0o755)  # mkdtemp creates 0700
+        _fsync_directory(tmp)
+        replacing = path.exists()
+        if replacing:  # two renames: POSIX cannot swap a folder for a non-empty one in one
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if replacing:
+                os.replace(old, path)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_directory(path.parent)

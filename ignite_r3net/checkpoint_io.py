@@ -8,9 +8,7 @@ runs), and ``find_resume_checkpoint`` picks the newest complete one of a run.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping
@@ -18,78 +16,66 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ignite.handlers import DiskSaver
+from ignite.handlers import Checkpoint
+from ignite.handlers.checkpoint import BaseSaveHandler
 
+from .atomic_files import TEMP_PREFIX, atomic_output
 from .distributed.ranks import rank_zero_only
 from .errors import CheckpointError, error_line, load_error_reason
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)\.pt$")
-TEMP_PREFIX = ".tmp-"
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(?P<priority>\d+)\.pt$")
+BEST_PATTERN = re.compile(r"^best_model_\d+_maxF=(?P<priority>[0-9.]+)\.pt$")
 
 
-class SafeDiskSaver(DiskSaver):
-    """A ``DiskSaver`` that never leaves the run without a complete checkpoint.
+class SafeDiskSaver(BaseSaveHandler):
+    """Where ignite's ``Checkpoint`` puts its files: a save handler that never leaves the run without
+    a complete checkpoint.
 
-    * The file is written to a hidden temporary name, flushed and fsynced, then renamed, so a kill
-      during a save leaves no partial file under a checkpoint name.
+    * The file is written under a hidden temporary name, fsynced and renamed (``atomic_output``),
+      so a kill during a save leaves no partial file under a checkpoint name.
     * ``Checkpoint`` asks to remove the oldest file *before* it writes the new one; this saver defers
       that removal until the next write has completed.
-    * A failed write (full disk, permissions) raises ``CheckpointError`` naming the file; the
-      earlier checkpoints are untouched.
+    * Only rank 0 writes and removes; every rank may hold one (``Checkpoint`` is built on all ranks).
+
+    Args:
+        dirname: the folder of the checkpoints (created when the first one is written).
+
+    Raises:
+        CheckpointError: (when called) the file cannot be written (full disk, permissions, a file
+            size limit); the earlier checkpoints are untouched.
+
+    Example::
+
+        >>> saver = SafeDiskSaver("runs/r3net")
+        >>> trainer.add_event_handler(Events.ITERATION_COMPLETED(every=400), Checkpoint(to_save, saver, n_saved=3))
     """
 
     def __init__(self, dirname: str | Path) -> None:
-        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=False, save_on_rank=0)
+        self.dirname = Path(dirname)
         self._pending_removal: list[str] = []
 
     @rank_zero_only
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        path = Path(self.dirname) / filename
-        self._write_atomically(checkpoint, path)
+        path = self.dirname / filename
+        try:
+            with atomic_output(path) as tmp, open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+        except OSError as e:
+            raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from e
+        except RuntimeError as e:  # torch's zip writer reports a failed write this way
+            raise CheckpointError(
+                f"cannot write checkpoint {path}: the write failed (disk full or file size limit?): {error_line(e)}"
+            ) from e
         stale, self._pending_removal = self._pending_removal, []
         for name in stale:
             if name != filename:
-                (Path(self.dirname) / name).unlink(missing_ok=True)
+                (self.dirname / name).unlink(missing_ok=True)
 
     @rank_zero_only  # other ranks never write, so never remove
     def remove(self, filename: str) -> None:
         self._pending_removal.append(filename)
-
-    @staticmethod
-    def _write_atomically(checkpoint: Mapping, path: Path) -> None:
-        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; checkpoints are shared artefacts
-            os.replace(tmp_name, path)
-            _fsync_directory(path.parent)  # the rename itself must survive a power loss
-        except BaseException as e:
-            Path(tmp_name).unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise CheckpointError(f"cannot write checkpoint {path}: {e.strerror or e}") from e
-            if isinstance(e, RuntimeError):  # torch's zip writer reports a failed write this way
-                raise CheckpointError(
-                    f"cannot write checkpoint {path}: the write failed (disk full or file size limit?): {error_line(e)}"
-                ) from e
-            raise
-
-
-def _fsync_directory(dirname: Path) -> None:
-    try:
-        fd = os.open(dirname, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the file itself is already synced
-    finally:
-        os.close(fd)
 
 
 def remove_stale_temporaries(dirname: str | Path) -> None:
@@ -98,16 +84,44 @@ def remove_stale_temporaries(dirname: str | Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def list_checkpoints(dirname: str | Path) -> list[tuple[int, Path]]:
-    """Periodic checkpoints in ``dirname`` as (iteration, path), oldest first."""
+def saved_files(dirname: str | Path, pattern: re.Pattern[str]) -> list[tuple[float, Path]]:
+    """The files in ``dirname`` whose names match ``pattern``, as (priority, path), lowest first; the
+    priority is the pattern's ``priority`` group (an iteration, a score)."""
     found = []
     d = Path(dirname)
     if d.is_dir():
         for p in d.iterdir():
-            m = CHECKPOINT_PATTERN.match(p.name)
+            m = pattern.match(p.name)
             if m:
-                found.append((int(m.group(1)), p))
+                found.append((float(m["priority"]), p))
     return sorted(found)
+
+
+def list_checkpoints(dirname: str | Path) -> list[tuple[int, Path]]:
+    """Periodic checkpoints in ``dirname`` as (iteration, path), oldest first."""
+    return [(int(it), p) for it, p in saved_files(dirname, CHECKPOINT_PATTERN)]
+
+
+def continue_rotation(checkpointer: Checkpoint, saver: SafeDiskSaver, pattern: re.Pattern[str]) -> None:
+    """Count the files a resumed run already has in ``saver``'s folder (names matching ``pattern``)
+    among those ``checkpointer`` keeps, so that it goes on replacing them; files beyond its
+    ``n_saved`` (a resume with a smaller ``--keep``) are removed now, as ignite removes one per save.
+
+    ``Checkpoint.load_state_dict`` is ignite's public way to restore that list; ``{"_saved":
+    [(priority, filename), ...]}`` is the documented format of ``Checkpoint.state_dict()`` (the
+    underscore is ignite's spelling of the key, not an attribute reached into)."""
+    saved = saved_files(saver.dirname, pattern)
+    keep = checkpointer.n_saved or len(saved)
+    _remove([p for _, p in saved[:-keep]])
+    saved = saved[-keep:]
+    if saved:
+        checkpointer.load_state_dict({"_saved": [(priority, p.name) for priority, p in saved]})
+
+
+@rank_zero_only
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:

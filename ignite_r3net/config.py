@@ -1,6 +1,6 @@
 """The training recipe: one dataclass, saved as ``config.json`` beside every run.
 
-Defaults are the seed script's recipe (SGD, poly LR, 8000 iterations of 12 images per process,
+Defaults are the reference DDP script's recipe (SGD, poly LR, 8000 iterations of 12 images per process,
 crop 300, flip, rotation 10, checkpoints every 400 iterations). The command line is generated from
 the fields below, so ``--help`` and this file cannot drift apart.
 """
@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
 from .options.shared import BACKENDS
@@ -67,7 +68,8 @@ class TrainConfig:
     init_from: str | None = option(
         None,
         "start a new run (iteration 1, fresh optimiser and schedule) from the weights of a trained "
-        "model: any checkpoint_N.pt or best_model_*.pt of ours, or an original R3Net release file; "
+        "model: any checkpoint_N.pt or best_model_*.pt of ours, an original R3Net release file, or "
+        "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); "
         "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
         "nothing but the weights is taken; --backbone must match them",
     )
@@ -131,7 +133,7 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        write_text(self.to_json() + "\n", path)
 
     def validate(self) -> None:
         """Raise ``OptionError`` naming the first option whose value is wrong whatever the data,

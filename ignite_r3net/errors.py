@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -99,6 +100,13 @@ def load_error_reason(e: BaseException) -> str:
     ):
         return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
     return error_line(e)
+
+
+def listing(names: Iterable[object], limit: int = 20) -> str:
+    """Names for a one-line message: the first ``limit``, then ``(+N more)``: ``a, b, c (+7 more)``."""
+    shown = [str(n) for n in names]
+    more = len(shown) - limit
+    return ", ".join(shown[:limit]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def warn(message: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -77,18 +77,21 @@ def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
     return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
+MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
+"""An evaluator step's output: the 8-bit (H, W) maps and masks of its images."""
+
+
 def create_evaluator(
     model: nn.Module, device: torch.device, amp: str = "off", size: int | None = None, max_side: int | None = None
 ) -> Engine:
     """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image at its
-    own size (the model run at ``inference_shape``), plus ``names`` in ``engine.state.names`` for
-    whoever saves or scores the maps by name."""
+    own size (the model run at ``inference_shape``; the batch, with the images' ``name``, stays in
+    ``engine.state.batch`` for whoever saves or scores the maps by name)."""
 
-    def eval_step(engine: Engine, batch: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         images = batch["image"].to(device, non_blocking=True)
         maps = predict_maps(model, images, amp, size, max_side)
         gts = batch["mask"].to(device, non_blocking=True).squeeze(1)
-        engine.state.names = list(batch["name"])
         return list(maps), list(gts)
 
     engine = Engine(eval_step)
@@ -97,13 +100,19 @@ def create_evaluator(
     return engine
 
 
+def evaluator_step(engine: Engine) -> tuple[dict[str, Any], MapsAndMasks]:
+    """The batch and the output of the evaluator's current step (ignite annotates ``State.batch``
+    and ``State.output`` as ``int``)."""
+    return cast(dict[str, Any], engine.state.batch), cast(MapsAndMasks, engine.state.output)
+
+
 def attach_scoring(evaluator: Engine, metric: Metric) -> None:
     """Feed every step's ``(maps, gts, names)`` to ``metric`` (after the handlers added before this
     one, e.g. a CRF refinement)."""
 
     def update(engine: Engine) -> None:
-        maps, gts = engine.state.output
-        metric.update((maps, gts, engine.state.names))
+        batch, (maps, gts) = evaluator_step(engine)
+        metric.update((maps, gts, list(batch["name"])))
 
     evaluator.add_event_handler(Events.ITERATION_COMPLETED, update)
 

@@ -97,3 +97,16 @@ def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert result[key] > 0, (key, result)
     assert result["settings"]["images"] == 4
     assert bench_run.format_line("evaluate", result).startswith("evaluate: 4 images, 1 process")
+
+
+@pytest.mark.slow
+def test_figure_tiny() -> None:
+    """``--only figure`` at its tiny settings: the runner, every key and the printed line."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    result = bench_run.RUNNERS["figure"](Path(), dict(bench_run.SETTINGS["figure"]["tiny"]))
+    for key in ("scoring_s", "per_image_mae_s", "mae_share", "png_default_s", "png_ours_s", "png_speedup", "pdf_s"):
+        assert result[key] > 0, (key, result)
+    assert result["rows"] == 2 and result["png_ours_bytes"] > 0 and result["png_default_bytes"] > 0
+    assert bench_run.format_line("figure", result).startswith("figure: 3 methods x 6 maps of 60x80: scoring")

@@ -61,6 +61,8 @@ def _args(bench: Path, out: Path, methods: tuple[str, ...] = ("M1", "M2", "M3"),
         *(f"{m}={bench / 'methods' / m}" for m in methods),
         "--out",
         str(out),
+        "--show",
+        "0",  # the visual comparison has tests of its own (test_visual_comparison.py)
         *extra,
     ]
 
@@ -312,7 +314,7 @@ def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     # D: the masks folder of a DUTS-layout folder (the images are found beside it); R: the folder itself
     datasets = [f"D={data / 'masks'}", f"R={data}"]
     args = ["compare", "--datasets", *datasets, "--methods", f"Ours={ckpt}", "--out", str(out), *common]
-    assert cli.main(args) == 0
+    assert cli.main([*args, "--show", "2"]) == 0
     first = capsys.readouterr().out
     assert "maps of Ours: inference on D, R" in first and _scored(first) == ["Ours on D", "Ours on R"]
     assert sorted(p.name for p in (out / "maps" / "Ours" / "D").glob("*.png")) == ["p0.png", "p1.png", "p2.png"]
@@ -322,9 +324,13 @@ def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
         got = results[name]["Ours"]
         assert got["count"] == 3 and all(got[k] == expected[k] for k in METRIC_KEYS)  # the same code, exactly
 
-    assert cli.main(args) == 0  # maps and scores kept: no inference, nothing scored
+    figure = json.loads((out / "figures" / "visual_D.json").read_text())  # the checkpoint's maps, drawn
+    assert figure["columns"] == ["Image", "GT", "Ours"] and len(figure["stems"]) == 2
+
+    assert cli.main([*args, "--show", "2"]) == 0  # maps and scores kept: no inference, nothing scored
     second = capsys.readouterr().out
     assert "maps of Ours: kept" in second and _scored(second) == []
+    assert "figure of D: kept" in second
 
     assert cli.main([*args, "--max-side", "24"]) == 0  # another inference size: the maps are made again
     third = capsys.readouterr().out

@@ -1,4 +1,5 @@
-"""Augmentation: same distribution and semantics as the seed's PIL pipeline, image and mask aligned."""
+"""Augmentation: same distribution and semantics as the reference DDP script's PIL pipeline, image
+and mask aligned."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 
@@ -16,7 +16,6 @@ from ignite_r3net.data import (
     DeviceAugment,
     JointCropFlip,
     SaliencyTrainSet,
-    device_augment,
     draw_angle,
     normalize_image,
     sample_seed,
@@ -91,7 +90,8 @@ def test_small_images_are_resized_to_crop() -> None:
     image, out_mask = JointCropFlip(24)(ramp, mask, _gen(0))
     assert image.shape == (3, 24, 24) and out_mask.shape == (1, 24, 24)
     assert image.dtype == torch.uint8 and out_mask.dtype == torch.uint8
-    # Like the seed: both resized to crop x crop (PIL bilinear / nearest), then the crop is the whole.
+    # Like the reference DDP script: both resized to crop x crop (PIL bilinear / nearest), then the
+    # crop is the whole.
     pil = np.asarray(Image.fromarray(ramp.permute(1, 2, 0).numpy()).resize((24, 24), Image.BILINEAR))
     ours = image.permute(1, 2, 0).numpy()
     if not np.array_equal(ours, pil):
@@ -158,7 +158,8 @@ def test_rotation_matches_pil_rotate() -> None:
     images = torch.from_numpy(smooth).permute(2, 0, 1).unsqueeze(0).repeat(4, 1, 1, 1)
     masks = torch.from_numpy(mask).view(1, 1, size, size).repeat(4, 1, 1, 1)
     angles = torch.tensor([7.3, -9.1, 3.0, 30.0])
-    x, y = device_augment(images, masks, angles, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    x, y = DeviceAugment()(images, masks, angles)
+    x = _unnormalize(x)
     interior = (xx - size / 2) ** 2 + (yy - size / 2) ** 2 < (0.4 * size) ** 2
     for k, angle in enumerate(angles.tolist()):
         pil_img = np.asarray(Image.fromarray(smooth).rotate(angle, Image.BILINEAR)) / 255.0
@@ -168,7 +169,7 @@ def test_rotation_matches_pil_rotate() -> None:
         assert diff < 3 / 255, (angle, diff * 255)
         assert (np.round(y[k, 0].numpy()) == pil_mask).mean() > 0.98
         # Black fill in the corners like PIL (zero before normalisation).
-        assert ours[0, 0].max() == 0 and pil_img[0, 0].max() == 0
+        assert np.abs(ours[0, 0]).max() < 1e-6 and pil_img[0, 0].max() == 0
     # The opposite sign would not pass: the comparison can tell the conventions apart.
     wrong = np.asarray(Image.fromarray(smooth).rotate(-30.0, Image.BILINEAR)) / 255.0
     assert np.abs(x[3].permute(1, 2, 0).numpy() - wrong)[interior].mean() > 10 / 255
@@ -177,27 +178,20 @@ def test_rotation_matches_pil_rotate() -> None:
 def test_no_rotation_is_plain_normalisation() -> None:
     images = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
     masks = torch.tensor([0, 128, 255], dtype=torch.uint8).repeat(2, 1, 8, 3)[..., :8]
-    x, y = device_augment(images, masks, torch.zeros(2))
-    x2, _ = DeviceAugment(rotate_enabled=False)(images, masks, torch.full((2,), 5.0))
-    assert torch.allclose(x, normalize_image(images)) and torch.allclose(x2, x)
+    x, y = DeviceAugment()(images, masks, torch.zeros(2))
+    assert torch.allclose(x, normalize_image(images))
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(x, (images.float() / 255 - mean) / std, atol=1e-6)
-    # Soft masks stay soft: value / 255 like the seed's ToTensor.
+    # Soft masks stay soft: value / 255 like the reference DDP script's ToTensor.
     assert torch.allclose(y, masks.float() / 255)
     assert normalize_image(images[0]).shape == (3, 8, 8)
 
 
-@pytest.mark.parametrize("flip", [True, False])
-def test_same_key_same_sample(flip: bool) -> None:
+def test_same_key_same_sample() -> None:
     image = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8)
     mask = torch.randint(0, 256, (1, 40, 50), dtype=torch.uint8)
-    t = JointCropFlip(32, flip=flip)
+    t = JointCropFlip(32)
     a = t(image, mask, _gen(5))
     b = t(image, mask, _gen(5))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    # Angles do not depend on whether flipping is enabled (the flip draw is always made).
-    g1, g2 = _gen(9), _gen(9)
-    JointCropFlip(32, flip=True)(image, mask, g1)
-    JointCropFlip(32, flip=False)(image, mask, g2)
-    assert draw_angle(g1, 10) == draw_angle(g2, 10)

@@ -23,7 +23,7 @@ from PIL import Image
 from ignite_r3net import cli
 from ignite_r3net.data import normalize_image
 from ignite_r3net.export import writer as export
-from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING, read_metadata
+from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING
 from ignite_r3net.model import R3Net, build_model, read_trained_weights
 
 # both differ from the size traced (64x96) and checked at export (45x71); the first is below the
@@ -92,7 +92,7 @@ def test_contract_is_in_the_files(exported_onnx: Path, exported_torchscript: Pat
     extra = {METADATA_FILE: ""}
     torch.jit.load(str(exported_torchscript), _extra_files=extra)
     ts_meta = json.loads(extra[METADATA_FILE])
-    for meta in (onnx_meta, ts_meta, read_metadata(exported_onnx), read_metadata(exported_torchscript)):
+    for meta in (onnx_meta, ts_meta):
         assert meta["backbone"] == "resnet18" and meta["source"] == "best_model_1_maxF=0.5000.pt"
         assert "uint8 (N, 3, H, W)" in meta["input"] and "float32 (N, 1, H, W)" in meta["output"]
         assert "0.485" in meta["preprocessing"]
@@ -175,7 +175,10 @@ def test_training_checkpoint_exports_with_the_backbone_of_its_run(
     out = tmp_path / "exported" / "r3net.pt"
     args = ["export", "--checkpoint", str(run_dir / "checkpoint_3.pt"), "--format", "torchscript"]
     assert cli.main([*args, "--output", str(out)]) == 0
-    assert read_metadata(out)["backbone"] == "resnet18" and read_metadata(out)["source"] == "checkpoint_3.pt"
+    extra = {METADATA_FILE: ""}
+    torch.jit.load(str(out), _extra_files=extra)
+    metadata = json.loads(extra[METADATA_FILE])
+    assert metadata["backbone"] == "resnet18" and metadata["source"] == "checkpoint_3.pt"
     images = _images(1, 50, 40, seed=3)
     with torch.no_grad():
         assert float((torch.jit.load(str(out))(images) - reference(normalize_image(images))).abs().max()) <= TOLERANCE

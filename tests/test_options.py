@@ -77,7 +77,7 @@ def test_python_callers_get_the_command_line_checks(tmp_path: Path) -> None:
         evaluate(EvaluateOptions(checkpoint="c.pt", data=["d"], inference=InferenceOptions(workers=-2)))
     with pytest.raises(OptionError, match=r"^give one of --checkpoint and --maps$"):
         evaluate(EvaluateOptions(data=["d"]))
-    with pytest.raises(OptionError, match=r"^--format must be one of onnx, torchscript, got 'tflite'$"):
+    with pytest.raises(OptionError, match=r"^--format must be one of onnx, torchscript, hub, got 'tflite'$"):
         export_model(ExportOptions(checkpoint="c.pt", format="tflite", output=str(tmp_path / "m.tflite")))
     with pytest.raises(OptionError, match=r"^--opset applies to --format onnx only$"):
         export_model(ExportOptions(checkpoint="c.pt", format="torchscript", output="m.pt", opset=18))

@@ -70,6 +70,8 @@ def test_every_command_checks_its_outputs_first(
     assert f"--json {base / 'r.json'}" in _one_error_line(maps_json, capsys)
     export = ["export", "--checkpoint", checkpoint, "--format", "torchscript", "--output", str(base / "m.pt")]
     assert f"--output {base / 'm.pt'}" in _one_error_line(export, capsys)
+    hub = ["export", "--checkpoint", checkpoint, "--format", "hub", "--output", str(base / "hub")]
+    assert f"--output {base / 'hub'}" in _one_error_line(hub, capsys)
 
 
 def test_checks_leave_nothing_behind_and_name_what_is_wrong(tmp_path: Path) -> None:

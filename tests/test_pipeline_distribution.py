@@ -1,11 +1,11 @@
-"""Our augmentation draws from the same distribution as the seed's pipeline.
+"""Our augmentation draws from the same distribution as the reference DDP script's pipeline.
 
-The seed side is the baseline of ``benchmarks/bench_pipeline.py`` (a re-implementation of the seed's
-``joint_transforms`` with ``random``); ours is read back from what ``SaliencyTrainSet`` really
-returns for a coordinate image (crop offsets, flips) and its angles. The two samples are compared
-with two-sample tests (Kolmogorov-Smirnov on offsets and angles, a two-proportion test on flips);
-``tests/test_data_transforms.py`` already checks ours alone against the ideal distributions.
-Seeds are fixed, so the tests are deterministic.
+The reference side is the baseline of ``benchmarks/bench_pipeline.py`` (a re-implementation of
+the reference DDP script's ``joint_transforms`` with ``random``); ours is read back from what
+``SaliencyTrainSet`` really returns for a coordinate image (crop offsets, flips) and its angles.
+The two samples are compared with two-sample tests (Kolmogorov-Smirnov on offsets and angles, a
+two-proportion test on flips); ``tests/test_data_transforms.py`` already checks ours alone against
+the ideal distributions. Seeds are fixed, so the tests are deterministic.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ignite_r3net.data import SaliencyTrainSet, device_augment, sample_seed
+from ignite_r3net.data import DeviceAugment, SaliencyTrainSet, sample_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_pipeline import SeedImageFolder, SeedJointTransform  # noqa: E402
+from bench_pipeline import ReferenceImageFolder, ReferenceJointTransform  # noqa: E402
 
 H, W, CROP, ROTATE, N = 40, 56, 24, 10.0, 3000
 
@@ -61,26 +61,26 @@ def draws(coord_folder: Path) -> dict[str, dict[str, np.ndarray]]:
         o["x"].append(int(red.min()))
         o["y"].append(int(green.min()))
         o["angle"].append(float(item["angle"]))
-    seed = SeedJointTransform(CROP, ROTATE, random.Random(5))
+    reference = ReferenceJointTransform(CROP, ROTATE, random.Random(5))
     s = {"x": [], "y": [], "flip": [], "angle": []}
     for _ in range(N):
-        (x, y), flip, angle = seed.draw(W, H)
+        (x, y), flip, angle = reference.draw(W, H)
         s["x"].append(x)
         s["y"].append(y)
         s["flip"].append(flip)
         s["angle"].append(angle)
-    return {"ours": {k: np.array(v) for k, v in o.items()}, "seed": {k: np.array(v) for k, v in s.items()}}
+    return {"ours": {k: np.array(v) for k, v in o.items()}, "reference": {k: np.array(v) for k, v in s.items()}}
 
 
 @pytest.mark.parametrize("key, span", [("x", W - CROP), ("y", H - CROP)])
 def test_crop_offsets_same_uniform_range(draws: dict, key: str, span: int) -> None:
-    ours, seed = draws["ours"][key], draws["seed"][key]
+    ours, reference = draws["ours"][key], draws["reference"][key]
     # same support: every offset 0..span reached by both, nothing outside it
-    assert set(ours.tolist()) == set(seed.tolist()) == set(range(span + 1))
-    d, p = _ks_2samp(ours.astype(float), seed.astype(float))
+    assert set(ours.tolist()) == set(reference.tolist()) == set(range(span + 1))
+    d, p = _ks_2samp(ours.astype(float), reference.astype(float))
     assert p > 0.001, (key, d, p)
     # and the same per-offset frequencies (chi-square homogeneity, 2 x (span+1) table)
-    counts = np.stack([np.bincount(ours, minlength=span + 1), np.bincount(seed, minlength=span + 1)])
+    counts = np.stack([np.bincount(ours, minlength=span + 1), np.bincount(reference, minlength=span + 1)])
     expected = counts.sum(0, keepdims=True) * counts.sum(1, keepdims=True) / counts.sum()
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     dof = span
@@ -88,7 +88,7 @@ def test_crop_offsets_same_uniform_range(draws: dict, key: str, span: int) -> No
 
 
 def test_flip_rate_same(draws: dict) -> None:
-    a, b = draws["ours"]["flip"].mean(), draws["seed"]["flip"].mean()
+    a, b = draws["ours"]["flip"].mean(), draws["reference"]["flip"].mean()
     pooled = (a + b) / 2
     z = (a - b) / math.sqrt(pooled * (1 - pooled) * 2 / N)
     assert abs(z) < 3.3, (a, b, z)
@@ -96,10 +96,11 @@ def test_flip_rate_same(draws: dict) -> None:
 
 
 def test_angles_same_uniform_distribution(draws: dict) -> None:
-    ours, seed = draws["ours"]["angle"], draws["seed"]["angle"]
-    assert ours.min() >= -ROTATE and ours.max() < ROTATE and seed.min() >= -ROTATE and seed.max() < ROTATE
+    ours, reference = draws["ours"]["angle"], draws["reference"]["angle"]
+    assert ours.min() >= -ROTATE and ours.max() < ROTATE
+    assert reference.min() >= -ROTATE and reference.max() < ROTATE
     assert ours.min() < -ROTATE + 0.05 and ours.max() > ROTATE - 0.05  # both ends of the range reached
-    d, p = _ks_2samp(ours, seed)
+    d, p = _ks_2samp(ours, reference)
     assert p > 0.001, (d, p)
 
 
@@ -108,15 +109,16 @@ def test_small_images_resized_by_both(coord_folder: Path, tmp_path: Path) -> Non
     ours = SaliencyTrainSet(coord_folder, crop=64, rotate=0)
     item = ours[(0, 3)]
     assert item["image"].shape == (3, 64, 64)
-    seed = SeedJointTransform(64, 0.0, random.Random(0))
-    crop, _, _ = seed.draw(W, H)
+    reference = ReferenceJointTransform(64, 0.0, random.Random(0))
+    crop, _, _ = reference.draw(W, H)
     assert crop is None
 
 
 def test_same_draws_give_same_sample(coord_folder: Path) -> None:
-    """Given our draws, the seed pipeline produces the same tensors (up to interpolation details)."""
+    """Given our draws, the reference DDP script's pipeline produces the same tensors (up to
+    interpolation details)."""
     ours = SaliencyTrainSet(coord_folder, crop=CROP, rotate=ROTATE)
-    baseline = SeedImageFolder(ours.pairs, SeedJointTransform(CROP, ROTATE))
+    baseline = ReferenceImageFolder(ours.pairs, ReferenceJointTransform(CROP, ROTATE))
     for i in range(20):
         key = (0, sample_seed(3, 0, i))
         item = ours[key]
@@ -125,8 +127,8 @@ def test_same_draws_give_same_sample(coord_folder: Path) -> None:
         img = Image.open(ours.pairs[0][0]).convert("RGB")
         mask = Image.open(ours.pairs[0][1]).convert("L")
         img, mask = baseline.joint_transform.apply(img, mask, params)
-        x_seed, y_seed = baseline.transform(img), baseline.target_transform(mask)
-        x, y = device_augment(item["image"][None], item["mask"][None], item["angle"][None])
+        x_ref, y_ref = baseline.transform(img), baseline.target_transform(mask)
+        x, y = DeviceAugment()(item["image"][None], item["mask"][None], item["angle"][None])
         inner = (slice(4, -4), slice(4, -4))  # the rotated border differs by sub-pixel filtering
-        assert (x[0][(slice(None), *inner)] - x_seed[(slice(None), *inner)]).abs().mean() < 0.05, i
-        assert (y[0][(slice(None), *inner)] == y_seed[(slice(None), *inner)]).float().mean() > 0.97, i
+        assert (x[0][(slice(None), *inner)] - x_ref[(slice(None), *inner)]).abs().mean() < 0.05, i
+        assert (y[0][(slice(None), *inner)] == y_ref[(slice(None), *inner)]).float().mean() > 0.97, i

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation import crf
@@ -114,3 +114,77 @@ def test_crf_refines_when_installed(tmp_path: Path, checkpoint: Path) -> None:
     assert _predict(checkpoint, tmp_path / "out", tmp_path / "a.png", extra=("--crf",)) == 0
     with Image.open(tmp_path / "out" / "a.png") as im:
         assert im.size == (36, 24)
+
+
+def _exif_rotated_jpeg(path: Path, h: int, w: int) -> None:
+    """A JPEG stored ``h`` x ``w`` whose EXIF orientation (6: rotate 90 degrees clockwise) shows it ``w`` x ``h``."""
+    rng = np.random.default_rng(5)
+    small = rng.integers(0, 256, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)  # blocks: few JPEG artefacts
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(np.kron(small, np.ones((8, 8, 1), np.uint8))[:h, :w]).save(path, exif=exif, quality=95)
+
+
+def _displayed(path: Path) -> np.ndarray:
+    """The image as a viewer shows it, decoded by PIL (not by the package): RGB, EXIF orientation applied."""
+    with Image.open(path) as im:
+        return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+
+
+def test_cutout_is_the_image_with_the_map_as_alpha(tmp_path: Path, spread_checkpoint: Path) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _image(photos / "flat.png", 40, 56, seed=3)
+    _exif_rotated_jpeg(photos / "turned.jpg", 48, 72)
+    assert _predict(spread_checkpoint, tmp_path / "maps", photos) == 0
+    assert _predict(spread_checkpoint, tmp_path / "cutouts", photos, extra=("--cutout",)) == 0
+    assert sorted(p.name for p in (tmp_path / "cutouts").iterdir()) == ["flat.png", "turned.png"]
+    for stem in ("flat", "turned"):
+        with Image.open(tmp_path / "cutouts" / f"{stem}.png") as im:
+            assert im.mode == "RGBA"
+            cutout = np.asarray(im)
+        with Image.open(tmp_path / "maps" / f"{stem}.png") as im:
+            saliency = np.asarray(im)
+        np.testing.assert_array_equal(cutout[..., 3], saliency)  # the alpha is predict's map, bit for bit
+        source = photos / ("flat.png" if stem == "flat" else "turned.jpg")
+        displayed = _displayed(source)
+        assert cutout.shape[:2] == displayed.shape[:2]
+        if stem == "flat":  # lossless: the very pixels
+            np.testing.assert_array_equal(cutout[..., :3], displayed)
+        else:  # JPEG: another decoder may differ by a level or two, never by the orientation
+            assert cutout.shape[:2] == (72, 48)
+            assert np.abs(cutout[..., :3].astype(int) - displayed).max() <= 3
+    assert len(np.unique(saliency)) > 10  # a soft alpha: the model's maps span many levels
+
+
+def test_threshold_gives_a_hard_alpha_and_binary_maps(tmp_path: Path, spread_checkpoint: Path) -> None:
+    _image(tmp_path / "a.png", 48, 64, seed=4)
+    assert _predict(spread_checkpoint, tmp_path / "soft", tmp_path / "a.png") == 0
+    threshold = 0.5
+    extra = ("--threshold", str(threshold))
+    assert _predict(spread_checkpoint, tmp_path / "cut", tmp_path / "a.png", extra=("--cutout", *extra)) == 0
+    assert _predict(spread_checkpoint, tmp_path / "hard", tmp_path / "a.png", extra=extra) == 0
+    soft = np.asarray(Image.open(tmp_path / "soft" / "a.png")).astype(np.float64)
+    expected = np.where(soft / 255 >= threshold, 255, 0)
+    assert 0 < (expected == 255).mean() < 1  # both kinds of pixel occur
+    alpha = np.asarray(Image.open(tmp_path / "cut" / "a.png"))[..., 3]
+    assert set(np.unique(alpha)) <= {0, 255}
+    np.testing.assert_array_equal(alpha, expected)
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "hard" / "a.png")), expected)
+
+
+def test_threshold_out_of_range_is_one_line(tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    _image(tmp_path / "a.png", 20, 20)
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "a.png", extra=("--cutout", "--threshold", "1.5")) == 2
+    assert capsys.readouterr().err.strip() == "error: --threshold must be between 0 and 1, got 1.5"
+    assert not (tmp_path / "out").exists()
+
+
+def test_cutout_from_an_exported_onnx_model(tmp_path: Path, exported_onnx: Path) -> None:
+    _image(tmp_path / "a.png", 40, 52, seed=6)
+    common = ["predict", "--model", str(exported_onnx), "--workers", "0", "--input", str(tmp_path / "a.png")]
+    assert cli.main([*common, "--output", str(tmp_path / "maps")]) == 0
+    assert cli.main([*common, "--output", str(tmp_path / "cut"), "--cutout"]) == 0
+    cutout = np.asarray(Image.open(tmp_path / "cut" / "a.png"))
+    np.testing.assert_array_equal(cutout[..., 3], np.asarray(Image.open(tmp_path / "maps" / "a.png")))
+    np.testing.assert_array_equal(cutout[..., :3], _displayed(tmp_path / "a.png"))

@@ -26,12 +26,16 @@ from helpers import (
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ignite_r3net import cli
-from ignite_r3net.training.optim import poly_lr
 
 pytestmark = pytest.mark.timeout(300)
 
 ITERS = REFERENCE_ITERS
 SAVED = [REFERENCE_EVERY, 2 * REFERENCE_EVERY, ITERS]  # 5, 10 and the last iteration
+
+
+def poly_lr(base_lr: float, iteration: int, iters: int, power: float) -> float:
+    """The reference DDP script's poly LR for 1-based ``iteration``: what the scheduler must give."""
+    return base_lr * (1 - (iteration - 1) / iters) ** power
 
 
 def test_log_has_config_and_one_line_per_iteration(reference_run):

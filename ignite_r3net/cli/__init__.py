@@ -1,11 +1,11 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``,
 ``make-data``, ``check-data``.
 
-Argument parsing only: each command's options and entry function live in the module of this package
-named for it (``train``, ``evaluation``, ``compare``, ``data``). The flags of ``train`` are generated
-from ``TrainConfig`` and those of ``evaluate``, ``predict``, ``compare`` and ``export`` from their
-options dataclasses (``ignite_r3net.options``) by ``common.add_options``, so every option's
-``--help`` shows its default. A ``UserError`` from any command becomes one ``error: ...`` line.
+Argument parsing only: each command's parser and entry call live in the module of this package
+named for it (``data`` holds both data tools). The flags of ``train`` are generated from
+``TrainConfig`` and those of ``evaluate``, ``predict``, ``compare`` and ``export`` from their options
+dataclasses (``ignite_r3net.options``) by ``common.add_options``, so every option's ``--help`` shows
+its default. A ``UserError`` from any command becomes one ``error: ...`` line.
 
 The options need no torch (their choices come from torch-free modules) and each entry function
 imports its command's code, so ``--help`` answers at once and a process imports only what its
@@ -22,7 +22,9 @@ from pathlib import Path
 from ..errors import Terminated, UserError, error_line
 from .compare import add_compare
 from .data import add_check_data, add_make_data
-from .evaluation import add_evaluate, add_export, add_predict
+from .evaluate import add_evaluate
+from .export import add_export
+from .predict import add_predict
 from .train import add_train
 
 Handler = Callable[[argparse.Namespace], int]

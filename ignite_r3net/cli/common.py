@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import importlib
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..options.fields import flag_of, is_group, is_option
@@ -16,18 +19,22 @@ T = TypeVar("T")
 
 def with_default(help_text: str, default: Any) -> str:
     """``help_text`` ending in ``(default: ...)``, unless there is no default (None) or the text
-    already says what the default is. argparse expands ``%(default)s`` in help texts (its documented
-    way; ``ArgumentDefaultsHelpFormatter`` would add it to every option)."""
+    already says what the default is. (argparse's ``ArgumentDefaultsHelpFormatter`` would add it to
+    every option, and its ``%(default)s`` cannot show a default that ``add_options`` suppresses.)"""
     if default is None or "default" in help_text:
         return help_text
-    return help_text + " (default: %(default)s)"
+    return f"{help_text} (default: {default})"
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
     """One flag per option field of the dataclass ``cls`` and of the groups it composes, in field
-    order, with the field's help text (or ``help_texts[name]``), default, choices and argparse extras.
+    order, with the field's help text (or ``help_texts[name]``), choices and argparse extras.
     A field without a default is a required flag; fields sharing ``one_of`` form a required group
-    of mutually exclusive flags, fields sharing ``exclusive`` an optional one."""
+    of mutually exclusive flags, fields sharing ``exclusive`` an optional one.
+
+    The parsed namespace holds only the options given (argparse's default is suppressed; the help
+    text shows the field's default): ``given_options`` tells them apart, ``options_from_args``
+    leaves the rest to the dataclass's defaults."""
     hints = typing.get_type_hints(cls)
     exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
     for f in dataclasses.fields(cls):
@@ -38,18 +45,22 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
             continue
         kwargs = dict(f.metadata["argparse"])
         kind = _option_type(hints[f.name])
+        default = None
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
         else:
-            kwargs["default"] = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), kwargs.get("default"))
+            make_default = typing.cast(Callable[[], Any], f.default_factory)
+            default = make_default() if f.default is dataclasses.MISSING else f.default
+            kwargs["default"] = argparse.SUPPRESS
+        kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), default)
         if kind is bool:
             kwargs.setdefault("action", argparse.BooleanOptionalAction)
         else:
             kwargs["type"] = kind
         target: Any = parser
-        if f.metadata.get("one_of") or f.metadata.get("exclusive"):
-            key = (f.metadata.get("one_of") or f.metadata.get("exclusive"), bool(f.metadata.get("one_of")))
+        group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
+        if group_name:
+            key = (group_name, bool(f.metadata.get("one_of")))
             if key not in exclusive:
                 exclusive[key] = parser.add_mutually_exclusive_group(required=key[1])
             target = exclusive[key]
@@ -66,12 +77,31 @@ def _option_type(hint: object) -> type:
     return typing.cast(type, hint)
 
 
+def given_options(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The options of the dataclass ``cls`` (not of its groups) given on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if is_option(f) and hasattr(args, f.name)}
+
+
 def options_from_args(cls: type[T], args: argparse.Namespace) -> T:
-    """The ``cls`` instance the parsed command line describes (``add_options`` made its flags)."""
-    values: dict[str, Any] = {}
+    """The ``cls`` instance the parsed command line describes (``add_options`` made its flags):
+    the options given, and the dataclass's defaults for the others."""
+    values = given_options(cls, args)
     for f in dataclasses.fields(typing.cast(Any, cls)):
         if is_group(f):
             values[f.name] = options_from_args(typing.cast(type, f.default_factory), args)
-        elif is_option(f):
-            values[f.name] = getattr(args, f.name)
     return cls(**values)
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, cls: type, entry: str, **parser_kwargs: Any) -> None:
+    """The subcommand ``name``: its flags come from the options dataclass ``cls``, and it calls
+    ``entry`` (``"module:function"``, imported only when the command runs, so that ``--help`` and
+    the other commands never import it) with the options the command line describes."""
+    parser = sub.add_parser(name, **parser_kwargs)
+    add_options(parser, cls)
+    parser.set_defaults(handler=functools.partial(_run_entry, cls, entry))
+
+
+def _run_entry(cls: type, entry: str, args: argparse.Namespace) -> int:
+    module, function = entry.split(":")
+    getattr(importlib.import_module(module), function)(options_from_args(cls, args))
+    return 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..config import TrainConfig
 from ..model import BACKBONES
-from .common import add_options, options_from_args
+from .common import add_options, given_options
 
 
 def add_train(sub: argparse._SubParsersAction) -> None:
@@ -16,13 +17,23 @@ def add_train(sub: argparse._SubParsersAction) -> None:
         description="Train R3Net with the original training recipe (SGD, poly LR, 7 side-output losses) "
         "on one or many processes.",
     )
-    backbone_help = TrainConfig.__dataclass_fields__["backbone"].metadata["help"]
+    train.add_argument(
+        "--config",
+        metavar="FILE",
+        help="rerun the recipe a run saved in FILE (its config.json): the options given on the command line "
+        "replace the saved ones; the saved --resume is not taken, and the starting weights are fetched again "
+        "(with a warning when they differ from the saved run's)",
+    )
+    backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
     add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
     train.set_defaults(handler=run_train)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..training import train  # each command's code is imported when it runs: see cli/__init__.py
+    # each command's code is imported when it runs: see cli/__init__.py
+    from ..training import train
+    from ..training.saved_recipe import config_from_file
 
-    train(options_from_args(TrainConfig, args))
+    given = given_options(TrainConfig, args)
+    train(config_from_file(args.config, given) if args.config else TrainConfig(**given))
     return 0

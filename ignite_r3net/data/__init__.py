@@ -31,10 +31,8 @@ _LAZY = {  # name -> the module that defines it
     "IMAGENET_STD": "transforms",
     "DeviceAugment": "transforms",
     "JointCropFlip": "transforms",
-    "device_augment": "transforms",
     "draw_angle": "transforms",
     "normalize_image": "transforms",
-    "rotate_batch": "transforms",
 }
 
 __all__ = [

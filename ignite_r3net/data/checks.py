@@ -79,7 +79,7 @@ def check_dataset(root: str | Path) -> list[str]:
 
     Reports images without masks and masks without images, size mismatches (after the image's
     EXIF orientation), unreadable, truncated or non-image files and empty folders. Only headers
-    are read (plus PNG chunk CRCs and the JPEG end marker), so 1000 pairs take well under a second.
+    are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels.
     """
     return _check(root)[0]
 
@@ -88,7 +88,7 @@ def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> None:
     """Raise :class:`DataError` listing every problem under ``root``.
 
     With ``min_size`` (the training crop), also fail when the crop is larger than every image:
-    small images are resized up to the crop like the seed does, but a data set where *every*
+    small images are resized up to the crop as the reference DDP script does, but a data set where *every*
     image needs that is almost certainly the wrong folder or the wrong crop.
     """
     problems, sizes = _check(root)

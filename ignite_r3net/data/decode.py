@@ -45,18 +45,12 @@ def _pil_open(path: Path) -> Image.Image:
 
 
 def load_image(path: str | Path) -> torch.Tensor:
-    """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation.
+    """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in
+    memory (a crop copies whole rows; the device makes it planar).
 
-    The result is channels-last in memory (a ``permute`` view of the decoder's ``(H, W, 3)``
-    pixels): a crop of it copies whole rows, and the layout change to planar is left to the device
-    (:func:`~ignite_r3net.data.transforms.normalize_image` and the training augmentation accept
-    either layout and give the same numbers).
-
-    torchvision decodes the common case, 8-bit RGB (any JPEG in YCbCr, RGB PNGs). Everything else
-    goes to PIL, whose header read decides the conversion: CMYK JPEGs (torchvision returns their
-    4 channels as they are; PIL applies the Adobe inverted-ink convention), grayscale, alpha,
-    16-bit, and files torchvision cannot read (TIFF, odd PNGs, ...). Raises :class:`DataError`
-    naming the file when neither can read it.
+    torchvision decodes 8-bit RGB; everything else (CMYK JPEGs, whose inverted ink only PIL
+    handles, grayscale, alpha, 16-bit, TIFF, ...) goes to PIL. Raises :class:`DataError` naming
+    the file when neither can read it.
     """
     path = Path(path)
     # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends

@@ -51,18 +51,17 @@ class SaliencyTrainSet(Dataset):
     :class:`~ignite_r3net.data.transforms.DeviceAugment`.
     """
 
-    def __init__(self, root: str | Path, crop: int, rotate: float, flip: bool = True) -> None:
+    def __init__(self, root: str | Path, crop: int, rotate: float) -> None:
         self.root = Path(root)
         self.pairs = list_pairs(self.root)
-        self.crop_flip = JointCropFlip(crop, flip)
+        self.crop_flip = JointCropFlip(crop)
         self.rotate = float(rotate)
 
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
-        # A bare int (debugging, plain samplers) gets a fixed seed so it still works deterministically.
-        index, seed = (int(key), int(key)) if isinstance(key, int) else (int(key[0]), int(key[1]))
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
+        index, seed = int(key[0]), int(key[1])
         generator = torch.Generator().manual_seed(seed)
         image, mask = _load_pair(*self.pairs[index])
         image, mask = self.crop_flip(image, mask, generator)
@@ -71,14 +70,9 @@ class SaliencyTrainSet(Dataset):
 
 
 def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """``default_collate`` of training items, keeping the images channels-last.
-
-    ``default_collate`` would stack the ``(3, crop, crop)`` channels-last images into a planar
-    batch, a strided byte shuffle that costs several times the crop itself. Stacking their
-    ``(crop, crop, 3)`` pixels is a plain copy (into shared memory in a DataLoader worker, as
-    ``default_collate`` does), and the batch is handed over as the ``(N, 3, crop, crop)``
-    channels-last view of it: same shape, dtype and values as a planar batch.
-    """
+    """``default_collate`` of training items, keeping the images channels-last: the same shape,
+    dtype and values as a planar batch, without the strided copy into planar that costs several
+    times the crop itself."""
     batch = default_collate([{**s, "image": s["image"].permute(1, 2, 0)} for s in samples])
     batch["image"] = batch["image"].permute(0, 3, 1, 2)
     return batch
@@ -172,11 +166,9 @@ def build_eval_loader(
 def worker_context(workers: int) -> str | None:
     """How DataLoader workers start: forked where the platform allows it, as under torchrun.
 
-    A rank started by ``idist.Parallel`` (multiprocessing's spawn) inherits spawn as its default
-    start method, so each of its DataLoader workers would start a fresh interpreter and import
-    torch, torchvision and this package again: seconds per worker, at every start of training and
-    at every validation (measured: 5-6 s per validation with 2 workers on 2 CPU cores). Workers
-    only decode and crop on the CPU, so forking them is safe, also after CUDA is initialised.
+    A rank spawned by ``idist.Parallel`` inherits spawn, so each DataLoader worker would import
+    torch and this package again (seconds, at every validation). Workers only decode and crop on
+    the CPU, so forking them is safe, also after CUDA is initialised.
     """
     return "fork" if workers > 0 and sys.platform.startswith("linux") else None
 
@@ -184,12 +176,12 @@ def worker_context(workers: int) -> str | None:
 def stop_workers(loader: DataLoader) -> None:
     """Stop the persistent workers of ``loader`` now, while its queues are intact.
 
-    Left to the garbage collector (an Engine's handlers hold the loader in reference cycles), the
-    iterator's queues are finalised before the iterator itself: its stop message is queued behind
-    the closed feeder and never sent, and each worker waits out its 5 s status check before it
-    notices (seen with py-spy: the rank blocked in ``_shutdown_workers``, workers in
-    ``index_queue.get``). The iterator is private to the DataLoader; there is no public close.
+    Left to the garbage collector (the Engine's handlers hold the loader in reference cycles), the
+    queues are finalised before the iterator, its stop message is never sent, and each worker
+    waits out its 5 s status check.
     """
+    # private API, confined here: a DataLoader has no public close; its iterator's
+    # _shutdown_workers is what the iterator's own __del__ calls
     iterator = getattr(loader, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()

@@ -12,11 +12,12 @@ from __future__ import annotations
 import colorsys
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from ..atomic_files import atomic_output, write_bytes
 
 __all__ = ["make_synthetic_dataset", "synthetic_paths", "ensure_synthetic"]
 
@@ -187,12 +188,12 @@ def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray
 # Files
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    # Unique temp name + rename: a crash never leaves a half file, and concurrent writers of the
-    # same (deterministic) bytes do not corrupt each other.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def _write_pair_file(path: Path, data: bytes) -> None:
+    # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
+    # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
+    # whether a set is complete
+    with atomic_output(path, durable=False) as tmp:
+        tmp.write_bytes(data)
 
 
 def _encode(array: np.ndarray, fmt: str) -> bytes:
@@ -256,9 +257,9 @@ def make_synthetic_dataset(
             # One generator per sample: any sample can be regenerated alone, and n does not shift others.
             rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, _SPLITS[split], i])
             image, mask = _render(rng, (lo, hi))
-            _write_atomic(folder / f"syn_{i:05d}.jpg", _encode(image, "JPEG"))
-            _write_atomic(folder / f"syn_{i:05d}.png", _encode(mask, "PNG"))
-    _write_atomic(out_dir / _MANIFEST, json.dumps({"params": params}, indent=1).encode())
+            _write_pair_file(folder / f"syn_{i:05d}.jpg", _encode(image, "JPEG"))
+            _write_pair_file(folder / f"syn_{i:05d}.png", _encode(mask, "PNG"))
+    write_bytes(json.dumps({"params": params}, indent=1).encode(), out_dir / _MANIFEST)
     return train_dir, val_dir
 
 

@@ -1,6 +1,6 @@
 """Joint image/mask augmentation, split between the data workers and the training device.
 
-The seed applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is smaller),
+The reference DDP script applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is smaller),
 ``RandomHorizontallyFlip`` and ``RandomRotate(10)`` per sample with PIL, then ToTensor/Normalize.
 Here the cheap, shape-changing part (resize if small, crop, flip) stays per sample on uint8
 tensors, and rotation plus float conversion and normalisation run batched on the device. All
@@ -8,8 +8,6 @@ randomness is drawn from a per-sample ``torch.Generator`` so a resumed run repea
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +19,6 @@ __all__ = [
     "draw_angle",
     "rotate_batch",
     "normalize_image",
-    "device_augment",
     "DeviceAugment",
 ]
 
@@ -32,24 +29,18 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 class JointCropFlip:
     """Per-sample crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)``.
 
-    Matches the seed's distribution: when either side is smaller than ``crop`` both are resized to
-    ``crop x crop`` (image bilinear, mask nearest); the crop offset is uniform over every valid
-    offset; the flip happens with probability 0.5. The three draws are always made, in that order,
-    so switching ``flip`` off does not shift the angles drawn after it.
+    Matches the reference DDP script's distribution: when either side is smaller than ``crop``
+    both are resized to ``crop x crop`` (image bilinear, mask nearest); the crop offset is uniform
+    over every valid offset; the flip happens with probability 0.5.
 
-    The image is cropped channels-last: the decoders hand over ``(H, W, 3)`` pixels (seen as
-    ``(3, H, W)``), a crop of them is ``crop`` contiguous rows of ``3 * crop`` bytes, and the
-    returned ``(3, crop, crop)`` image is again a channels-last view. Copying to planar here would
-    be a strided byte shuffle several times slower than the crop itself; the planar layout is made
-    by the float conversion on the device (:class:`DeviceAugment`), which writes a new tensor
-    anyway. Any input layout gives the same values.
+    The image stays channels-last (a crop copies whole rows); the planar layout is made by the
+    float conversion on the device (:class:`DeviceAugment`), which writes a new tensor anyway.
     """
 
-    def __init__(self, crop: int, flip: bool = True) -> None:
+    def __init__(self, crop: int) -> None:
         if crop < 1:
             raise ValueError(f"crop must be positive, got {crop}")
         self.crop = int(crop)
-        self.flip = bool(flip)
 
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
@@ -74,7 +65,6 @@ class JointCropFlip:
         x = int(torch.randint(0, w - c + 1, (1,), generator=generator))
         y = int(torch.randint(0, h - c + 1, (1,), generator=generator))
         flip = bool(torch.rand((), generator=generator, dtype=torch.float64) < 0.5)
-        flip = flip and self.flip
         mask = mask[..., y : y + c, x : x + c]
         mask = mask.flip(-1) if flip else mask.contiguous()
         pixels = image.permute(1, 2, 0)[y : y + c, x : x + c]  # (c, c, 3)
@@ -83,7 +73,8 @@ class JointCropFlip:
 
 
 def draw_angle(generator: torch.Generator, rotate: float) -> float:
-    """Draw a rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the seed's RandomRotate."""
+    """Draw a rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the reference DDP
+    script's RandomRotate."""
     u = float(torch.rand((), generator=generator, dtype=torch.float64))
     return u * 2.0 * rotate - rotate
 
@@ -125,18 +116,11 @@ def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
     return images, masks
 
 
-def _stats(mean: Sequence[float], std: Sequence[float], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    return m, s
-
-
-def _affine_stats(
-    mean: Sequence[float], std: Sequence[float], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std``: one
-    in-place multiply-add instead of a divide, a subtract and a divide."""
-    m, s = _stats(mean, std, device)
+def _affine_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std`` for the
+    ImageNet mean and std: one in-place multiply-add instead of a divide, a subtract and a divide."""
+    m = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    s = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     return 1.0 / (255.0 * s), -m / s
 
 
@@ -147,83 +131,43 @@ def _to_255_float(x: torch.Tensor) -> torch.Tensor:
     return out if x.dtype == torch.uint8 else out.mul_(255.0)
 
 
-def normalize_image(
-    images: torch.Tensor, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD
-) -> torch.Tensor:
+def normalize_image(images: torch.Tensor) -> torch.Tensor:
     """uint8 ``(N, 3, H, W)`` (or ``(3, H, W)``) to float, scaled to [0, 1] then ImageNet-normalised.
 
     Computed exactly as the training augmentation does, so train and eval inputs match bit for bit.
     """
-    scale, shift = _affine_stats(mean, std, images.device)
+    scale, shift = _affine_stats(images.device)
     if images.ndim == 3:
         scale, shift = scale[0], shift[0]
     return _to_255_float(images).mul_(scale).add_(shift)
 
 
-def _augment(
-    images: torch.Tensor,
-    masks: torch.Tensor,
-    angles: torch.Tensor | None,
-    rotate_enabled: bool,
-    scale: torch.Tensor,
-    shift: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    rotate = rotate_enabled and angles is not None
-    # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising afterwards in
-    # one in-place pass equals normalising the rotated [0, 1] image, with black corners as in PIL.
-    x = _to_255_float(images)
-    y = _to_unit_float(masks)
-    # Angles normally arrive on the CPU with the batch, so this test costs no device sync.
-    if rotate and bool((angles != 0).any()):
-        x, y = rotate_batch(x, y, angles)
-    return x.mul_(scale).add_(shift), y
-
-
-def device_augment(
-    images: torch.Tensor,
-    masks: torch.Tensor,
-    angles: torch.Tensor | None,
-    rotate_enabled: bool = True,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate and normalise a batch on the device the tensors live on.
+class DeviceAugment:
+    """Rotate and normalise a training batch on the device it lives on.
 
     ``images`` uint8 ``(N, 3, H, W)``, ``masks`` uint8 ``(N, 1, H, W)``, ``angles`` ``(N,)`` degrees.
-    Returns normalised float images and float masks in [0, 1] (value / 255, soft masks stay soft).
-    The image is rotated before normalising so the corners are black, as PIL fills them.
-    """
-    scale, shift = _affine_stats(mean, std, images.device)
-    return _augment(images, masks, angles, rotate_enabled, scale, shift)
-
-
-class DeviceAugment:
-    """Callable wrapper of :func:`device_augment` that caches the normalisation constants per device.
+    Returns ImageNet-normalised float images and float masks in [0, 1] (value / 255: soft masks
+    stay soft). The normalisation constants are made once per device.
 
     Example::
 
-        augment = DeviceAugment(rotate_enabled=True)
+        augment = DeviceAugment()
         images, masks = augment(batch["image"].to(device), batch["mask"].to(device), batch["angle"])
     """
 
-    def __init__(
-        self,
-        rotate_enabled: bool = True,
-        mean: Sequence[float] = IMAGENET_MEAN,
-        std: Sequence[float] = IMAGENET_STD,
-    ) -> None:
-        self.rotate_enabled = rotate_enabled
-        self.mean = tuple(float(v) for v in mean)
-        self.std = tuple(float(v) for v in std)
-        self._cache: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self) -> None:
+        self._constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(
-        self, images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor | None
+        self, images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if images.device not in self._cache:
-            self._cache[images.device] = _affine_stats(self.mean, self.std, images.device)
-        scale, shift = self._cache[images.device]
-        return _augment(images, masks, angles, self.rotate_enabled, scale, shift)
-
-    def __repr__(self) -> str:
-        return f"DeviceAugment(rotate_enabled={self.rotate_enabled}, mean={self.mean}, std={self.std})"
+        if images.device not in self._constants:
+            self._constants[images.device] = _affine_stats(images.device)
+        scale, shift = self._constants[images.device]
+        # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising
+        # afterwards equals normalising the rotated [0, 1] image, with black corners as in PIL.
+        x = _to_255_float(images)
+        y = _to_unit_float(masks)
+        if bool((angles != 0).any()):  # the angles come with the batch, on the CPU: no device sync
+            x, y = rotate_batch(x, y, angles)
+        return x.mul_(scale).add_(shift), y

@@ -21,6 +21,7 @@ import torch
 
 from .. import __version__
 from ..errors import RanksDisagree
+from .ranks import all_gather_strings
 
 
 @cache
@@ -44,7 +45,7 @@ def refuse_unless_ranks_agree(options: Mapping[str, str]) -> None:
     A collective: every rank calls it at the same point."""
     mine = {"options": dict(options), "software": installed_software(), "node": idist.get_node_rank()}
     # ASCII: ignite sizes the gathered string by its length in characters, not in UTF-8 bytes
-    gathered = [json.loads(text) for text in idist.all_gather(json.dumps(mine, sort_keys=True, ensure_ascii=True))]
+    gathered = [json.loads(text) for text in all_gather_strings(json.dumps(mine, sort_keys=True, ensure_ascii=True))]
     first = gathered[0]
     for rank, other in enumerate(gathered[1:], start=1):
         line = disagreement(

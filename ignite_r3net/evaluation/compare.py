@@ -1,14 +1,17 @@
 """``compare``: the tables and curves of many methods on many data sets, as papers print them.
 
 1. Every option, data set and method is checked first (one ``error:`` line before any work).
-2. A checkpoint method's maps are made by ``evaluate_checkpoint`` (``save_maps=OUT/maps/<method>``)
-   unless that folder already holds the maps of the same checkpoint, images and options.
+2. A checkpoint method's maps (a file, or ``hf-hub:ORG/NAME[@REVISION]``) are made by
+   ``evaluate_checkpoint`` (``save_maps=OUT/maps/<method>``) unless that folder already holds the
+   maps of the same checkpoint, images and options.
 3. Each method's maps are matched to each data set's masks by file stem: a method without a data
    set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
 4. Pairs (method, data set) not in the cache are scored on ``nproc`` processes (``scoring``): the
    images of all pairs are dealt to the ranks in turn and each pair's metric all-reduces exact sums,
    so any number of processes gives the numbers of one, bit for bit.
 5. ``results.json``, ``table.md/.csv/.tex`` and ``curves/`` are written from the cache entries.
+6. ``figures/visual_<dataset>.png/.pdf``, the visual comparison, are drawn unless nothing they
+   show changed (``visual_comparison``).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from typing import Any
 from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import OptionError, note, warn
+from ..errors import OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
-from ..model.trained_model import read_trained_weights
+from ..model.backbone_weights import sha256_of
+from ..model.hub import is_hub_source
+from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
 from . import scoring
@@ -32,9 +37,10 @@ from .comparison_table import build_table, table_csv, table_latex, table_markdow
 from .crf import require_crf
 from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
-from .maps import MAP_EXTS, listing, match_maps
+from .maps import MAP_EXTS, match_maps
 from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
+from .visual_comparison import check_stems, draw_figures, figure_data
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 
@@ -51,10 +57,12 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Method:
-    """A method: a folder with one subfolder of maps per data set, or a checkpoint file."""
+    """A method: a folder with one subfolder of maps per data set, or a checkpoint file (for a Hub
+    checkpoint, its file in the Hugging Face cache, and ``hub`` the ``hf-hub:`` source given)."""
 
     name: str
     source: Path
+    hub: str | None = None
 
     @property
     def is_checkpoint(self) -> bool:
@@ -90,7 +98,9 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     options.validate()
     _check_environment(options.out)
     benches = [_benchmark(name, folder) for name, folder in parse_named(options.datasets, "--datasets")]
-    entries = [Method(name, _source(name, src)) for name, src in parse_named(options.methods, "--methods")]
+    if options.show_stems:
+        check_stems(options.show_stems, {b.name: b.masks for b in benches})
+    entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]
     out_dir = Path(options.out).resolve()
     allow_missing = options.allow_missing
     pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
@@ -109,6 +119,13 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
     _write_per_image(scored, scores, datasets, methods, options, out_dir)
+    if options.show or options.show_stems:
+        # pairs[method] follows the order of benches; checkpoint methods' maps are in out_dir/maps by now
+        figures = [
+            figure_data(b.name, b.masks, b.data, {m.name: pairs[m.name][i].files for m in entries})
+            for i, b in enumerate(benches)
+        ]
+        draw_figures(figures, options.show, options.show_stems, out_dir)
     return results
 
 
@@ -133,11 +150,13 @@ def _benchmark(name: str, folder: str) -> Benchmark:
     return Benchmark(name, located.masks, located.data)
 
 
-def _source(name: str, source: str) -> Path:
+def _method(name: str, source: str) -> Method:
+    if is_hub_source(source):  # fetched now: offline or unknown, it is one line before any work
+        return Method(name, resolve_checkpoint(source, f"--methods {name}={source}").absolute(), source)
     path = Path(source).resolve()
     if not path.exists():
         raise OptionError(f"--methods {name}={source}: {source} does not exist")
-    return path
+    return Method(name, path)
 
 
 def _dataset_folder(source: Path, dataset: str) -> Path | None:
@@ -213,6 +232,11 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
     """The data sets whose maps must be (re)made; checks them (the images can be found, the data set
     and the checkpoint can be read) before any work."""
     stale = []
+    settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
+    # the input size only when given: maps made at full resolution keep their key
+    settings |= {k: v for k, v in (("size", options.size), ("max_side", options.max_side)) if v is not None}
+    if method.hub:  # the Hub file's path names its commit; its sha256 is recorded with the maps too
+        settings["checkpoint"] = {"source": method.hub, "sha256": sha256_of(method.source)}
     for bench in benches:
         if bench.data is None:
             raise OptionError(
@@ -220,9 +244,6 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
                 f"{bench.masks} has no images beside it: give {bench.name}=DIR as the data set folder "
                 "(images/ + masks/, Imgs/ + GT/, ..., or name.jpg beside name.png)"
             )
-        settings = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
-        # the input size only when given: maps made at full resolution keep their key
-        settings |= {k: v for k, v in (("size", options.size), ("max_side", options.max_side)) if v is not None}
         files = list_pairs(bench.data)
         key = scoring.inference_key(method.source, files, settings)
         if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -26,15 +27,15 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import OptionError, warn
-from ..inference import attach_scoring, create_evaluator, score_shard
+from ..errors import OptionError, listing, warn
+from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file, check_writable_folder
 from .crf import crf_refine, require_crf
 from .dataset_folders import locate_dataset, named_folders
-from .maps import dataset_names, listing, match_maps, output_path, save_map, score_maps
+from .maps import dataset_names, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
 from .per_image import ImageScores, evaluation_csv
 
@@ -75,17 +76,23 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     options.validate()
     assert options.checkpoint is not None and options.data
     if options.names is None:  # NAME=DIR items, or folders named after themselves
-        names, folders = zip(*named_folders(options.data, "--data"))
-        options = replace(options, names=list(names), data=list(folders))
+        named = named_folders(options.data, "--data")
+        options = replace(options, names=[name for name, _ in named], data=[folder for _, folder in named])
+    checkpoint, data = options.checkpoint, options.data
+    assert checkpoint is not None and data
     if options.inference.crf:
         require_crf()
-    for folder in options.data:
+    for folder in data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
     check_writable_file(options.json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
     check_writable_folder(options.save_maps, "--save-maps")
-    weights = read_trained_weights(options.checkpoint, options.inference.backbone)
-    options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
+    weights = read_trained_weights(checkpoint, options.inference.backbone)
+    options = replace(
+        options,
+        checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
+        inference=replace(options.inference, backbone=weights.backbone),
+    )
     _make_map_folders(options)
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
@@ -169,13 +176,14 @@ def _evaluate_dataset(
 
 
 def _refine_with_crf(engine: Engine) -> None:
-    maps, gts = engine.state.output
-    images = engine.state.batch["image"]
-    engine.state.output = ([crf_refine(img, m) for img, m in zip(images, maps)], gts)
+    batch, (maps, gts) = evaluator_step(engine)
+    refined = [crf_refine(img, m) for img, m in zip(batch["image"], maps)]
+    engine.state.output = cast(Any, (refined, gts))  # ignite annotates State.output as int
 
 
 def _save_maps(engine: Engine, out_dir: Path) -> None:
-    for stem, saliency in zip(engine.state.names, engine.state.output[0]):
+    batch, (maps, _) = evaluator_step(engine)
+    for stem, saliency in zip(batch["name"], maps):
         save_map(output_path(out_dir, stem), saliency)
 
 
@@ -191,12 +199,12 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     assert maps is not None and gt is not None
     check_writable_file(json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
-    if Path(gt).is_dir():  # a data set folder, as compare takes it, stands for its masks
-        gt = str(locate_dataset(gt).masks)
-    match = match_maps(maps, gt)
+    # a data set folder, as compare takes it, stands for its masks
+    masks = locate_dataset(gt).masks if Path(gt).is_dir() else Path(gt)
+    match = match_maps(maps, masks)
     if match.maps_without_mask:
         warn(
-            f"{len(match.maps_without_mask)} map(s) without a mask in {gt}, skipped: "
+            f"{len(match.maps_without_mask)} map(s) without a mask in {masks}, skipped: "
             f"{listing(p.name for p in match.maps_without_mask)}"
         )
     if match.masks_without_map:
@@ -205,14 +213,14 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
             f"{listing(p.name for p in match.masks_without_map)}"
         )
     if not match.pairs:
-        raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
+        raise OptionError(f"no map in {maps} matches a mask in {masks} by file name")
     metric = SaliencyMetrics(protocol=options.protocol, per_image=bool(options.per_image))
     resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
-    name = dataset_names([options.gt])[0]
+    name = dataset_names([gt])[0]
     report({name: row}, json_path, protocol=options.protocol)
     if options.per_image:
         write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)

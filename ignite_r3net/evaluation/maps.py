@@ -9,7 +9,7 @@ gray values are taken as they are (no rescaling of dark maps), colour maps are c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..atomic_files import atomic_output
 from ..data import IMAGE_EXTS, load_mask
 from ..errors import DataError, OptionError
 from ..metrics import SaliencyMetrics
@@ -26,6 +27,7 @@ __all__ = [
     "MAP_EXTS",
     "MapMatch",
     "match_maps",
+    "files_by_stem",
     "load_saliency_map",
     "resize_map",
     "score_maps",
@@ -33,10 +35,8 @@ __all__ = [
     "output_path",
     "save_map",
     "dataset_names",
-    "listing",
 ]
 
-_LIST_LIMIT = 20  # file names shown in one message before "(+N more)"
 
 MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # Preference when one stem has several files (an MSRA10K-style folder holds name.jpg + name.png):
@@ -70,7 +70,9 @@ class MapMatch:
     masks_without_map: list[Path] = field(default_factory=list)
 
 
-def _by_stem(folder: Path, what: str) -> dict[str, Path]:
+def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
+    """The map or mask files directly in ``folder`` by stem, sorted; for a stem with several files,
+    the lossless format first. Raises ``OptionError`` naming ``what`` when the folder is missing."""
     if not folder.exists():
         raise OptionError(f"{what} folder {folder} does not exist")
     if not folder.is_dir():
@@ -92,8 +94,8 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
     When a folder holds two files with one stem (``a.jpg`` and ``a.png``) the PNG is used, so an
     MSRA10K-style folder of images beside masks works as ``gt_dir``.
     """
-    maps = _by_stem(Path(maps_dir), "maps")
-    masks = _by_stem(Path(gt_dir), "ground-truth")
+    maps = files_by_stem(Path(maps_dir), "maps")
+    masks = files_by_stem(Path(gt_dir), "ground-truth")
     return MapMatch(
         pairs=[(s, maps[s], masks[s]) for s in sorted(maps.keys() & masks.keys())],
         maps_without_mask=[maps[s] for s in sorted(maps.keys() - masks.keys())],
@@ -160,12 +162,15 @@ def output_path(out_dir: str | Path, stem: str, suffix: str = ".png") -> Path:
 
 
 def save_map(path: str | Path, saliency: torch.Tensor) -> None:
-    """Write a uint8 ``(H, W)`` map as an 8-bit grayscale PNG."""
+    """Write a uint8 ``(H, W)`` map as an 8-bit grayscale PNG, atomically."""
     arr = saliency.detach().to("cpu", torch.uint8).numpy()
-    Image.fromarray(arr, mode="L").save(path, format="PNG")
+    # not durable: the fsyncs cost several ms per map (more than a GPU's inference of it); compare
+    # counts a folder of maps only once the manifest written after them is there
+    with atomic_output(path, durable=False) as tmp:
+        Image.fromarray(arr, mode="L").save(tmp, format="PNG")
 
 
-def dataset_names(folders: list[str | Path]) -> list[str]:
+def dataset_names(folders: Sequence[str | Path]) -> list[str]:
     """One distinct, file-system-safe name per data set folder: its name (or its parent's, when
     the folder is a generic ``GT``/``masks``), then ``parent_name``, then a ``-2`` suffix."""
 
@@ -184,10 +189,3 @@ def dataset_names(folders: list[str | Path]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
     return out
-
-
-def listing(names: Iterable[Path | str], limit: int = _LIST_LIMIT) -> str:
-    """Names for a one-line message: the first ``limit`` (20), then ``(+N more)``."""
-    names = [str(n) for n in names]
-    shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..atomic_files import atomic_output
 
@@ -37,7 +37,7 @@ DPI = 120
 Curve = Mapping[str, Sequence[float]]  # "precision", "recall", "fmeasure": 256 values, threshold 0..255
 
 
-def method_style(index: int) -> dict[str, str]:
+def method_style(index: int) -> dict[str, Any]:
     """Colour and line style of the ``index``-th method (as given on the command line)."""
     return {"color": COLOURS[index % len(COLOURS)], "linestyle": LINESTYLES[(index // len(COLOURS)) % len(LINESTYLES)]}
 
@@ -67,8 +67,8 @@ def plot_fm(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -
 
 
 def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    # imported here, not at the top: matplotlib costs ~0.4 s to import, and every process of every
-    # command (training's spawned workers too) imports this module through the CLI
+    # imported when a figure is drawn: matplotlib is slow to import, and compare imports this module
+    # before checking its inputs, which should answer at once
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="tight")

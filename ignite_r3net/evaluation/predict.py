@@ -1,5 +1,6 @@
-"""``predict``: an 8-bit PNG saliency map, at the input's own size and with its stem, per image,
-from a checkpoint (PyTorch) or from a file written by ``export`` (onnxruntime or TorchScript)."""
+"""``predict``: an 8-bit PNG saliency map (or, with ``--cutout``, an RGBA cutout: ``cutouts``), at
+the input's own size and with its stem, per image, from a checkpoint (PyTorch) or from a file
+written by ``export`` (onnxruntime or TorchScript)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..model.trained_model import build_model, read_trained_weights
 from ..options import PredictOptions
 from ..output_paths import check_writable_folder
 from .crf import crf_refine, require_crf
+from .cutouts import hard_map, save_cutout
 from .maps import output_path, save_map
 
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
@@ -24,8 +26,8 @@ MapFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def predict(options: PredictOptions) -> int:
-    """Write one map per input image (files, or the images directly inside folders) into
-    ``options.output``; returns the number of maps written.
+    """Write one map (or cutout) per input image (files, or the images directly inside folders) into
+    ``options.output``; returns the number written.
 
     Args:
         options: the command's options. The maps come from ``options.checkpoint`` (PyTorch) or
@@ -54,8 +56,13 @@ def predict(options: PredictOptions) -> int:
             saliency = to_maps(image[None].to(device))[0]
             if options.inference.crf:
                 saliency = crf_refine(image, saliency)
-            save_map(dst, saliency)
-    print(f"wrote {len(pairs)} map(s) to {out}")
+            if options.threshold is not None:
+                saliency = hard_map(saliency, options.threshold)
+            if options.cutout:
+                save_cutout(dst, image, saliency)
+            else:
+                save_map(dst, saliency)
+    print(f"wrote {len(pairs)} {'cutout' if options.cutout else 'map'}(s) to {out}")
     return len(pairs)
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "CACHE_FORMAT",
     "score_cells",
     "code_version",
+    "files_digest",
     "pair_key",
     "read_entry",
     "write_entry",
@@ -84,7 +85,8 @@ def _library_version(name: str) -> str:
         return "absent"
 
 
-def _files_digest(digest: Any, paths: Iterable[Path]) -> None:
+def files_digest(digest: Any, paths: Iterable[Path]) -> None:
+    """Feed each file's absolute path, size and modification time (ns) to ``digest``."""
     for path in paths:
         st = path.stat()
         digest.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -94,17 +96,18 @@ def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> st
     """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code``
     (``code_version()``)."""
     digest = hashlib.sha256(f"scores {CACHE_FORMAT}\0{protocol}\0{code}\n".encode())
-    _files_digest(digest, (p for pair in pairs for p in pair))
+    files_digest(digest, (p for pair in pairs for p in pair))
     return digest.hexdigest()
 
 
 def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: Mapping[str, Any]) -> str:
     """The key of a checkpoint's maps of a data set: the checkpoint file, every (image, mask) file,
-    the inference ``options`` (backbone, CRF, AMP) and the versions of this package and torch."""
+    the inference ``options`` (backbone, CRF, AMP; a Hub checkpoint's source and sha256) and the
+    versions of this package and torch."""
     version = f"{__version__} torch={_library_version('torch')}"
     digest = hashlib.sha256(f"maps {CACHE_FORMAT}\0{version}\0{json.dumps(options, sort_keys=True)}\n".encode())
-    _files_digest(digest, [checkpoint])
-    _files_digest(digest, (p for pair in data for p in pair))
+    files_digest(digest, [checkpoint])
+    files_digest(digest, (p for pair in data for p in pair))
     return digest.hexdigest()
 
 

@@ -14,7 +14,6 @@ extra: without it an ``.onnx`` model fails with one line telling how to install 
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from types import ModuleType
 import torch
 
 from ..errors import OptionError, error_line
+from ..model.hub import is_hub_source
 
 __all__ = [
     "INPUT_NAME",
@@ -34,7 +34,6 @@ __all__ = [
     "is_onnx",
     "load_exported",
     "quiet_torchscript",
-    "read_metadata",
     "require_onnxruntime",
 ]
 
@@ -53,7 +52,7 @@ def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, s
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": backbone,
-        "source": Path(source).name,
+        "source": str(source) if is_hub_source(str(source)) else Path(source).name,
         "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
         "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
         "preprocessing": "inside the graph: x / 255, minus mean (0.485, 0.456, 0.406), divided by "
@@ -92,19 +91,6 @@ def load_exported(path: str | Path, device: torch.device | str = "cpu", threads:
     if is_onnx(path):
         return _load_onnx(path, torch.device(device), threads)
     return _load_torchscript(path, torch.device(device))
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The contract stored in an exported file (empty when it has none)."""
-    path = Path(path)
-    if is_onnx(path):
-        ort = require_onnxruntime()
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return dict(session.get_modelmeta().custom_metadata_map)
-    extra = {METADATA_FILE: ""}
-    with quiet_torchscript():
-        torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    return json.loads(extra[METADATA_FILE]) if extra[METADATA_FILE] else {}
 
 
 def _load_onnx(path: Path, device: torch.device, threads: int | None) -> ExportedModel:

@@ -1,5 +1,5 @@
 """``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps
-without this package.
+without this package (or, with ``--format hub``, as a Hugging Face Hub folder: ``hub_folder``).
 
 What is exported is :class:`SaliencyGraph`, the inference graph: uint8 RGB ``(N, 3, H, W)`` in,
 the ImageNet normalisation (the constants and operations of ``normalize_image``), R3Net in eval
@@ -20,25 +20,23 @@ with the PyTorch model, and only then renamed to ``--output``: a failed export l
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import os
-import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from .. import __version__
+from ..atomic_files import atomic_output
 from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions
 from ..output_paths import check_writable_file
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .hub_folder import write_hub_folder
 from .runtime import (
     INPUT_NAME,
     METADATA_FILE,
@@ -83,6 +81,9 @@ class SaliencyGraph(nn.Module):
         torch.Size([1, 1, 64, 64])
     """
 
+    scale: torch.Tensor
+    shift: torch.Tensor
+
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model.eval()
@@ -98,7 +99,7 @@ class SaliencyGraph(nn.Module):
 
 def export_model(options: ExportOptions) -> Path:
     """Export the model in ``options.checkpoint`` to ``options.output`` as ``options.format``
-    (``onnx`` or ``torchscript``); returns the path written.
+    (``onnx``, ``torchscript``, or ``hub``: ``hub_folder.write_hub_folder``); returns the path written.
 
     Options are checked before the weights are read; the file is checked before it gets its name.
 
@@ -113,20 +114,25 @@ def export_model(options: ExportOptions) -> Path:
         ExportError: the written file does not load or does not give the PyTorch model's maps.
     """
     options.validate()
+    if options.format == "hub":
+        return write_hub_folder(options)
     out = _check_output(options)
     if options.format == "onnx":
         _require_onnx_export()
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, options.checkpoint, f"ignite_r3net {__version__}, torch {torch.__version__}")
+    metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _atomic_path(out) as tmp:
-        if options.format == "onnx":
-            _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
-        else:
-            _write_torchscript(graph, example, tmp, metadata)
-        difference = _check_written(tmp, graph)
+    try:
+        with atomic_output(out) as tmp:
+            if options.format == "onnx":
+                _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
+            else:
+                _write_torchscript(graph, example, tmp, metadata)
+            difference = _check_written(tmp, graph)
+    except OSError as e:
+        raise CheckpointError(f"cannot write {out}: {e.strerror or e}") from e
     details = f"opset {options.onnx_opset}, " if options.format == "onnx" else ""
     print(
         f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; uint8 (N, 3, H, W) -> float "
@@ -178,6 +184,7 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
             opset_version=opset,
             verbose=False,
         )
+    assert program is not None  # None only without dynamo=True
     program.model.metadata_props.update(metadata)
     program.save(str(path), external_data=False)  # one self-contained file (R3Net is far below 2 GB)
 
@@ -207,28 +214,3 @@ def _check_written(path: Path, graph: SaliencyGraph) -> float:
             f"at {tuple(image.shape)}; nothing was written"
         )
     return difference
-
-
-@contextlib.contextmanager
-def _atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary file beside ``path`` to write; renamed to ``path`` (fsynced) when the block
-    succeeds, removed when it fails or is interrupted."""
-    fd, name = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; an exported model is a shared artefact
-        os.replace(tmp, path)
-    except OSError as e:
-        raise CheckpointError(f"cannot write {path}: {e.strerror or e}") from e
-    finally:
-        tmp.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # make the rename itself durable where the filesystem allows
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from types import MappingProxyType
+from typing import cast
 
 import ignite.distributed as idist
 import numpy as np
@@ -14,7 +15,7 @@ from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
-from . import histogram as H
+from . import histogram
 from .keys import METRIC_KEYS
 from .structure import smeasure
 from .weighted_f import weighted_fmeasure
@@ -104,7 +105,7 @@ def _batches(preds: list[torch.Tensor], gts: list[torch.Tensor]) -> Iterator[tup
 
 def _f_of(precision: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
     """F-measure from precision and recall (any shape), as the original R3Net code computes it."""
-    return (1 + H.F_BETA2) * precision * recall / (H.F_BETA2 * precision + recall)
+    return (1 + histogram.F_BETA2) * precision * recall / (histogram.F_BETA2 * precision + recall)
 
 
 def _weighted_f_batch(pred_u8: torch.Tensor, gt: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -201,7 +202,7 @@ class SaliencyMetrics(Metric):
     def reset(self) -> None:
         self._sums = torch.zeros(_SUMS_LENGTH, dtype=torch.float64, device=self._device)
         # per-map histogram statistics not yet folded into the sums (see _flush)
-        self._pending: list[H.MapStats] = []
+        self._pending: list[histogram.MapStats] = []
         self._pending_maps = 0
         # per_image: the names in update order, and per metric the values' chunks in that order
         self._names: list[str] = []
@@ -214,7 +215,7 @@ class SaliencyMetrics(Metric):
         if len(preds) != len(gts):
             raise ValueError(f"got {len(preds)} predictions for {len(gts)} ground truths")
         if self.per_image:
-            names = list(output[2]) if len(output) > 2 else []  # type: ignore[misc]
+            names = list(output[2]) if len(output) > 2 else []
             if len(names) != len(preds):
                 raise ValueError(f"per_image needs one name per map: got {len(names)} for {len(preds)} maps")
             self._names.extend(names)
@@ -240,10 +241,10 @@ class SaliencyMetrics(Metric):
         """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
         maps' histogram statistics for :meth:`_flush`."""
         gt = gt_u8 > 128
-        stats = H.MapStats.of(pred_u8, gt)
+        stats = histogram.MapStats.of(pred_u8, gt)
         if self.protocol == "r3net":
-            mae = self._add("mae", H.r3net_mae(pred_u8, gt_u8))
-            precision, recall = H.r3net_precision_recall(pred_u8, gt_u8)
+            mae = self._add("mae", histogram.r3net_mae(pred_u8, gt_u8))
+            precision, recall = histogram.r3net_precision_recall(pred_u8, gt_u8)
             precision, recall = self._add("precision", precision), self._add("recall", recall)
             self._record(mae=mae, maxF=_f_of(precision, recall).max(1).values)
         self._record(wF=self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels)))
@@ -258,17 +259,17 @@ class SaliencyMetrics(Metric):
         (per-image values are rounded by ``_exact``: when this runs does not change a bit of the sums)."""
         if not self._pending:
             return
-        stats = H.MapStats.cat(self._pending)
+        stats = histogram.MapStats.cat(self._pending)
         self._pending, self._pending_maps = [], 0
-        tp, fp = H.threshold_counts(stats)
-        precision, recall, fmeasure = H.fmeasure_curves(tp, fp, stats.n_fg)
+        tp, fp = histogram.threshold_counts(stats)
+        precision, recall, fmeasure = histogram.fmeasure_curves(tp, fp, stats.n_fg)
         fmeasure = self._add("fmeasure", fmeasure)
         if self.protocol == "standard":
-            self._record(mae=self._add("mae", H.mae(stats)), maxF=fmeasure.max(1).values)
+            self._record(mae=self._add("mae", histogram.mae(stats)), maxF=fmeasure.max(1).values)
             self._add("precision", precision)
             self._add("recall", recall)
-        adp_f, adp_e = H.adaptive_scores(stats)
-        emeasure = self._add("emeasure", H.emeasure(tp, fp, stats.n_fg, stats.size))
+        adp_f, adp_e = histogram.adaptive_scores(stats)
+        emeasure = self._add("emeasure", histogram.emeasure(tp, fp, stats.n_fg, stats.size))
         self._record(
             meanF=fmeasure.mean(1),
             adpF=self._add("adpF", adp_f),
@@ -286,7 +287,8 @@ class SaliencyMetrics(Metric):
         self._flush()
         columns = {key: torch.cat(chunks) if chunks else torch.zeros(0) for key, chunks in self._columns.items()}
         mine = [(name, {key: float(columns[key][i]) for key in METRIC_KEYS}) for i, name in enumerate(self._names)]
-        gathered = idist.all_gather(mine) if idist.get_world_size() > 1 else [mine]
+        # ignite's all_gather of any other object: one list of rows per rank
+        gathered = cast(list[list[ImageScores]], idist.all_gather(mine)) if idist.get_world_size() > 1 else [mine]
         return sorted((row for part in gathered for row in part), key=lambda row: row[0])
 
     def state_dict(self) -> OrderedDict:

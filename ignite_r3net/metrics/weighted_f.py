@@ -22,11 +22,8 @@ own, and restrict the rest to where it matters:
   background: one full-map dot product with the decay, whose distances come exactly (integers) from
   the indices.
 
-Cost for a 300x400 map (one thread): ~4 ms, ~2.4 of them the scipy feature transform; asking scipy
-for distances only does not help (it derives them from the same indices). OpenCV's exact
-``cv2.distanceTransform`` gives the distances in ~1.6 ms but no exact indices (its labels come from
-an approximate mask); with scipy's indices on the box only, that pair measured ~9% faster for this
-function: not worth a second library and a proof that the box's ties are the full map's.
+The scipy feature transform is most of the cost. OpenCV's distance transform is faster but gives no
+exact nearest-pixel indices, so the ties would no longer be PySODMetrics' own.
 """
 
 from __future__ import annotations

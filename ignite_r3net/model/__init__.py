@@ -20,6 +20,7 @@ _LAZY = {  # name -> the module that defines it
     "build_model": "trained_model",
     "infer_backbone": "trained_model",
     "read_trained_weights": "trained_model",
+    "resolve_checkpoint": "trained_model",
     "convert_original_backbone_state_dict": "key_layouts",
     "convert_original_r3net_state_dict": "key_layouts",
     "load_model_state": "key_layouts",

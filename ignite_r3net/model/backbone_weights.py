@@ -8,8 +8,8 @@ Accepted sources:
   the original R3Net release's ``resnext_101_32x4d.pth``; read without unpickling code;
 * a torchvision weights name of the backbone (``IMAGENET1K_V1``, ``IMAGENET1K_V2``, ``DEFAULT``),
   downloaded into torch's hub cache (``$TORCH_HOME``);
-* ``hf-hub:ORG/NAME``, e.g. timm's ``hf-hub:timm/resnext101_32x4d.gluon_in1k``, fetched with
-  ``huggingface_hub`` into its cache (``HF_HOME``, ``HF_HUB_OFFLINE`` honoured).
+* ``hf-hub:ORG/NAME[@REVISION]``, e.g. timm's ``hf-hub:timm/resnext101_32x4d.gluon_in1k``, fetched
+  with ``huggingface_hub`` into its cache (``HF_HOME``, ``HF_HUB_OFFLINE`` honoured; ``model.hub``).
 
 ``resolve_weights`` runs in the launching process (once per node, before any worker starts): it
 downloads what is missing, with a progress bar, and returns the local file and its sha256, which
@@ -31,11 +31,11 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
 from .backbones import backbone_spec
+from .hub import HF_PREFIX, fetch_hub_file, is_hub_source
 from .key_layouts import backbone_state_dict_from_any, strict_load
 
 NONE = "none"
 IMAGENET = "imagenet"
-HF_PREFIX = "hf-hub:"
 WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 # a Hugging Face repository holds its weights under one of these names, safetensors preferred
 HF_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -54,9 +54,6 @@ class Weights:
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
 
-    def describe(self) -> str:
-        return f"{self.source} ({self.file}, sha256 {self.sha256})"
-
 
 def is_file_source(source: str) -> bool:
     """Whether ``--pretrained`` names a file rather than a name (torchvision weights names are bare
@@ -73,8 +70,8 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
     if source == IMAGENET:
         source = backbone_spec(backbone).imagenet
         what += f" (the ImageNet-1k weights of {backbone}, {source})"
-    if source.startswith(HF_PREFIX):  # before the file test: a repository id holds a "/"
-        path = _fetch_from_hub(source[len(HF_PREFIX) :], what)
+    if is_hub_source(source):  # before the file test: a repository id holds a "/"
+        path = _fetch_from_hub(source, what)
     elif is_file_source(source):
         path = Path(source).expanduser().resolve()
         if not path.is_file():
@@ -102,28 +99,12 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _fetch_from_hub(repo_id: str, what: str) -> Path:
-    """The weights file of a Hugging Face Hub model repository, from the hub's cache or downloaded
-    into it (huggingface_hub locks its cache, so concurrent launching processes download once)."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
-    offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+def _fetch_from_hub(source: str, what: str) -> Path:
+    """The weights file of a Hugging Face Hub model repository: the first of ``HF_FILES`` it holds."""
     for filename in HF_FILES:
-        try:
-            return Path(hf_hub_download(repo_id, filename))
-        except LocalEntryNotFoundError:
-            raise OptionError(
-                f"{what}: {filename} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be "
-                f"downloaded{offline or ' (no connection?)'}; download it once where there is a network "
-                f"(HF_HOME selects the cache), or {_WAYS_OUT}"
-            ) from None
-        except EntryNotFoundError:
-            continue  # the repository exists but stores its weights under the next name
-        except Exception as e:  # noqa: BLE001 - unknown repository, gated, network: one line
-            raise OptionError(
-                f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {_WAYS_OUT}"
-            ) from None
+        path = fetch_hub_file(source, filename, what, _WAYS_OUT)
+        if path is not None:
+            return path
     raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
 
 

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..errors import listing
+
 logger = logging.getLogger(__name__)
 
 StateDict = Mapping[str, torch.Tensor]
@@ -64,7 +66,7 @@ def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tenso
         else:
             out[new_key] = value
     if unknown:
-        raise ValueError(f"keys not in the original ResNeXt layout: {_preview(unknown)}")
+        raise ValueError(f"keys not in the original ResNeXt layout: {listing(unknown)}")
     return out
 
 
@@ -136,12 +138,6 @@ def _is_original_r3net_layout(sd: StateDict) -> bool:
 # --------------------------------------------------------------------------- loading
 
 
-def _preview(keys: list[str], limit: int = 20) -> str:
-    shown = ", ".join(keys[:limit])
-    more = len(keys) - limit
-    return f"{shown} (+{more} more)" if more > 0 else shown
-
-
 def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
     """Load ``sd`` exactly, raising ValueError that lists missing/unexpected keys.
 
@@ -159,8 +155,8 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
     if missing or unexpected:
         raise ValueError(
             f"{what} does not match the model: "
-            f"{len(missing)} missing keys [{_preview(missing)}], "
-            f"{len(unexpected)} unexpected keys [{_preview(unexpected)}]"
+            f"{len(missing)} missing keys [{listing(missing)}], "
+            f"{len(unexpected)} unexpected keys [{listing(unexpected)}]"
         )
     module.load_state_dict(sd, strict=True)
 

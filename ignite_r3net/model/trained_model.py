@@ -1,10 +1,12 @@
-"""A trained R3Net from a file: our training checkpoints, ``best_model_*`` files and the original
-R3Net release's state_dict. Shared by ``evaluate``, ``predict``, ``compare``, ``export`` and
-``train --init-from``.
+"""A trained R3Net from a checkpoint source: a file (our training checkpoints, ``best_model_*``
+files, the original R3Net release's state_dict, the ``model.safetensors`` of ``export --format
+hub``) or a Hugging Face Hub repository written by that export, ``hf-hub:ORG/NAME[@REVISION]``.
+Shared by ``evaluate``, ``predict``, ``compare``, ``export`` and ``train --init-from``:
+``resolve_checkpoint`` is the one place a source becomes a local file.
 
-The backbone is ``--backbone`` when given, else the one in ``config.json`` beside the file, else
-inferred from the weights' shapes; the weights are checked against it on the meta device, so a
-mismatch is one line before any real model is allocated.
+The backbone is ``--backbone`` when given, else the one in ``config.json`` beside the file (a run's,
+or a Hub repository's), else inferred from the weights' shapes; the weights are checked against it
+on the meta device, so a mismatch is one line before any real model is allocated.
 """
 
 from __future__ import annotations
@@ -20,31 +22,63 @@ from torch import nn
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..errors import OptionError, error_line
+from .backbone_weights import sha256_of
 from .backbones import BACKBONES
+from .hub import fetch_hub_file, is_hub_source
 from .key_layouts import load_model_state, to_our_layout
 from .r3net import R3Net
+
+HUB_WEIGHTS = "model.safetensors"  # what ``export --format hub`` writes, beside its config.json
+HUB_CONFIG = "config.json"
 
 
 @dataclass
 class TrainedWeights:
-    """A model state_dict read from ``path`` and the backbone it fits."""
+    """A model state_dict read from ``path`` (the local file of ``source``) and the backbone it fits."""
 
     path: str
     backbone: str
     state: dict[str, torch.Tensor]
+    source: str = ""
+
+    def sha256(self) -> str:
+        """The sha256 of the file the weights were read from."""
+        return sha256_of(self.path)
 
 
-def read_trained_weights(path: str | Path, backbone: str | None = None) -> TrainedWeights:
-    """Read and check the model weights in ``path``; ``backbone`` overrides the file's own.
+def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
+    """The local file of a checkpoint source: ``source`` itself when it is a path, else the
+    ``model.safetensors`` of the Hub repository ``hf-hub:ORG/NAME[@REVISION]``, fetched into the
+    Hugging Face cache with its ``config.json`` beside it (which names the backbone).
 
-    Raises ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (unknown backbone,
-    or weights that do not fit it), each one line naming the file."""
+    Raises ``OptionError`` (one line beginning with ``what``, by default ``--checkpoint SOURCE``)
+    when a Hub file cannot be had; a path is not checked here (``load_checkpoint`` says what is
+    wrong with it)."""
+    if not is_hub_source(str(source)):
+        return Path(source)
+    what, ways_out = what or f"--checkpoint {source}", "use a local checkpoint file"
+    weights = fetch_hub_file(str(source), HUB_WEIGHTS, what, ways_out)
+    if weights is None:
+        raise OptionError(
+            f"{what}: the repository holds no {HUB_WEIGHTS} (one written by 'export --format hub'); {ways_out}"
+        )
+    fetch_hub_file(str(source), HUB_CONFIG, what, ways_out)  # beside the weights; without it, --backbone or shapes
+    return weights
+
+
+def read_trained_weights(source: str | Path, backbone: str | None = None) -> TrainedWeights:
+    """Read and check the model weights of the checkpoint ``source`` (a file, or ``hf-hub:...``:
+    ``resolve_checkpoint``); ``backbone`` overrides the file's own.
+
+    Raises ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (a Hub file that
+    cannot be had, an unknown backbone, or weights that do not fit it), each one line naming the file."""
+    path = resolve_checkpoint(source)
     state = model_state_dict(load_checkpoint(path), path)
     name = backbone or find_backbone(path, state)
     if name is None:
-        raise OptionError(f"cannot tell the backbone of {path}: pass --backbone")
-    check_fits(name, state, path)
-    return TrainedWeights(str(path), name, state)
+        raise OptionError(f"cannot tell the backbone of {source}: pass --backbone")
+    check_fits(name, state, source)
+    return TrainedWeights(str(path), name, state, str(source))
 
 
 def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:

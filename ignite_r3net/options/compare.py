@@ -8,7 +8,7 @@ from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
 from ..metrics.keys import canonical_metric
-from .fields import Rule, check_fields, group, option
+from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
 from .shared import InferenceOptions, ProcessOptions, protocol_option
 
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
@@ -30,8 +30,9 @@ class CompareOptions:
     methods: list[str] = option(
         help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
         "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
-        "accepted), or a checkpoint file, whose maps are first made as by 'evaluate --save-maps' into "
-        "OUT/maps/<method>/<dataset> and kept for the next run",
+        "accepted), or a checkpoint: a file, or hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format "
+        "hub'), whose maps are first made as by 'evaluate --save-maps' into OUT/maps/<method>/<dataset> and "
+        "kept for the next run",
         nargs="+",
         metavar="NAME=SOURCE",
     )
@@ -51,6 +52,23 @@ class CompareOptions:
         action="store_true",
     )
     digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS)
+    show: int = option(
+        6,
+        "images in the visual comparison OUT/figures/visual_<dataset>.png and .pdf (one row per image: the "
+        "image, the ground truth, each method's map in command-line order; 7.16 in wide, 300 dpi cells, "
+        "vector PDF): the N images where the methods' MAE differs most (with one method: where its MAE is "
+        "largest), ties broken by name; 0 draws none. A data set given as a masks folder without images "
+        "has no image column; a missing map is a grey cell marked 'missing'",
+        rule=NOT_NEGATIVE,
+        metavar="N",
+    )
+    show_stems: list[str] | None = option(
+        None,
+        "the images of the visual comparison, by file name without extension, in this order (instead of "
+        "--show's choice); each data set's figure shows those among its images",
+        nargs="+",
+        metavar="STEM",
+    )
     inference: InferenceOptions = group(InferenceOptions)
     processes: ProcessOptions = group(
         ProcessOptions,

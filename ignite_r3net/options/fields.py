@@ -3,7 +3,7 @@ rule its value must follow, so a command's flags (``cli.common.add_options``) an
 (``check_fields``) come from one definition and cannot drift apart.
 
 * ``option(default, help, rule=..., flag=..., one_of=..., exclusive=..., **argparse_kwargs)``: one ``--flag``;
-* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``ModelOptions``)
+* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``InferenceOptions``)
   composed into a command's options, optionally with command-specific help texts;
 * a field without help (``field(default=None)``) is no option: the program fills it in.
 """
@@ -94,6 +94,21 @@ def option_fields(options: Any) -> Iterator[tuple[dataclasses.Field, Any]]:
             yield f, value
 
 
+def problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for the option field ``f`` (not among its choices, or against
+    its rule), as the end of an error line (``must be positive, got -1``); None when nothing is."""
+    if value is None:
+        return None
+    choices = f.metadata["argparse"].get("choices")
+    given = value if isinstance(value, list) else [value]
+    if choices is not None and any(v not in choices for v in given):
+        return f"must be one of {', '.join(choices)}, got {value!r}"
+    rule: Rule | None = f.metadata["rule"]
+    if rule is not None and not rule.holds(value):
+        return f"{rule.wording}, got {value}"
+    return None
+
+
 def check_fields(options: Any) -> None:
     """Raise ``OptionError`` naming the first option whose value is not among its choices or breaks
     its field's rule, or two options given of one ``exclusive`` group (argparse checks these on the
@@ -105,12 +120,6 @@ def check_fields(options: Any) -> None:
             if group_name in exclusive_flags:
                 raise OptionError(f"{exclusive_flags[group_name]} and {flag_of(f)} exclude each other; give one")
             exclusive_flags[group_name] = flag_of(f)
-        if value is None:
-            continue
-        choices = f.metadata["argparse"].get("choices")
-        given = value if isinstance(value, list) else [value]
-        if choices is not None and any(v not in choices for v in given):
-            raise OptionError(f"{flag_of(f)} must be one of {', '.join(choices)}, got {value!r}")
-        rule: Rule | None = f.metadata["rule"]
-        if rule is not None and not rule.holds(value):
-            raise OptionError(f"{flag_of(f)} {rule.wording}, got {value}")
+        wrong = problem(f, value)
+        if wrong:
+            raise OptionError(f"{flag_of(f)} {wrong}")

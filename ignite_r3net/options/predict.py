@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OptionError
-from .fields import check_fields, group, option
+from .fields import Rule, check_fields, group, option
 from .shared import CHECKPOINT_HELP, InferenceOptions
+
+_FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 
 
 @dataclass(kw_only=True)
@@ -25,7 +27,21 @@ class PredictOptions:
     inputs: list[str] = option(
         help="image files and/or folders (images directly inside, sorted)", flag="--input", nargs="+", metavar="PATH"
     )
-    output: str = option(help="folder for the maps", metavar="DIR")
+    output: str = option(help="folder for the maps (or cutouts), each named <input stem>.png", metavar="DIR")
+    cutout: bool = option(
+        False,
+        "write a cutout instead of the gray map: an RGBA PNG of the image (RGB, EXIF orientation applied) "
+        "with the saliency map as its alpha channel, as <stem>.png in --output; the alpha is the map "
+        "predict would write, so the map is not written separately; works with --model too",
+        action="store_true",
+    )
+    threshold: float | None = option(
+        None,
+        "a hard result: 255 where the saliency (the 8-bit map / 255) is at least T, else 0; for the "
+        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps",
+        rule=_FRACTION,
+        metavar="T",
+    )
     inference: InferenceOptions = group(InferenceOptions)
 
     def validate(self) -> None:

@@ -12,8 +12,15 @@ _RESIZED_BACK = (
     "default: full resolution, as the original"
 )
 
-CHECKPOINT_HELP = "training checkpoint, best_model_*.pt, or an original R3Net release state_dict"
-BACKBONE_HELP = "backbone of the checkpoint; default: config.json beside it, else inferred from its weights"
+CHECKPOINT_HELP = (
+    "training checkpoint, best_model_*.pt, an original R3Net release state_dict, or a model on the Hugging "
+    "Face Hub written by 'export --format hub': hf-hub:ORG/NAME[@REVISION] (fetched into the Hugging Face "
+    "cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)"
+)
+BACKBONE_HELP = (
+    "backbone of the checkpoint; default: config.json beside it (a run's, or the Hub repository's), else "
+    "inferred from its weights"
+)
 BACKENDS = ("nccl", "gloo")
 PROTOCOLS = ("standard", "r3net")
 INFERENCE_AMP_MODES = ("off", "bf16")

@@ -11,14 +11,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, LRScheduler
 
-from ..checkpoint_io import SafeDiskSaver, list_checkpoints
+from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
@@ -46,7 +46,12 @@ def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
 
     @trainer.on(Events.EPOCH_STARTED)
     def set_sampler_epoch(engine: Engine) -> None:
-        sampler.set_epoch(engine.state.epoch - 1, skip_batches=engine.state.iteration % engine.state.epoch_length)
+        sampler.set_epoch(engine.state.epoch - 1, skip_batches=_done_in_epoch(engine))
+
+
+def _done_in_epoch(engine: Engine) -> int:
+    """Iterations of the current epoch already trained (non-zero when a resume starts mid-epoch)."""
+    return engine.state.iteration % cast(int, engine.state.epoch_length)  # set by Engine.run
 
 
 def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
@@ -61,20 +66,20 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
     @trainer.on(Events.EPOCH_STARTED)
     def reset_meter(engine: Engine) -> None:
         # a run resumed mid-epoch keeps the sums restored from the checkpoint
-        if engine.state.iteration % engine.state.epoch_length == 0:
+        if _done_in_epoch(engine) == 0:
             meter.reset()
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def update_meter(engine: Engine) -> None:
-        meter.update(engine.state.output, batch_size, engine.state.iteration)
+        meter.update(cast(torch.Tensor, engine.state.output), batch_size, engine.state.iteration)
 
-    last_sync: dict[str, float | None] = {"time": None, "iteration": None}
+    last_sync: dict[str, float] = {}  # time and iteration of the last sync
 
     @trainer.on(Events.ITERATION_STARTED)
     def start_clock(engine: Engine) -> None:
         # from the first iteration this run trains (a resumed run starts at its checkpoint);
         # state.iteration already counts the iteration that is starting
-        if last_sync["time"] is None:
+        if not last_sync:
             last_sync.update(time=time.perf_counter(), iteration=engine.state.iteration - 1)
 
     @trainer.on(
@@ -96,7 +101,7 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
 
 
 def format_log_line(iteration: int, metrics: dict[str, float], lr: float) -> str:
-    """The seed's log line: iteration, total and per-output running losses, lr."""
+    """The reference DDP script's log line: iteration, total and per-output running losses, lr."""
     parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
     parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
     parts.append(f"[lr {lr:.13f}]")
@@ -172,17 +177,11 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
 
     Files already in the output directory from before a resume count towards ``keep``.
     """
+    saver = SafeDiskSaver(config.output_dir)
     checkpointer = Checkpoint(
-        to_save,
-        SafeDiskSaver(config.output_dir),
-        n_saved=config.keep,
-        global_step_transform=lambda engine, _: engine.state.iteration,
+        to_save, saver, n_saved=config.keep, global_step_transform=lambda engine, _: engine.state.iteration
     )
-    existing = list_checkpoints(config.output_dir)
-    _remove_beyond_keep(existing, config.keep)
-    existing = existing[-config.keep :]
-    if existing:
-        checkpointer.load_state_dict({"_saved": [(it, p.name) for it, p in existing]})
+    continue_rotation(checkpointer, saver, CHECKPOINT_PATTERN)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
 
     @trainer.on(Events.COMPLETED)
@@ -191,13 +190,6 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
             checkpointer(engine)
 
     return checkpointer
-
-
-@rank_zero_only
-def _remove_beyond_keep(existing: list[tuple[int, Path]], keep: int) -> None:
-    # a resume with a smaller --keep: ignite removes one file per save, so trim the excess now
-    for _, path in existing[:-keep]:
-        path.unlink(missing_ok=True)
 
 
 @rank_zero_only

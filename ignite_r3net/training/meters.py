@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import ignite.distributed as idist
 import torch
 
-from ..distributed.ranks import rank_zero_only
+from ..distributed.ranks import all_reduce_tensor, rank_zero_only
 
 LOSS_NAMES = ("total",) + tuple(f"loss{i}" for i in range(7))
 _NEVER = float("inf")
@@ -31,7 +30,8 @@ class MeterReading:
 
 
 class LossMeter:
-    """Running, rank-averaged meter of the total and per-output losses (the seed's AvgMeters)."""
+    """Running, rank-averaged meter of the total and per-output losses (the reference DDP script's
+    AvgMeters)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
@@ -42,7 +42,7 @@ class LossMeter:
         self._first_bad = torch.full((n,), _NEVER, dtype=torch.float64, device=self.device)
 
     def reset(self) -> None:
-        """Start new averages (the seed resets its meters every epoch)."""
+        """Start new averages (the reference DDP script resets its meters every epoch)."""
         self._sums.zero_()
         self._count.zero_()
 
@@ -61,12 +61,12 @@ class LossMeter:
         One all-reduce in the usual case: a non-finite loss on any rank makes the summed vector
         non-finite on every rank, and only then do all ranks ask which iteration was first.
         """
-        values = idist.all_reduce(torch.cat([self._sums, self._count])).tolist()
+        values = all_reduce_tensor(torch.cat([self._sums, self._count])).tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
         if all(math.isfinite(v) for v in values):
             return MeterReading(averages, int(count), None, [])
-        bad = idist.all_reduce(self._first_bad.clone(), op="MIN").tolist()
+        bad = all_reduce_tensor(self._first_bad.clone(), op="MIN").tolist()
         first = min(bad)
         if math.isinf(first):
             return MeterReading(averages, int(count), None, [])
@@ -77,8 +77,8 @@ class LossMeter:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Sums over all ranks (a collective); restoring them on one rank restores the global average."""
         return {
-            "sums": idist.all_reduce(self._sums.clone()).cpu(),
-            "count": idist.all_reduce(self._count.clone()).cpu(),
+            "sums": all_reduce_tensor(self._sums.clone()).cpu(),
+            "count": all_reduce_tensor(self._count.clone()).cpu(),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:

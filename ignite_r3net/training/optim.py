@@ -1,4 +1,5 @@
-"""The seed's optimiser recipe: SGD with bias parameters at 2x LR and no weight decay, poly LR decay."""
+"""The reference DDP script's optimiser recipe: SGD with bias parameters at 2x LR and no weight
+decay, poly LR decay."""
 
 from __future__ import annotations
 
@@ -36,15 +37,11 @@ class PolyFactor:
 
 
 def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRScheduler:
-    """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the seed.
+    """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the
+    reference DDP script has it.
 
     ``LambdaLR`` evaluates the closed form from each group's base lr (torch's ``PolynomialLR`` is
     chained and drifts when driven by ignite); ignite's ``LRScheduler``, attached to
     ``ITERATION_STARTED``, applies the value after i - 1 steps before iteration i.
     """
     return LRScheduler(LambdaLR(optimizer, lr_lambda=PolyFactor(config.iters, config.lr_power)))
-
-
-def poly_lr(base_lr: float, iteration: int, iters: int, power: float) -> float:
-    """The poly formula for 1-based ``iteration``: the reference the scheduler is tested against."""
-    return base_lr * (1 - (iteration - 1) / iters) ** power

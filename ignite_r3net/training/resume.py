@@ -72,19 +72,21 @@ def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | N
     and skipped) and prove that a named checkpoint loads safely.
 
     Returns the config and the checkpoint's content (None for a fresh run)."""
-    if not config.resume:
+    resume = config.resume
+    if not resume:
         return config, None
-    if config.resume == "auto":
+    if resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=warn)
         if found is None:
             warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
             return dataclasses.replace(config, resume=None), None
         config, checkpoint = dataclasses.replace(config, resume=str(found[0])), found[1]
     else:
-        if not Path(config.resume).is_file():
-            raise OptionError(f"--resume file {config.resume} does not exist")
+        path = Path(resume)
+        if not path.is_file():
+            raise OptionError(f"--resume file {resume} does not exist")
         try:
-            checkpoint = load_checkpoint(config.resume)
+            checkpoint = load_checkpoint(path)
         except CheckpointError as e:
             raise OptionError(f"--resume: {e}") from None
         _refuse_newer_checkpoints(config)
@@ -95,7 +97,7 @@ def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | N
 def _refuse_newer_checkpoints(config: TrainConfig) -> None:
     """Resuming an older checkpoint into a folder holding newer ones would let the next
     ``--resume auto`` (or the ``--keep`` rotation) pick up files of the abandoned future."""
-    resume = Path(config.resume).resolve()
+    resume = Path(str(config.resume)).resolve()
     here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
     if resume not in here:
         return

@@ -8,21 +8,22 @@ from pathlib import Path
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..errors import CheckpointError, OptionError, error_line
+from ..errors import CheckpointError, OptionError, error_line, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
 from ..model.r3net import build_backbone
-from ..model.trained_model import check_fits, find_backbone
+from ..model.trained_model import check_fits, find_backbone, resolve_checkpoint
 
 
 def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
     """Fetch (once per node, before any worker starts) and check the weights a fresh run starts
     from: ``--init-from``'s whole model, else ``--pretrained``'s backbone; record them in
-    ``config.weights``. A resumed run keeps the record of its first start (its checkpoint holds
-    the weights)."""
+    ``config.weights`` (a record already there, from ``--config``, is what was expected). A
+    resumed run keeps the record of its first start (its checkpoint holds the weights)."""
     if config.resume:
         return dataclasses.replace(config, weights=_recorded_weights(config.output_dir))
+    weights: Weights | None
     if config.init_from:
-        weights = _init_from_weights(config)
+        weights = _init_from_weights(config, config.init_from)
     else:
         weights = resolve_weights(config.pretrained, config.backbone)
         if weights is not None:
@@ -30,13 +31,26 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
                 load_backbone_weights(build_backbone(config.backbone), weights.file)
             except ValueError as e:
                 raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}") from None
-    return dataclasses.replace(config, weights=weights.as_dict() if weights else None)
+    record = weights.as_dict() if weights else None
+    _warn_if_changed(config.weights, record)
+    return dataclasses.replace(config, weights=record)
 
 
-def _init_from_weights(config: TrainConfig) -> Weights:
+def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | None) -> None:
+    """``train --config`` expects the weights its saved run started from: say when they changed."""
+    if expected and record and expected.get("sha256") != record["sha256"]:
+        warn(
+            f"the starting weights differ from those the saved recipe's run started from: {record['file']} has "
+            f"sha256 {record['sha256'][:12]}..., the record says {expected.get('file')} with "
+            f"{str(expected.get('sha256'))[:12]}..."
+        )
+
+
+def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
-    path = Path(config.init_from)
+    # a Hub source is fetched here, once per node; workers read the local file recorded in config.weights
+    path = resolve_checkpoint(init_from, f"--init-from {init_from}")
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")
     try:
@@ -46,10 +60,12 @@ def _init_from_weights(config: TrainConfig) -> Weights:
     found = find_backbone(path, state)
     if found is not None and found != config.backbone:
         raise OptionError(
-            f"--init-from {path} holds an R3Net with backbone {found}, not {config.backbone}: add --backbone {found}"
+            f"--init-from {init_from} holds an R3Net with backbone {found}, not {config.backbone}: "
+            f"add --backbone {found}"
         )
-    check_fits(config.backbone, state, path)  # or one line saying why not
-    return Weights(source="init-from", file=str(path.resolve()), sha256=sha256_of(path))
+    check_fits(config.backbone, state, init_from)  # or one line saying why not
+    # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix
+    return Weights(source="init-from", file=str(path.absolute()), sha256=sha256_of(path))
 
 
 def _recorded_weights(output_dir: str) -> dict[str, str] | None:

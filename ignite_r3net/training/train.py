@@ -18,7 +18,23 @@ from .preflight import check_environment, preflight
 
 def train(config: TrainConfig) -> None:
     """Validate ``config``, claim its output folder, resolve its data and weights, and train on
-    every worker."""
+    every worker; everything a user can get wrong is checked first, in the launching process.
+
+    Args:
+        config: the recipe and the run's options (``--data``, ``--output-dir``, ``--resume``, the
+            distribution options, ...), as the command line or a saved ``config.json`` gives them.
+
+    Raises:
+        OptionError: a wrong option, a folder another run holds or an earlier run's folder without
+            ``--resume``, a ``--resume`` checkpoint that does not continue this recipe, weights that
+            cannot be fetched or do not fit ``--backbone``.
+        DataError: a data set with problems (all of them listed, by file).
+        WorkerFailed: a rank failed during training (one line naming it; its traceback in
+            ``OUTPUT_DIR/error-rankN.log``).
+        RendezvousFailed: the processes of a multi-node job did not all meet within ``--dist-timeout``.
+        RanksDisagree: the ranks were started with different options or software.
+        KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
+    """
     config.validate()
     check_environment(config)
     with claimed_output_dir(config):
@@ -34,12 +50,12 @@ def train(config: TrainConfig) -> None:
 
 def train_worker(local_rank: int, config: TrainConfig) -> None:
     """What every worker runs: refuse ranks started differently, save ``config.json`` (rank 0),
-    then ``trainer.training``."""
+    then ``worker.training``."""
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
     _save_config(config)
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
-    from .trainer import training
+    from .worker import training
 
     freeze_long_lived_objects()
     training(local_rank, config)

@@ -23,7 +23,8 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
         with FileLock(Path(config.output_dir) / ".synthetic.lock"):
             train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
         config = dataclasses.replace(config, data=str(train_dir), val_data=config.val_data or str(val_dir))
-        min_size = None  # its small images are meant to be resized up to any crop, as the seed does
+        # its small images are meant to be resized up to any crop, as the reference DDP script does
+        min_size = None
     for option, folder, smallest in (("--data", config.data, min_size), ("--val-data", config.val_data, None)):
         if folder:
             try:

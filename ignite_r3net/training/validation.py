@@ -3,9 +3,7 @@ and a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -14,14 +12,15 @@ from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
 
-from ..checkpoint_io import SafeDiskSaver
+from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data import normalize_image
+from ..distributed.ranks import broadcast_tensor
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..model.r3net import R3Net
 from .handlers import TrainLog, every_or_last
 
-BEST_PATTERN = re.compile(r"^best_model_(\d+)_maxF=([0-9.]+)\.pt$")
 GRID_IMAGES, GRID_TILE = 4, 96
 
 
@@ -41,23 +40,23 @@ def attach_validation(
     """Validate before training (the untrained reference), every ``val_every`` (default: at the
     checkpoint iterations) and at the end. Every rank scores its shard; rank 0 logs."""
     # the plain module: DDP's forward would add collectives, and shards may differ in length
-    model = getattr(model, "module", model)
-    evaluator = create_evaluator(model, device, config.amp)
+    plain = cast(R3Net, getattr(model, "module", model))
+    evaluator = create_evaluator(plain, device, config.amp)
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
-    best = _best_checkpointer(model, trainer, config)
+    best = _best_checkpointer(plain, trainer, config)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
-        use_rank0_buffers(model)
+        use_rank0_buffers(plain)
         values = score_shard(evaluator, val_loader, metric)
         evaluator.state.metrics.update(values)  # what the best-model checkpointer reads
         precision, recall = metric.pr_curve()  # a collective: every rank
         iteration = engine.state.iteration
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
         if tb is not None:
-            log_validation_to_tensorboard(tb, values, precision, recall, model, val_loader.dataset, iteration)
+            log_validation_to_tensorboard(tb, values, precision, recall, plain, val_loader.dataset, iteration)
         if iteration == 0:
             untrained.update(values)
             return
@@ -86,7 +85,7 @@ def use_rank0_buffers(model: nn.Module) -> None:
     for buffer in model.buffers():
         by_dtype.setdefault(buffer.dtype, []).append(buffer)
     for buffers in by_dtype.values():  # one broadcast per dtype, not one per buffer
-        flat = idist.broadcast(torch.cat([b.reshape(-1) for b in buffers]), src=0)
+        flat = broadcast_tensor(torch.cat([b.reshape(-1) for b in buffers]), src=0)
         for b, part in zip(buffers, flat.split([b.numel() for b in buffers])):
             b.copy_(part.view_as(b))
 
@@ -96,7 +95,7 @@ def log_validation_to_tensorboard(
     values: dict[str, float],
     precision: torch.Tensor,
     recall: torch.Tensor,
-    model: nn.Module,
+    model: R3Net,
     dataset: Any,
     iteration: int,
 ) -> None:
@@ -120,7 +119,7 @@ def log_validation_to_tensorboard(
 
 
 @torch.no_grad()
-def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
+def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
     """One row per validation image: the image, its ground truth and the 7 side outputs
     (predict0 .. predict6, after the sigmoid), each resized to ``tile`` x ``tile``."""
     device = next(model.parameters()).device
@@ -142,20 +141,15 @@ def side_output_grid(model: nn.Module, dataset: Any, count: int = GRID_IMAGES, t
 
 
 def _best_checkpointer(model: nn.Module, trainer: Engine, config: TrainConfig) -> Checkpoint:
+    saver = SafeDiskSaver(config.output_dir)
     best = Checkpoint(
         {"model": model},
-        SafeDiskSaver(config.output_dir),
+        saver,
         filename_prefix="best",
         score_function=lambda e: e.state.metrics["maxF"],
         score_name="maxF",
         n_saved=1,
         global_step_transform=lambda *_: trainer.state.iteration,
     )
-    existing = []
-    for p in Path(config.output_dir).glob("best_model_*.pt"):
-        m = BEST_PATTERN.match(p.name)
-        if m:
-            existing.append((float(m.group(2)), p.name))
-    if existing:
-        best.load_state_dict({"_saved": sorted(existing)})
+    continue_rotation(best, saver, BEST_PATTERN)
     return best

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import ignite.distributed as idist
 import torch
@@ -153,7 +153,7 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
 
 def _maybe_compile(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
     # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
-    return torch.compile(model) if config.compile else model
+    return cast(torch.nn.Module, torch.compile(model)) if config.compile else model
 
 
 def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
@@ -172,8 +172,7 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
 def _check_same_start(iteration: int) -> None:
     """Every rank must resume from the same iteration (multi-node resume needs the output
     directory on a filesystem all nodes share)."""
-    starts = idist.all_gather(iteration)
-    starts = starts.tolist() if isinstance(starts, torch.Tensor) else list(starts)
+    starts = torch.as_tensor(idist.all_gather(iteration)).flatten().tolist()  # a list, or a tensor
     if len(set(starts)) > 1:
         raise RuntimeError(
             f"ranks would start from different iterations {starts}: --resume needs "

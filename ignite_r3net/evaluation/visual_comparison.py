@@ -1,0 +1,190 @@
+"""The visual comparison of ``compare``: which images it shows, and when it must be drawn again.
+
+* **Choice.** ``--show N`` takes the N images on which the methods disagree most: the largest
+  difference between the methods' MAE on the image (with one method, its largest MAE: its failures),
+  ties broken by file name, so the choice is the same on every run. The per-image MAE (mean absolute
+  difference of map and mask, both scaled to 0..1, the map resized to the mask) is computed once per
+  (method, data set) and cached beside the scores (``OUT/cache/mae``, keyed by the map and mask
+  files and this code). ``--show-stems`` names the images instead, in its order.
+* **Cache.** ``OUT/figures/visual_<dataset>.json`` records what was drawn: the key (the chosen stems,
+  every shown file's path, size and modification time, the columns' names and order, and the
+  drawing code and library versions), the stems and their MAEs. It is written after the PNG and
+  PDF, so a rerun with the same key keeps the figure and an interrupted one draws it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic_files import write_json
+from ..data import list_pairs, load_mask
+from ..errors import DataError, OptionError, listing, note
+from . import scoring, visual_figure
+from .maps import files_by_stem, load_saliency_map, resize_map
+from .visual_figure import Cell, draw_visual_comparison
+
+__all__ = [
+    "FIGURE_FORMAT",
+    "FigureData",
+    "figure_data",
+    "check_stems",
+    "draw_figures",
+    "choose_stems",
+    "per_image_mae",
+    "image_mae",
+    "figure_row",
+]
+
+FIGURE_FORMAT = 1  # bump when the figure's record changes
+_MAE_PROTOCOL = "per-image MAE"  # what the cache entries of per-image MAEs are keyed under
+
+
+@dataclass(frozen=True)
+class FigureData:
+    """What the figure of one data set can show: its masks and images by stem (images empty when
+    the data set is a masks folder), and each method's maps by stem, in command-line order."""
+
+    name: str
+    masks: Mapping[str, Path]
+    images: Mapping[str, Path]
+    maps: Mapping[str, Mapping[str, Path]]
+
+
+def figure_data(name: str, masks: Path, data: Path | None, maps: Mapping[str, list[tuple[Path, Path]]]) -> FigureData:
+    """The figure's inputs for data set ``name``: its masks folder, the folder ``list_pairs`` reads
+    its images from (None: a masks folder alone) and each method's matched ``(map, mask)`` files."""
+    images: dict[str, Path] = {}
+    if data is not None:
+        try:
+            images = {mask.stem: image for image, mask in list_pairs(data)}
+        except DataError:  # images that do not pair with the masks: the figure goes without them
+            images = {}
+    by_method = {method: {mask.stem: m for m, mask in files} for method, files in maps.items()}
+    return FigureData(name, files_by_stem(masks, "ground-truth"), images, by_method)
+
+
+def check_stems(stems: list[str], masks: Mapping[str, Path]) -> None:
+    """``--show-stems``: each must name a mask of some data set (``{name: masks folder}``)."""
+    known = set().union(*(files_by_stem(folder, "ground-truth") for folder in masks.values()))
+    unknown = [stem for stem in stems if stem not in known]
+    if unknown:
+        raise OptionError(
+            f"--show-stems: no mask of {', '.join(masks)} is named {listing(unknown, 5)} (give file names "
+            "without their extension)"
+        )
+
+
+def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, out: Path) -> None:
+    """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` for every data set: ``show``
+    images chosen as the module says, or ``stems`` (those of each data set, in their order)."""
+    for figure in figures:
+        if stems is not None:
+            chosen, maes = [s for s in stems if s in figure.masks], {}
+        else:
+            cache = out / "cache" / "mae"
+            maes = {method: per_image_mae(maps, figure.masks, cache) for method, maps in figure.maps.items()}
+            chosen = choose_stems(maes, show)
+        if not chosen:
+            why = "none of --show-stems is" if stems else "no map is"
+            note(f"no figure of {figure.name}: {why} among its images")
+            continue
+        _draw_or_keep(figure, chosen, maes, out / "figures" / f"visual_{figure.name}")
+
+
+def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
+    """The ``count`` stems where the methods' MAEs (``{method: {stem: mae}}``) differ most, ties
+    broken by stem; with one method, those where its MAE is largest."""
+    per_stem: dict[str, list[float]] = {}
+    for values in maes.values():
+        for stem, mae in values.items():
+            per_stem.setdefault(stem, []).append(mae)
+    several = sum(1 for values in maes.values() if values) > 1
+
+    def score(values: list[float]) -> float:
+        return max(values) - min(values) if several else max(values)
+
+    ranked = sorted(per_stem, key=lambda stem: (-score(per_stem[stem]), stem))
+    return ranked[:count]
+
+
+def image_mae(map_path: Path, mask_path: Path) -> float:
+    """Mean absolute difference of a map and its mask, both scaled to 0..1 (the map resized to the
+    mask, as scoring does)."""
+    mask = load_mask(mask_path)[0]
+    saliency = load_saliency_map(map_path)
+    if saliency.shape != mask.shape:
+        saliency = resize_map(saliency, tuple(mask.shape))
+    difference = saliency.numpy().astype(np.int16) - mask.numpy().astype(np.int16)
+    return float(np.abs(difference).mean() / 255.0)
+
+
+def per_image_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Path) -> dict[str, float]:
+    """``{stem: MAE}`` of one method on one data set, from the cache or computed and stored."""
+    files = [(maps[stem], masks[stem]) for stem in sorted(maps) if stem in masks]
+    if not files:
+        return {}
+    code = hashlib.sha256((scoring.code_version() + inspect.getsource(image_mae)).encode()).hexdigest()
+    key = scoring.pair_key(files, _MAE_PROTOCOL, code)
+    entry = scoring.read_entry(cache, key)
+    if entry is None:
+        entry = {"mae": {mask.stem: image_mae(m, mask) for m, mask in files}}
+        scoring.write_entry(cache, key, entry)
+    return dict(entry["mae"])
+
+
+def _draw_or_keep(figure: FigureData, stems: list[str], maes: Mapping[str, Mapping[str, float]], stem: Path) -> None:
+    headers = (["Image"] if figure.images else []) + ["GT", *figure.maps]
+    rows = [figure_row(figure, s) for s in stems]
+    key = _figure_key(headers, stems, rows)
+    record = stem.with_name(stem.name + ".json")
+    drawn = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
+    if _recorded_key(record) == key and all(p.is_file() for p in drawn):
+        print(f"figure of {figure.name}: kept {drawn[0].parent}/{stem.name}.png/.pdf (nothing changed)", flush=True)
+        return
+    if not figure.images:
+        note(
+            f"figure of {figure.name}: no image column (the data set was given as a masks folder without "
+            "images beside it, or its images do not pair with its masks: see check-data)"
+        )
+    draw_visual_comparison(headers, rows, stem)
+    mae = {s: {m: values[s] for m, values in maes.items() if s in values} for s in stems}
+    write_json({"format": FIGURE_FORMAT, "key": key, "columns": headers, "stems": stems, "mae": mae}, record)
+    print(f"figure of {figure.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
+
+
+def figure_row(figure: FigureData, stem: str) -> list[Cell]:
+    """The cells of ``stem``'s row: its image (when the data set has images), its mask, each method's map."""
+    cells = [Cell("image", figure.images.get(stem))] if figure.images else []
+    cells.append(Cell("mask", figure.masks[stem]))
+    return cells + [Cell("map", maps.get(stem)) for maps in figure.maps.values()]
+
+
+def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) -> str:
+    """SHA-256 over the columns, the stems, every shown file (path, size, mtime; "missing" for an
+    empty cell) and the drawing code and the versions of the libraries it draws with."""
+    code = Path(inspect.getsourcefile(visual_figure) or "").read_bytes()
+    versions = [importlib.metadata.version(name) for name in ("matplotlib", "pillow", "numpy")]
+    digest = hashlib.sha256(f"figure {FIGURE_FORMAT}\0{json.dumps([headers, stems, versions])}\n".encode())
+    digest.update(hashlib.sha256(code).digest())
+    for row in rows:
+        for cell in row:
+            if cell.path is None:
+                digest.update(b"missing\n")
+            else:
+                scoring.files_digest(digest, [cell.path])
+    return digest.hexdigest()
+
+
+def _recorded_key(record: Path) -> str | None:
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None

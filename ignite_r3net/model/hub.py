@@ -1,0 +1,60 @@
+"""Files of Hugging Face Hub model repositories, named ``hf-hub:ORG/NAME[@REVISION]``: the one
+fetcher behind ``--pretrained hf-hub:...`` (a backbone's starting weights) and every
+``--checkpoint hf-hub:...`` (a trained R3Net written by ``export --format hub``).
+
+Files are fetched with ``huggingface_hub`` into its cache (``HF_HOME`` selects it; its lock makes
+concurrent launching processes download once) and read from there when they are already in it;
+with ``HF_HUB_OFFLINE=1`` only the cache is read. Whatever fails (not in the cache offline, an
+unknown repository or revision, no network) is one ``OptionError`` line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import OptionError, error_line
+
+HF_PREFIX = "hf-hub:"
+
+
+def is_hub_source(source: str) -> bool:
+    """Whether ``source`` names a Hub repository (``hf-hub:ORG/NAME[@REVISION]``)."""
+    return source.startswith(HF_PREFIX)
+
+
+def parse_hub_source(source: str) -> tuple[str, str | None]:
+    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]``; revision None means ``main``.
+    The revision is a branch, a tag or a commit hash; it follows the first ``@`` (repository ids
+    cannot hold one). Raises ``ValueError`` when a part is empty."""
+    repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
+    if not repo_id or (at and not revision):
+        raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
+    return repo_id, revision or None
+
+
+def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
+    """The local path of ``filename`` in the repository ``source`` names, from the Hugging Face
+    cache or downloaded into it; None when the repository (at that revision) has no such file.
+
+    Raises ``OptionError`` in one line: ``what`` (the option and its value), why the file cannot be
+    had, where the cache is, and ``ways_out`` (what the user can do instead)."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        repo_id, revision = parse_hub_source(source)
+    except ValueError as e:
+        raise OptionError(f"{what}: {e}") from None
+    offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision))
+    except LocalEntryNotFoundError:  # before EntryNotFoundError, its base class
+        raise OptionError(
+            f"{what}: {filename} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be "
+            f"downloaded{offline or ' (no connection?)'}; download it once where there is a network "
+            f"(HF_HOME selects the cache), or {ways_out}"
+        ) from None
+    except EntryNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - unknown repository or revision, gated, network: one line
+        raise OptionError(f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {ways_out}") from None

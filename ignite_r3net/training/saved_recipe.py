@@ -1,0 +1,43 @@
+"""``train --config FILE``: the recipe a run saved in its ``config.json``, rerun with the options
+given on the command line in place of the saved ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import TrainConfig
+from ..data.synthetic import synthetic_paths
+from ..options.fields import is_option
+from ..options.json_file import read_options
+
+# options that decide the starting weights: given anew, the saved run's record no longer applies
+_CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
+
+
+def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
+    """The recipe saved in ``path``, with ``given`` (the options of the command line) in its place.
+
+    * ``resume`` records which checkpoint that run continued: not taken (give ``--resume``).
+    * what start-up records (``listings``) is recorded anew, except ``weights``: it is kept as the
+      expected starting weights unless ``given`` chooses them anew; start-up fetches
+      ``--pretrained`` / ``--init-from`` again, warns if their sha256 differs from the record, and
+      records what it got.
+    * ``--data synthetic`` was saved as the set generated into that run's folder: it is
+      ``synthetic`` again, generated (byte for byte the same) into the new ``--output-dir``.
+
+    Raises:
+        OptionError: the file cannot be read, a key is no option of ``train``, or a value is wrong
+            (one line naming the key).
+    """
+    saved = read_options(TrainConfig, path, "--config")
+    options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
+    recipe = {k: v for k, v in saved.items() if k in options and k != "resume"}
+    train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
+    if recipe.get("data") == train_dir:
+        recipe["data"] = "synthetic"
+        if recipe.get("val_data") == val_dir:
+            recipe["val_data"] = None
+    if not any(name in given for name in _CHOOSE_WEIGHTS):
+        recipe["weights"] = saved.get("weights")
+    return TrainConfig(**{**recipe, **given})
