@@ -34,7 +34,7 @@ def run_trainer(config: TrainConfig, iters: int) -> list[float]:
     # left in its default layout: training() converts it for --channels-last, the step its input
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
-    log = TrainLog(Path(config.output_dir) / "train.log", echo=None)
+    log = TrainLog(Path(config.output_dir) / "train.log", console=False)
     parts = create_trainer(
         model, optimizer, build_poly_lr(optimizer, config), sampler, log, config, torch.device("cpu")
     )

@@ -100,8 +100,8 @@ def test_every_rank_scores_its_images_with_rank0_batchnorm_statistics(tmp_path, 
 
     def validate_before_training(model, rank: int) -> dict[str, float]:
         trainer = Engine(lambda e, b: None)
-        log = TrainLog(tmp_path / "out" / "train.log", echo=None)
-        log.open("header")
+        log = TrainLog(tmp_path / "out" / "train.log", console=False)
+        log.open(["header"], [])
         val_loader = build_eval_loader(val, num_replicas=2, rank=rank)
         assert len(val_loader.sampler) == 1
         evaluator = attach_validation(trainer, model, val_loader, config, log, None, torch.device("cpu"))
