@@ -6,12 +6,12 @@ the same 7 BCE losses, SGD with the reference DDP script's two parameter groups 
 
 * ignite: the Engine ``trainer.create_trainer`` builds for ``trainer.training``, in
   the same order: sampler epoch, poly LR (ignite ``LRScheduler``), loss meter (updated every
-  iteration, synced at every log line), the log line every iteration (``train.log``; its console echo
-  goes to ``os.devnull`` so the terminal's speed does not count), TensorBoard (losses, LR, images/s
-  every iteration) and checkpointing at its default cadence (every 400 iterations) - the run is
-  shorter than that, so no periodic save happens inside the timed window; the final save at
-  ``COMPLETED`` happens after it. Validation and the progress bar (off without a terminal) are not
-  attached.
+  iteration, synced at every log line), unreadable-pair count (synced with it), the log line every
+  iteration (``train.log``; its console echo goes to ``os.devnull`` so the terminal's speed does
+  not count), TensorBoard (losses, LR, images/s every iteration) and checkpointing at its default
+  cadence (every 400 iterations) - the run is shorter than that, so no periodic save happens inside
+  the timed window; the final save at ``COMPLETED`` happens after it. Validation and the progress
+  bar (off without a terminal) are not attached.
 * bare: ``for batch in batches``: set both groups' LR by the poly formula, ``DeviceAugment``,
   forward, losses, ``zero_grad``, ``backward``, ``step``. Nothing else: no meter, no log, no sync,
   i.e. the fastest loop that trains the same way.
@@ -22,6 +22,7 @@ ignite, ...) and each side keeps its fastest run, which cancels most machine noi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import tempfile
@@ -35,9 +36,10 @@ from ignite.engine import Engine, Events
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, collate_train, sample_seed
 from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import TrainLog, attach_checkpointing
+from ignite_r3net.training.handlers import attach_checkpointing
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses
+from ignite_r3net.training.train_log import TrainLog
 from ignite_r3net.training.worker import create_trainer
 
 __all__ = ["bench_engine", "preload_batches"]
@@ -68,9 +70,8 @@ def _ignite_run(
     sampler = ResumableDistributedSampler(
         len(batches) * config.batch_size, seed=config.seed, batch_size=config.batch_size
     )
-    devnull = open(os.devnull, "w")
-    log = TrainLog(Path(config.output_dir) / "train.log", echo=devnull)
-    log.open("configuration: benchmark\n")
+    log = TrainLog(Path(config.output_dir) / "train.log")
+    log.open(["configuration: benchmark"], [])
     # exactly the handlers trainer.training attaches per iteration, plus checkpointing
     trainer, to_save, _ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
     attach_checkpointing(trainer, to_save, config)
@@ -95,10 +96,8 @@ def _ignite_run(
         if it == warmup or it == config.iters:
             marks[it] = time.perf_counter()
 
-    try:
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         trainer.run(batches, max_iters=config.iters, epoch_length=len(batches))
-    finally:
-        devnull.close()
     return marks[config.iters] - marks[warmup], in_step[0]
 
 

@@ -274,10 +274,11 @@ def bench_pipeline(
 
 def profile_worker(dataset: SaliencyTrainSet, batch_size: int, seed: int, repeats: int) -> dict[str, float]:
     """Milliseconds per sample of each part of ours in a DataLoader worker, best pass over the files:
-    ``decode_jpeg_png`` (``load_image`` + ``load_mask``), ``crop_flip`` (the generator, crop, flip
-    and angle draws on decoded pixels), ``collate`` (``collate_train`` of whole batches) and
-    ``worker_total`` (``__getitem__`` + ``collate_train``: the parts together, plus file reads, fresh
-    batch memory and Python glue)."""
+    ``decode_jpeg_png`` (``load_image`` + ``load_mask``), ``decode_strict`` (the same with
+    ``strict=True``, as training decodes: libjpeg's warnings collected from fd 2), ``crop_flip``
+    (the generator, crop, flip and angle draws on decoded pixels), ``collate`` (``collate_train`` of
+    whole batches) and ``worker_total`` (``__getitem__`` + ``collate_train``: the parts together,
+    plus file reads, fresh batch memory and Python glue)."""
     n = len(dataset)
     keys = [(i, sample_seed(seed, 0, i)) for i in range(n)]
     decoded = [(load_image(image), load_mask(mask)) for image, mask in dataset.pairs]
@@ -291,6 +292,10 @@ def profile_worker(dataset: SaliencyTrainSet, batch_size: int, seed: int, repeat
 
     parts: dict[str, tuple[Any, int]] = {
         "decode_jpeg_png": (lambda: [(load_image(image), load_mask(mask)) for image, mask in dataset.pairs], n),
+        "decode_strict": (
+            lambda: [(load_image(image, strict=True), load_mask(mask, strict=True)) for image, mask in dataset.pairs],
+            n,
+        ),
         "crop_flip": (lambda: [crop_flip(i) for i in range(n)], n),
         "collate": (lambda: [collate_train(b) for b in batches], n),
         "worker_total": (lambda: [collate_train([dataset[k] for k in b]) for b in _chunks(keys, batch_size)], n),

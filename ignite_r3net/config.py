@@ -11,6 +11,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .atomic_files import write_text
 from .errors import OptionError
@@ -23,6 +24,7 @@ AMP_MODES = ("off", "bf16", "fp16")
 _MOMENTUM = Rule(lambda v: 0 <= v < 1, "must be in [0, 1)")
 _SECONDS = Rule(lambda v: v >= 1, "must be at least 1 second")
 _DEGREES = Rule(lambda v: 0 <= v <= 180, "must be between 0 and 180 degrees")
+_SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1")
 
 
 @dataclass
@@ -30,11 +32,15 @@ class TrainConfig:
     """Everything that defines a training run."""
 
     # data
-    data: str = option(
-        "synthetic",
-        "training data: a folder in MSRA10K layout (name.jpg + name.png) or "
-        "DUTS layout (images/ + masks/ folders), or 'synthetic' for the generated set "
-        "written to OUTPUT_DIR/synthetic",
+    data: list[str] = option(
+        help="training data: one or more folders in MSRA10K layout (name.jpg + name.png) or DUTS layout "
+        "(images/ + masks/ folders), trained on as one set (--data A B, or --data A --data B; pairs "
+        "of the same name in two folders are both kept), or 'synthetic' for the generated set written "
+        "to OUTPUT_DIR/synthetic (the default)",
+        default_factory=lambda: ["synthetic"],
+        nargs="+",
+        action="extend",
+        metavar="DATA",
     )
     val_data: str | None = option(
         None,
@@ -84,9 +90,36 @@ class TrainConfig:
         1, "write a log line (and sync the loss meters across ranks) every N iterations", rule=POSITIVE_COUNT
     )
     val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
+    val_at_start: bool = option(
+        True,
+        "validate before the first iteration too (the untrained model, the reference of the final "
+        "validation line); --no-val-at-start skips it",
+    )
+    val_max: int = option(
+        0,
+        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data (the "
+        "same pairs at every validation); 0: all",
+        rule=NOT_NEGATIVE,
+        metavar="N",
+    )
     resume: str | None = option(
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )
+    # damaged images
+    max_bad_images: float = option(
+        0.01,
+        "share of the training pairs that may turn out unreadable during the run (each is reported "
+        "once and replaced by the next readable pair); one more stops the run on every rank. 0.01: "
+        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first",
+        rule=_SHARE,
+    )
+    allow_decode_warnings: bool = option(
+        False,
+        "train on JPEGs that decode with libjpeg warnings (corrupt or truncated data: part of the "
+        "picture missing or grey) instead of counting them as unreadable",
+    )
+    # console
+    verbose: bool = option(False, "print the full configuration and ignite's launcher and DDP messages too")
     # speed
     amp: str = option("off", "mixed precision", choices=AMP_MODES)
     channels_last: bool = option(False, "use channels_last memory format for the model and inputs")
@@ -128,6 +161,12 @@ class TrainConfig:
     # recorded at start-up: what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}
     # (``data.listing_digest``); every rank of a job must list the same pairs
     listings: dict[str, str] | None = field(default=None)
+    # recorded at start-up: each --data folder, {folder, pairs, listing} (its ``listing_digest``)
+    data_sets: list[dict[str, Any]] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, str):  # a config.json written when --data took one folder
+            self.data = [self.data]
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -84,6 +84,17 @@ def error_line(e: BaseException, default: str | None = None) -> str:
     return lines[0]
 
 
+def ending_line(e: BaseException) -> str:
+    """The one console line of a run that ``e`` ended: ``interrupted`` (Ctrl-C), ``terminated``
+    (SIGTERM) or ``error: ...``."""
+    if isinstance(e, KeyboardInterrupt):
+        return "terminated" if isinstance(e, Terminated) else "interrupted"
+    if isinstance(e, UserError):
+        lists_problems = "\n  - " in str(e)  # a data error with one problem per line is shown whole
+        return f"error: {e if lists_problems else error_line(e)}"
+    return f"error: {type(e).__name__}: {error_line(e)}"
+
+
 def load_error_reason(e: BaseException) -> str:
     """Why ``torch.load(..., weights_only=True)`` (or safetensors) refused a file, in words a user
     can act on."""

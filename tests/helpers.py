@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,6 +110,18 @@ def run_cli(
     return proc
 
 
+def start_cli(args: list[str]) -> subprocess.Popen:
+    """``python run.py ARGS`` started in a fresh process, its output in text pipes."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
     """A few real .jpg/.png pairs (the synthetic generator at small sizes): (train_dir, val_dir)."""
     from ignite_r3net.data import make_synthetic_dataset
@@ -111,13 +129,41 @@ def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) ->
     return make_synthetic_dataset(root, n_train=n, n_val=n_val, size=(64, 90), seed=seed)
 
 
+def zero_middle_of(jpeg: Path) -> Path:
+    """Damage a JPEG as a bad disk sector does: its compressed data zeroed from the middle on. Its
+    header and end marker stay intact, so only a full decode notices."""
+    raw = bytearray(jpeg.read_bytes())
+    middle, end = len(raw) // 2, len(raw) - 2  # the last two bytes are the end marker, FF D9
+    raw[middle:end] = bytes(end - middle)
+    jpeg.write_bytes(bytes(raw))
+    return jpeg
+
+
+def cut_and_remark(jpeg: Path) -> Path:
+    """Damage a JPEG as an interrupted copy that a tool then "repaired" does: its second half cut
+    and an end-of-image marker (FF D9) written after the rest; libjpeg decodes it with a grey half."""
+    raw = jpeg.read_bytes()
+    jpeg.write_bytes(raw[: len(raw) // 2] + b"\xff\xd9")
+    return jpeg
+
+
 LOG_LINE = re.compile(r"^\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\]$")
+# what starts every train.log line: local time with its offset, ISO 8601 to the second
+LOG_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d) ")
+
+
+def log_lines(log_path: Path) -> list[str]:
+    """train.log's lines without their timestamps (resumed and uninterrupted runs compare equal)."""
+    lines = Path(log_path).read_text(encoding="utf-8").splitlines()
+    assert all(LOG_TIMESTAMP.match(line) for line in lines), [line for line in lines if not LOG_TIMESTAMP.match(line)]
+    return [LOG_TIMESTAMP.sub("", line, count=1) for line in lines]
 
 
 def log_iterations(log_path: Path) -> dict[int, str]:
-    """Training log lines by iteration (a later line for the same iteration wins, as after a resume)."""
+    """Training log lines by iteration, without timestamps (a later line for the same iteration
+    wins, as after a resume)."""
     lines = {}
-    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
+    for line in log_lines(log_path):
         m = LOG_LINE.match(line)
         if m:
             lines[int(m.group(1))] = line
@@ -154,9 +200,8 @@ def sum_ranks(local_rank: int, arg) -> None:
 
 def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     """The nine metrics of (pred, gt) uint8 arrays computed by PySODMetrics itself."""
-    import pytest
+    import py_sod_metrics as sod
 
-    sod = pytest.importorskip("py_sod_metrics")
     mae, fm, sm, em, wfm = sod.MAE(), sod.Fmeasure(), sod.Smeasure(), sod.Emeasure(), sod.WeightedFmeasure()
     for pred, gt in pairs:
         for m in (mae, fm, sm, em, wfm):
@@ -178,9 +223,8 @@ def pysod_reference(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, flo
 def pysod_curves(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
     """PySODMetrics' mean precision, recall and F-measure curves, indexed by threshold 0..255 (its
     own arrays run from threshold 255 down)."""
-    import pytest
+    import py_sod_metrics as sod
 
-    sod = pytest.importorskip("py_sod_metrics")
     fm = sod.Fmeasure()
     for pred, gt in pairs:
         fm.step(pred=pred, gt=gt)
@@ -217,3 +261,106 @@ def save_spread_r3net(path: Path, seed: int = 1) -> Path:
         model.predict0.weight.mul_(20)
     torch.save(model.state_dict(), path)
     return path
+
+
+class ThreadWorld:
+    """Two ranks as two threads of this process, for fast tests of code that calls ignite's
+    collectives: ``run(fn0, fn1)`` runs ``fn0`` as rank 0 and ``fn1`` as rank 1 while
+    ``idist.get_rank`` / ``get_world_size`` / ``all_reduce`` / ``broadcast`` / ``barrier`` behave as
+    in a 2-process group (each collective waits for both ranks and combines their tensors).
+
+    A real gloo group needs a process per rank (seconds of start-up each); this is the same
+    contract the code relies on, exchanged through memory. A rank that fails breaks the barrier, so
+    the other fails too instead of waiting forever."""
+
+    SIZE = 2
+
+    def __init__(self, monkeypatch, timeout: float = 120) -> None:
+        import threading
+
+        import ignite.distributed as idist
+        import ignite.distributed.utils as idist_utils
+
+        self._local = threading.local()
+        self._barrier = threading.Barrier(self.SIZE, timeout=timeout)
+        self._slots: list = [None] * self.SIZE
+        for module in (idist, idist_utils):  # ``one_rank_only`` calls the utils module's get_rank
+            monkeypatch.setattr(module, "get_rank", self.get_rank)
+            monkeypatch.setattr(module, "get_world_size", lambda: self.SIZE)
+            monkeypatch.setattr(module, "all_reduce", self.all_reduce)
+            monkeypatch.setattr(module, "broadcast", self.broadcast)
+            monkeypatch.setattr(module, "barrier", self._barrier.wait)
+
+    def get_rank(self) -> int:
+        return self._local.rank
+
+    def _exchange(self, value):
+        """Every rank's ``value``, in rank order, once all ranks have given theirs."""
+        self._slots[self.get_rank()] = value
+        self._barrier.wait()
+        values = list(self._slots)
+        self._barrier.wait()  # nobody overwrites a slot before every rank has read them
+        return values
+
+    def all_reduce(self, tensor, op: str = "SUM", group=None):
+        import torch
+
+        values = self._exchange(tensor.clone() if isinstance(tensor, torch.Tensor) else tensor)
+        if op.upper() == "SUM":
+            return sum(values[1:], values[0])
+        combine = {"MIN": torch.minimum, "MAX": torch.maximum}[op.upper()]
+        out = values[0]
+        for v in values[1:]:
+            out = combine(out, v)
+        return out
+
+    def broadcast(self, tensor, src: int = 0, safe_mode: bool = False):
+        values = self._exchange(tensor.clone())
+        return values[src].clone()
+
+    def run(self, *fns):
+        """Run ``fns[r]()`` as rank r, each in its own thread; their results, in rank order. The
+        first exception of any rank is raised here."""
+        import threading
+
+        assert len(fns) == self.SIZE
+        results: list = [None] * self.SIZE
+        errors: list = []
+
+        def body(rank: int) -> None:
+            self._local.rank = rank
+            try:
+                results[rank] = fns[rank]()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(e)
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.SIZE)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            # the failure itself, not the broken barrier it left the other rank with
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+        return results
+
+
+@contextlib.contextmanager
+def training_conv_outputs() -> Iterator[list[torch.Tensor]]:
+    """The outputs of every convolution that runs in training mode with gradients (the training
+    step, not validation), seen by a global forward hook while the block runs."""
+    import torch
+    from torch import nn
+
+    seen: list[torch.Tensor] = []
+
+    def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if isinstance(module, nn.Conv2d) and module.training and torch.is_grad_enabled():
+            seen.append(output.detach())
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()

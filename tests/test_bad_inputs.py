@@ -124,7 +124,6 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         ):
             if flag not in args:
                 args = [*args, flag, value]
-        started = time.monotonic()
         code = main(args)
         err = capsys.readouterr().err.strip()
         assert code == 2, (args, err)
@@ -134,7 +133,6 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         assert not list(out.glob("**/checkpoint_*")) and not (out / "train.log").exists()
         if own_output_dir:
             assert not out.exists(), "a refused run leaves no empty output directory"
-        assert time.monotonic() - started < 20, args
     print(f"{len(cases)} bad inputs tried")
     assert len(cases) >= 30
 
@@ -199,11 +197,9 @@ def test_other_commands_refuse_bad_inputs_in_one_line_before_any_work(data, tmp_
         ),
     ]
     for args, expected in cases:
-        started = time.monotonic()
         code = main(args)
         err = capsys.readouterr().err.strip()
         assert code == 2, (args, err)
         assert err.startswith("error: ") and expected in err and "Traceback" not in err, (args, err)
         assert len(err.splitlines()) == 1 or "\n  " in err, (args, err)
-        assert time.monotonic() - started < 10, args
     assert not (tmp_path / "d").exists()

@@ -56,7 +56,7 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
         for key in keys:
             assert report[name][key] > 0, (name, key, report[name])
     profile = report["pipeline"]["worker_profile_ms_per_sample"]
-    assert set(profile) == {"decode_jpeg_png", "crop_flip", "collate", "worker_total"}
+    assert set(profile) == {"decode_jpeg_png", "decode_strict", "crop_flip", "collate", "worker_total"}
     assert all(v > 0 for v in profile.values()), profile
     assert 0 < report["engine"]["framework_share"] < 1
     assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout

@@ -4,6 +4,7 @@ missing maps, checkpoint methods, and bad inputs as one line before any work."""
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
 import os
 import re
@@ -97,10 +98,9 @@ def test_results_tables_and_curves(bench: Path, tmp_path: Path, capsys: pytest.C
             ]
             expected = pysod_reference(pairs)
             for key in METRIC_KEYS:
-                tolerance = 1e-6 if key in ("mae", "maxF", "meanF", "adpF") else 1e-4
-                assert row[key] == pytest.approx(expected[key], abs=tolerance), (dataset, method, key)
+                assert row[key] == pytest.approx(expected[key], abs=1e-9), (dataset, method, key)
             for name, curve in pysod_curves(pairs).items():  # the plotted curves too
-                np.testing.assert_allclose(curves[dataset][method][name], curve, rtol=0, atol=1e-6)
+                np.testing.assert_allclose(curves[dataset][method][name], curve, rtol=0, atol=1e-9)
 
     _check_markdown(out / "table.md", results)
     _check_csv(out / "table.csv", results)
@@ -385,3 +385,94 @@ def test_r3net_protocol_columns_marked_and_metric_names_any_case(bench: Path, tm
     assert cli.main(_args(bench, standard, ("M1",))) == 0
     assert "†" not in (standard / "table.md").read_text() + (standard / "table.csv").read_text()
     assert "protocol" not in json.loads((standard / "results.json").read_text())["SetA"]["M1"]
+
+
+def test_cache_is_invalidated_by_a_changed_mask_or_library_version(
+    bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    masks = tmp_path / "SetB"
+    shutil.copytree(bench / "SetB" / "GT", masks)
+    methods = [f"{m}={bench / 'methods' / m}" for m in ("M1", "M2")]
+    args = ["compare", "--datasets", f"SetB={masks}", "--methods", *methods, "--out", str(tmp_path / "out")]
+    assert cli.main(args) == 0
+    assert sorted(_scored(capsys.readouterr().out)) == ["M1 on SetB", "M2 on SetB"]
+    before = json.loads((tmp_path / "out" / "results.json").read_text())["SetB"]
+
+    # a mask corrected (another object): every method scored on it again, with other numbers
+    mask = masks / "setb_1.png"
+    Image.fromarray(255 - np.asarray(Image.open(mask))).save(mask)
+    assert cli.main(args) == 0
+    assert sorted(_scored(capsys.readouterr().out)) == ["M1 on SetB", "M2 on SetB"]
+    after = json.loads((tmp_path / "out" / "results.json").read_text())["SetB"]
+    assert all(after[m]["mae"] != before[m]["mae"] for m in ("M1", "M2"))
+
+    # a library that reads or scores the maps upgraded: scored again (to the same numbers here)
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "999.0" if name == "numpy" else real_version(name))
+    assert cli.main(args) == 0
+    assert sorted(_scored(capsys.readouterr().out)) == ["M1 on SetB", "M2 on SetB"]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["SetB"] == after
+
+
+def test_checkpoint_maps_are_remade_when_what_made_them_changes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The README: a checkpoint's maps are reused unless the checkpoint, the images or
+    --backbone / --crf / --amp changed (test_checkpoint_method sees them reused)."""
+    data = _tiny_duts(tmp_path / "DUTS-mini")
+    ckpt = tmp_path / "checkpoint_10.pt"
+    torch.manual_seed(0)
+    torch.save({"model": R3Net("resnet18").state_dict(), "trainer": {"iteration": 10}}, ckpt)
+    base = ["compare", "--datasets", f"R={data}", "--methods", f"Ours={ckpt}", "--out", str(tmp_path / "out")]
+    base += ["--workers", "0"]
+
+    def maps_made(*options: str) -> bool:
+        assert cli.main([*base, *options]) == 0
+        out = capsys.readouterr().out
+        assert ("maps of Ours: inference on R" in out) != ("maps of Ours: kept" in out), out
+        return "maps of Ours: inference on R" in out
+
+    # each change alone remakes the maps (in the order of the README's claim)
+    assert maps_made("--backbone", "resnet18")
+    assert maps_made("--backbone", "resnet18", "--amp", "bf16")
+    assert maps_made("--backbone", "resnet18", "--amp", "bf16", "--crf")
+    assert maps_made("--amp", "bf16", "--crf")  # the backbone found in the checkpoint, not given
+    first = json.loads((tmp_path / "out" / "results.json").read_text())["R"]["Ours"]
+    torch.manual_seed(1)  # the checkpoint file replaced by other weights
+    torch.save({"model": R3Net("resnet18").state_dict(), "trainer": {"iteration": 20}}, ckpt)
+    assert maps_made("--amp", "bf16", "--crf")
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["R"]["Ours"] != first
+    Image.fromarray(np.full((40, 40, 3), 128, np.uint8)).save(data / "images" / "p1.jpg")  # an image replaced
+    assert maps_made("--amp", "bf16", "--crf")
+    assert not maps_made("--amp", "bf16", "--crf")  # nothing changed: kept
+
+
+def test_printed_ties_share_a_mark() -> None:
+    """Ranks are taken on the printed values: 0.0504 and 0.0496 both print 0.050 and are both best;
+    the next printed value is second-best. With one more digit they no longer tie."""
+    from ignite_r3net.evaluation.comparison_table import build_table, table_latex, table_markdown
+
+    results = {
+        "S": {
+            "A": {"mae": 0.0504, "maxF": 0.8496},
+            "B": {"mae": 0.0496, "maxF": 0.8504},
+            "C": {"mae": 0.0612, "maxF": 0.8401},
+            "D": {"mae": 0.0731, "maxF": 0.8300},
+        }
+    }
+    table = build_table(results, ["S"], ["A", "B", "C", "D"], ["mae", "maxF"], digits=3)
+    rows = {
+        line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:]
+        for line in table_markdown(table).splitlines()[2:]
+    }
+    assert rows["A"] == rows["B"] == ["**0.050**", "**0.850**"]
+    assert rows["C"] == ["<u>0.061</u>", "<u>0.840</u>"] and rows["D"] == ["0.073", "0.830"]
+    latex = table_latex(table)
+    assert latex.count(r"\textbf{0.050}") == 2 and latex.count(r"\textbf{0.850}") == 2
+    assert r"\underline{0.061}" in latex and r"\underline{0.840}" in latex
+
+    finer = build_table(results, ["S"], ["A", "B", "C", "D"], ["mae", "maxF"], digits=4)
+    rows = {
+        line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:]
+        for line in table_markdown(finer).splitlines()[2:]
+    }
+    assert rows["B"] == ["**0.0496**", "**0.8504**"] and rows["A"] == ["<u>0.0504</u>", "<u>0.8496</u>"]
+    assert rows["C"] == ["0.0612", "0.8401"]

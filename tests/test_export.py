@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -214,12 +213,10 @@ def test_bad_export_inputs_are_one_line_and_write_nothing(
         (["--checkpoint", ckpt, "--format", "onnx", "--output", onnx_out, "--backbone", "resnet50"], "does not fit"),
     ]
     for args, expected in cases:
-        started = time.monotonic()
         code = cli.main(["export", *args])
         err = capsys.readouterr().err.strip()
         assert code == 2, (args, err)
         assert err.startswith("error: ") and expected in err and len(err.splitlines()) == 1, (args, err)
-        assert time.monotonic() - started < 10, args
     assert not (tmp_path / "out").exists() and not Path("m.pt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.onnx", "garbage.pt", "no_model.pt", "unknown.pt"]
     for args, expected in (

@@ -5,14 +5,17 @@ touches the network: the caches are built by hand in temporary folders."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset
+from helpers import REPO, TINY_TRAIN, cpu_env, log_lines, make_tiny_dataset
 from safetensors.torch import save_file
 from torchvision.models import resnet18
 
@@ -139,6 +142,87 @@ def test_weights_that_cannot_be_had_are_one_line_before_anything_is_written(
     assert not out.exists()
 
 
+def test_a_torchvision_backbone_offline_is_one_line_naming_torchs_cache(data, tmp_path, capsys, monkeypatch):
+    """The README: without a network, ``--pretrained imagenet`` stops at once with one line naming the
+    cache it looked in. Here the download fails as it does offline, without touching the network."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    calls = []
+
+    def offline(url: str, *args, **kwargs) -> None:
+        calls.append(url)
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    out = tmp_path / "out"
+    code = main(
+        ["--data", str(data[0]), "--output-dir", str(out), "--backbone", "resnet18", "--pretrained", "imagenet"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert (
+        code == 2
+        and err.startswith("error: --pretrained imagenet (the ImageNet-1k weights of resnet18")
+        and len(err.splitlines()) == 1
+    ), err
+    cache = tmp_path / "torch-home" / "hub" / "checkpoints"
+    assert calls == ["https://download.pytorch.org/models/resnet18-f37072fd.pth"]
+    assert f"into torch's cache {cache} " in err and "Temporary failure in name resolution" in err
+    assert "--pretrained none" in err and "--pretrained FILE" in err  # the ways out
+    assert not out.exists() and not (cache / "resnet18-f37072fd.pth").exists()
+
+
+def test_without_a_network_a_hub_source_stops_after_one_request(tmp_path, monkeypatch, capfd):
+    """No HF_HUB_OFFLINE and no network: a Hub that does not answer (here a local port that closes
+    every connection it accepts) is asked once, not six times with pauses between."""
+    import huggingface_hub.constants
+
+    from ignite_r3net.errors import OptionError
+    from ignite_r3net.model import resolve_weights
+
+    attempts = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def close_each_connection():
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:  # the server closed: the test is over
+                    return
+                attempts.append(connection)
+                connection.close()
+
+        threading.Thread(target=close_each_connection, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        with pytest.raises(OptionError) as refused:
+            resolve_weights("imagenet", "resnext101_32x4d")  # hf-hub:timm/resnext101_32x4d.gluon_in1k
+    message = str(refused.value)
+    assert len(attempts) == 1
+    assert message.startswith("--pretrained imagenet (the ImageNet-1k weights of resnext101_32x4d, hf-hub:")
+    assert f"is not in the Hugging Face cache {tmp_path / 'empty-cache'}" in message
+    assert f"({endpoint} does not answer: " in message and "--pretrained none" in message
+    assert len(message.splitlines()) == 1 and "Retrying" not in capfd.readouterr().err
+
+
+def test_weights_of_another_backbone_are_one_short_line_naming_the_fix(data, tmp_path, capsys, spread_checkpoint):
+    """A torchvision ResNet-34 file given to a resnet18 run, and a whole trained R3Net given as
+    backbone weights: counts and a few key names, and the option that fits the file."""
+    from torchvision.models import resnet34
+
+    other = tmp_path / "resnet34.pth"
+    torch.save(resnet34().state_dict(), other)
+    common = ["--data", str(data[0]), "--backbone", "resnet18", *TINY_TRAIN[4:]]
+    whole = f"it holds a whole trained R3Net (resnet18): start from it with --init-from {spread_checkpoint}"
+    for file, fix in ((other, "it holds resnet34 weights: add --backbone resnet34"), (spread_checkpoint, whole)):
+        assert main([*common, "--output-dir", str(tmp_path / "out"), "--pretrained", str(file)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: --pretrained {file}: backbone weights {file} does not match the model: ")
+        assert err.endswith(fix) and len(err.splitlines()) == 1, err
+        assert err.count("weight") + err.count("running_") <= 12, "a few key names, not hundreds"
+    assert not (tmp_path / "out").exists()
+
+
 def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):
     """Fine-tuning from the reference run's last checkpoint (2 processes, 12 iterations): a new run
     in a folder of its own, from iteration 1 with a fresh optimiser and schedule."""
@@ -146,8 +230,7 @@ def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, 
     common = ["--data", str(reference_run.train), "--val-data", str(reference_run.val), *TINY_TRAIN]
     second = tmp_path / "second"
     assert main([*common, "--output-dir", str(second), "--iters", "2", "--init-from", str(finished)]) == 0
-    first_log = (reference_run.out / "train.log").read_text().splitlines()
-    second_log = (second / "train.log").read_text().splitlines()
+    first_log, second_log = log_lines(reference_run.out / "train.log"), log_lines(second / "train.log")
     # validation before training scores the weights the run starts from: those of the first run's end
     final = next(line for line in first_log if line.startswith("[val iter 12]"))
     start = next(line for line in second_log if line.startswith("[val iter 0]"))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from helpers import REFERENCE_EVERY, REFERENCE_ITERS, REPO, cpu_env, log_iterations, reference_args
+from helpers import REFERENCE_EVERY, REFERENCE_ITERS, REPO, cpu_env, log_iterations, log_lines, reference_args
 
 from ignite_r3net import cli
 
@@ -80,8 +80,9 @@ def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(reference_run, 
     # the killed run left its lock; it is gone, so the resume takes it over and says so
     assert "taking over the lock of run" in err and "which no longer exists" in err
 
-    log = (killed / "train.log").read_text()
-    assert f"resumed from {killed / f'checkpoint_{resume_at}.pt'} at iteration {resume_at}" in log
+    log = "\n".join(log_lines(killed / "train.log"))
+    replayed = f"iterations {resume_at + 1} to {resume_at + 2} above are trained again below"
+    assert f"resumed from {killed / f'checkpoint_{resume_at}.pt'} at iteration {resume_at}: {replayed}" in log
     after = log.split(f"at iteration {resume_at}", 1)[1]
     ref_lines, resumed_lines = log_iterations(ref / "train.log"), {}
     for line in after.splitlines():

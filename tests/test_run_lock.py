@@ -7,11 +7,10 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
-from helpers import REPO, TINY_TRAIN, cpu_env, make_tiny_dataset
+from helpers import TINY_TRAIN, make_tiny_dataset, start_cli
 
 from ignite_r3net import run_lock
 from ignite_r3net.cli import main
@@ -67,14 +66,7 @@ def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, caps
     train, _ = make_tiny_dataset(tmp_path / "data", n=6, n_val=0)
     out = tmp_path / "run"
     args = ["--data", str(train), "--output-dir", str(out), "--iters", "6", "--checkpoint-every", "2", *TINY_TRAIN]
-    first = subprocess.Popen(
-        [sys.executable, str(REPO / "run.py"), *args],
-        cwd=REPO,
-        env=cpu_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_cli(args)
     try:
         deadline = time.monotonic() + 120
         while not (out / "checkpoint_2.pt").exists():  # training is under way

@@ -128,3 +128,37 @@ def test_ports_when_none_is_given():
 )
 def test_first_host_of_a_node_list(nodelist, first):
     assert first_host(nodelist) == first
+
+
+RENDEZVOUS_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def _as_srun_task(monkeypatch, procid: int, ntasks: int, nodes: int) -> None:
+    """This process as task ``procid`` of an srun step on nodes ``gpu[07-08]`` of job 123456, without
+    torch's rendezvous variables; all of them are as before once the test ends."""
+    for key in RENDEZVOUS_VARS:
+        # set first, so that the test's end also removes any the code sets (delenv of an absent
+        # variable records nothing): a leftover LOCAL_RANK would make later runs join a group
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+    env = srun_env(procid, ntasks, nodes, port=15000 + 3456)
+    for key, value in env.items():
+        if key.startswith("SLURM_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08]")
+
+
+def test_one_task_per_node_spawns_towards_the_flags_address(monkeypatch):
+    """The README: under srun the master address and port come from SLURM's variables unless
+    --master-addr / --master-port are given (test_rendezvous.py checks the same for tasks that
+    join one group, and that the flags also win over MASTER_ADDR / MASTER_PORT)."""
+    from ignite_r3net.distributed.launch import parallel_for
+    from ignite_r3net.distributed.topology import LaunchSpec
+
+    _as_srun_task(monkeypatch, procid=1, ntasks=2, nodes=2)
+    derived = parallel_for(LaunchSpec(nproc=2, backend="gloo"))._spawn_params
+    assert (derived["master_addr"], derived["master_port"]) == ("gpu07", 18456)
+    assert (derived["nnodes"], derived["node_rank"], derived["nproc_per_node"]) == (2, 1, 2)
+    flags = parallel_for(LaunchSpec(nproc=2, backend="gloo", master_addr="node-by-flag", master_port=23456))
+    assert (flags._spawn_params["master_addr"], flags._spawn_params["master_port"]) == ("node-by-flag", 23456)

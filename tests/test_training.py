@@ -6,6 +6,7 @@ torchrun launch are in test_resume_exact.py, the SLURM launches in test_slurm.py
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import sys
 import pytest
 import torch
 from helpers import (
+    LOG_TIMESTAMP,
     REFERENCE_EVERY,
     REFERENCE_ITERS,
     REPO,
@@ -20,6 +22,7 @@ from helpers import (
     cpu_env,
     free_port,
     log_iterations,
+    log_lines,
     read_scalars,
     reference_args,
 )
@@ -40,7 +43,7 @@ def poly_lr(base_lr: float, iteration: int, iters: int, power: float) -> float:
 
 def test_log_has_config_and_one_line_per_iteration(reference_run):
     out, proc = reference_run.out, reference_run.proc
-    log = (out / "train.log").read_text()
+    log = "\n".join(log_lines(out / "train.log"))  # every line starts with its time (checked there)
     assert log.startswith("configuration: {")
     assert "world size 2, 2 images per process, global batch 4" in log
     assert "note: backbone from random weights" in log  # --pretrained none: the log says so
@@ -51,6 +54,31 @@ def test_log_has_config_and_one_line_per_iteration(reference_run):
     assert f"[iter {ITERS}]" in proc.stdout
     config = json.loads((out / "config.json").read_text())
     assert config["nproc"] == 2 and config["iters"] == ITERS and config["workers"] == 2
+
+
+def test_log_lines_start_with_the_local_time_and_its_offset(reference_run):
+    started = datetime.datetime.fromtimestamp((reference_run.out / "config.json").stat().st_mtime).astimezone()
+    ended = datetime.datetime.fromtimestamp((reference_run.out / "train.log").stat().st_mtime).astimezone()
+    lines = (reference_run.out / "train.log").read_text().splitlines()
+    times = [datetime.datetime.fromisoformat(LOG_TIMESTAMP.match(line).group(1)) for line in lines]
+    assert all(t.tzinfo is not None and t.utcoffset() == started.utcoffset() for t in times)
+    # to the second, in the order written, within the run
+    assert times == sorted(times) and started.replace(microsecond=0) <= times[0] and times[-1] <= ended
+
+
+def test_the_console_shows_one_summary_line_not_the_configuration(reference_run):
+    """The configuration is in config.json and train.log; the console gets one line about the run,
+    then the iterations and validations, and none of ignite's messages about its internals."""
+    out, proc = reference_run.out, reference_run.proc
+    lines = proc.stdout.splitlines()
+    assert lines[0] == (
+        f"training R3Net (resnet18) on 12 pairs ({reference_run.train}): world size 2, global batch 4, "
+        f"{ITERS} iterations, output {out}"
+    )
+    assert "configuration" not in proc.stdout and "world size 2, 2 images per process" not in proc.stdout
+    assert lines[-1].startswith("final validation: MAE ")
+    for internal in ("Spawn function", "ignite.distributed", "Apply torch DistributedDataParallel", "End of run"):
+        assert internal not in proc.stdout + proc.stderr, internal
 
 
 def test_checkpoints_exactly_at_chosen_iterations(reference_run):
@@ -70,8 +98,9 @@ def test_tensorboard_has_losses_and_poly_lr_for_both_groups(reference_run):
         assert sorted(scalars[tag]) == list(range(1, ITERS + 1)), tag
     assert all(v > 0 for v in scalars["train/images_per_s"].values())
     for it in range(1, ITERS + 1):
-        assert scalars["lr/group_0"][it] == pytest.approx(poly_lr(2e-3, it, ITERS, 0.9), rel=1e-6)
-        assert scalars["lr/group_1"][it] == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), rel=1e-6)
+        assert scalars["lr/biases"][it] == pytest.approx(poly_lr(2e-3, it, ITERS, 0.9), rel=1e-6)
+        assert scalars["lr/weights"][it] == pytest.approx(poly_lr(1e-3, it, ITERS, 0.9), rel=1e-6)
+    assert not any(tag.startswith("lr/group") for tag in scalars)
     validated = [0, *SAVED]  # before training, at checkpoints, at the end
     assert sorted(scalars["val/maxF"]) == validated and sorted(scalars["val/mae"]) == validated
     acc = EventAccumulator(str(out / "tb"), size_guidance={"images": 0, "tensors": 0})
@@ -91,14 +120,15 @@ def test_log_lr_column_is_the_poly_formula(reference_run):
 
 
 def _validation_line(log_path, iteration: int) -> dict[str, str]:
-    line = next(line for line in log_path.read_text().splitlines() if line.startswith(f"[val iter {iteration}] "))
+    line = next(line for line in log_lines(log_path) if line.startswith(f"[val iter {iteration}] "))
     words = line.split("] ", 1)[1].split()
     return dict(zip(words[::2], words[1::2]))
 
 
 def test_validation_scores_the_model_the_checkpoint_holds(reference_run, tmp_path):
-    """Both ranks validate with rank 0's BatchNorm statistics (each rank's own drift after a step),
-    so the logged score is that of the saved model, as `evaluate` computes it."""
+    """The logged score is that of the saved model, as `evaluate` computes it. The run's one
+    validation image is rank 0's; test_validation.py gives each rank an image of its own and checks
+    that rank 1 scores with rank 0's BatchNorm statistics."""
     out = reference_run.out
     logged = _validation_line(out / "train.log", ITERS)
     result = tmp_path / "eval.json"

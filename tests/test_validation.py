@@ -1,14 +1,22 @@
-"""Validation during training: the best checkpoint follows max F, the TensorBoard grid shows every
-side output."""
+"""Validation during training: every rank scores with rank 0's model, the best checkpoint follows
+max F, the TensorBoard grid shows every side output."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
+from helpers import ThreadWorld, make_tiny_dataset, save_spread_r3net
 from ignite.engine import Engine
 
 from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import build_eval_loader
+from ignite_r3net.inference import attach_scoring, create_evaluator, score_shard
+from ignite_r3net.metrics import SaliencyMetrics
 from ignite_r3net.model import R3Net
-from ignite_r3net.training.validation import GRID_TILE, _best_checkpointer, side_output_grid
+from ignite_r3net.training.handlers import TrainLog
+from ignite_r3net.training.validation import GRID_TILE, _best_checkpointer, attach_validation, side_output_grid
 
 
 def _validated(best, trainer: Engine, evaluator: Engine, iteration: int, max_f: float) -> None:
@@ -61,3 +69,49 @@ def test_side_output_grid_has_image_gt_and_seven_outputs_per_row():
     assert grid.shape == (3, pad + 3 * (GRID_TILE + pad), pad + 9 * (GRID_TILE + pad))
     assert 0 <= grid.min() and grid.max() <= 1
     assert model.training, "the model goes back to training mode"
+
+
+def test_every_rank_scores_its_images_with_rank0_batchnorm_statistics(tmp_path, monkeypatch):
+    """Two ranks, one validation image each. After a training step each rank's BatchNorm running
+    statistics are its own (rank 1's are drawn anew here); the validation numbers must be those of
+    rank 0's model (the one the checkpoints hold) on both images, as one process scores them."""
+    _, val = make_tiny_dataset(tmp_path / "data", n=2, n_val=2)
+    rank0 = R3Net("resnet18")
+    rank0.load_state_dict(torch.load(save_spread_r3net(tmp_path / "rank0.pt"), weights_only=True))
+    rank1 = R3Net("resnet18")
+    rank1.load_state_dict(torch.load(save_spread_r3net(tmp_path / "rank1.pt", seed=2), weights_only=True))
+    for a, b in zip(rank0.parameters(), rank1.parameters()):
+        b.data.copy_(a.data)  # DDP keeps the weights equal; only the statistics differ
+    assert any(not torch.equal(a, b) for a, b in zip(rank0.buffers(), rank1.buffers()))
+
+    def scores(model, world: int = 1, rank: int = 0) -> dict[str, float]:
+        metric = SaliencyMetrics()
+        evaluator = create_evaluator(model, torch.device("cpu"))
+        attach_scoring(evaluator, metric)
+        return score_shard(evaluator, build_eval_loader(val, num_replicas=world, rank=rank), metric)
+
+    expected = scores(rank0)  # one process, rank 0's model, both images
+    # rank 1's own statistics would score its image differently (or this test could not fail)
+    assert scores(rank1, world=2, rank=1)["mae"] != pytest.approx(scores(rank0, world=2, rank=1)["mae"], abs=1e-3)
+
+    world = ThreadWorld(monkeypatch)
+    config = TrainConfig(output_dir=str(tmp_path / "out"))
+    Path(config.output_dir).mkdir()
+
+    def validate_before_training(model, rank: int) -> dict[str, float]:
+        trainer = Engine(lambda e, b: None)
+        log = TrainLog(tmp_path / "out" / "train.log", console=False)
+        log.open(["header"], [])
+        val_loader = build_eval_loader(val, num_replicas=2, rank=rank)
+        assert len(val_loader.sampler) == 1
+        evaluator = attach_validation(trainer, model, val_loader, config, log, None, torch.device("cpu"))
+        trainer.run([0], max_iters=1)  # validates before the first iteration
+        log.close()
+        return dict(evaluator.state.metrics)
+
+    got = world.run(lambda: validate_before_training(rank0, 0), lambda: validate_before_training(rank1, 1))
+    for values in got:
+        for key, value in expected.items():
+            assert values[key] == pytest.approx(value, abs=1e-9), key
+    logged = (tmp_path / "out" / "train.log").read_text()
+    assert f"[val iter 0] mae {expected['mae']:.4f} maxF {expected['maxF']:.4f}" in logged

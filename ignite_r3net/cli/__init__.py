@@ -19,7 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import Terminated, UserError, error_line
+from ..console import echo
+from ..errors import Terminated, UserError, ending_line
 from .compare import add_compare
 from .data import add_check_data, add_make_data
 from .evaluate import add_evaluate
@@ -67,17 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt as e:
-        terminated = isinstance(e, Terminated)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
-        return 143 if terminated else 130
+        echo(ending_line(e), sys.stderr)  # a closed pipe (`2>&1 | head`) loses the line, not the exit code
+        return 143 if isinstance(e, Terminated) else 130
     except UserError as e:
-        print(f"error: {error_line(e) if not _lists_problems(e) else e}", file=sys.stderr)
+        echo(ending_line(e), sys.stderr)
         return e.exit_code
-
-
-def _lists_problems(e: UserError) -> bool:
-    """A data error that lists one problem per line is printed whole."""
-    return "\n  - " in str(e)
 
 
 if __name__ == "__main__":

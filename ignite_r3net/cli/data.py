@@ -26,9 +26,16 @@ def add_check_data(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "check-data",
         help="scan a data set and report every problem by file name",
-        description="Scan image/mask pairs (headers only) and list every problem.",
+        description="Scan image/mask pairs (headers only, unless --decode) and list every problem.",
     )
     check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
+    check.add_argument(
+        "--decode",
+        action="store_true",
+        help="also decode every image and mask in full, as training does, and name each one that fails or "
+        "that libjpeg decodes with warnings (corrupt or truncated data: part of the picture missing or grey); "
+        "slower than the header scan",
+    )
     check.set_defaults(handler=run_check_data)
 
 
@@ -42,4 +49,4 @@ def run_make_data(args: argparse.Namespace) -> int:
 def run_check_data(args: argparse.Namespace) -> int:
     from ..data.commands import check_data
 
-    return check_data(args.folders)
+    return check_data(args.folders, decode=args.decode)

@@ -37,7 +37,10 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
                 fmt = img.format
                 w, h = img.size
                 try:
-                    orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
+                    # PIL's PNG getexif() decodes the whole image to look for an eXIf chunk after
+                    # the pixels; one before them is in the header (info) already
+                    has_exif = fmt != "PNG" or "exif" in img.info
+                    orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
                 except Exception:
                     orientation = 1
             if fmt == "PNG":

@@ -25,17 +25,22 @@ def make_data(out: str, n_train: int = 400, n_val: int = 60, seed: int = 2018) -
     print(f"wrote {n_train} training pairs to {train_dir} and {n_val} validation pairs to {val_dir}")
 
 
-def check_data(folders: list[str]) -> int:
-    """Print every problem of each data set folder by file name; 1 when any was found, else 0."""
+def check_data(folders: list[str], decode: bool = False) -> int:
+    """Print every problem of each data set folder by file name; 1 when any was found, else 0.
+    ``decode``: also decode every file in full (needs torch; the header scan does not)."""
     failed = False
     for folder in folders:
         problems = check_dataset(folder)
+        if decode and not problems:
+            from .decode import decode_problems
+
+            problems = decode_problems(list_pairs(folder))
         if problems:
             failed = True
             print(f"{folder}: {len(problems)} problem(s)")
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: {len(list_pairs(folder))} pairs, no problems")
+            print(f"{folder}: {len(list_pairs(folder))} pairs, no problems{' (every file decoded)' if decode else ''}")
     sys.stdout.flush()
     return 1 if failed else 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +15,10 @@ from PIL import Image, ImageOps
 
 from ..errors import DataError
 
-__all__ = ["load_image", "load_mask"]
+__all__ = ["load_image", "load_mask", "decode_problems"]
+
+_JPEG_START = b"\xff\xd8"
+_capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -22,20 +29,78 @@ def _read_bytes(path: Path) -> bytes:
         raise DataError(f"cannot read image {path}: {exc}") from exc
 
 
-def _tv_decode(raw: bytes, mode: str) -> torch.Tensor | None:
-    """Decode with torchvision (fast, libjpeg-turbo); None when it cannot handle the file."""
+def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torch.Tensor | None:
+    """Decode with torchvision (fast, libjpeg-turbo); None when it cannot handle the file. With
+    ``messages``, libjpeg's warnings about a JPEG (corrupt or missing data) are added to it."""
     from torchvision.io import ImageReadMode, decode_image
 
     if not raw:
         return None
+    into = messages if messages is not None and raw.startswith(_JPEG_START) else None
     try:
         data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _libjpeg_messages(into):
             warnings.simplefilter("ignore")
             out = decode_image(data, mode=getattr(ImageReadMode, mode), apply_exif_orientation=True)
     except Exception:
         return None
     return out
+
+
+@contextmanager
+def _libjpeg_messages(into: list[str] | None) -> Iterator[None]:
+    """Collect what libjpeg prints while the block decodes one JPEG.
+
+    libjpeg reports damaged data ("Corrupt JPEG data: premature end of data segment", "Premature end
+    of JPEG file") as warnings and decodes on, filling what is missing with grey. torchvision keeps
+    libjpeg's default output_message, which prints the first warning to the process's stderr (fd
+    2), and has no API for it; PIL drops it. So fd 2 points at a pipe for the decode. Only JPEGs
+    are decoded here: libpng's warnings (an odd colour profile) are harmless."""
+    if into is None:
+        yield
+        return
+    read_end, write_end = _pipe_of_this_process()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        text = b""
+        while True:
+            try:
+                chunk = os.read(read_end, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            text += chunk
+        into.extend(line.strip() for line in text.decode(errors="replace").splitlines() if line.strip())
+
+
+def _pipe_of_this_process() -> tuple[int, int]:
+    """A non-blocking pipe (a full pipe loses libjpeg's message rather than blocking the decode),
+    one per process: forked DataLoader workers must not read each other's messages."""
+    pid = os.getpid()
+    if pid not in _capture_pipe:
+        for inherited in _capture_pipe.values():
+            for fd in inherited:
+                os.close(fd)
+        _capture_pipe.clear()
+        ends = os.pipe()
+        for fd in ends:
+            os.set_blocking(fd, False)
+        _capture_pipe[pid] = ends
+    return _capture_pipe[pid]
+
+
+def _refuse_damaged(path: Path, messages: list[str] | None, what: str) -> None:
+    if messages:
+        raise DataError(
+            f"damaged {what} {path}: libjpeg: {'; '.join(messages)} (part of the picture is missing or garbled)"
+        )
 
 
 def _pil_open(path: Path) -> Image.Image:
@@ -44,18 +109,21 @@ def _pil_open(path: Path) -> Image.Image:
     return ImageOps.exif_transpose(img) or img
 
 
-def load_image(path: str | Path) -> torch.Tensor:
+def load_image(path: str | Path, strict: bool = False) -> torch.Tensor:
     """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in
-    memory (a crop copies whole rows; the device makes it planar).
+    memory (a crop copies whole rows; the device makes it planar). ``strict``: a JPEG that decodes
+    with libjpeg warnings (corrupt or truncated data) is a :class:`DataError` too.
 
     torchvision decodes 8-bit RGB; everything else (CMYK JPEGs, whose inverted ink only PIL
     handles, grayscale, alpha, 16-bit, TIFF, ...) goes to PIL. Raises :class:`DataError` naming
     the file when neither can read it.
     """
     path = Path(path)
+    messages: list[str] | None = [] if strict else None
     # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends
     # CMYK and the other odd files to PIL, at no cost to the common case.
-    out = _tv_decode(_read_bytes(path), "UNCHANGED")
+    out = _tv_decode(_read_bytes(path), "UNCHANGED", messages)
+    _refuse_damaged(path, messages, "image")
     if out is not None and out.dtype == torch.uint8 and out.ndim == 3 and out.shape[0] == 3:
         return out
     try:
@@ -83,14 +151,17 @@ def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(arr.astype(np.float64) * (255.0 / scale)), 0, 255).astype(np.uint8)
 
 
-def load_mask(path: str | Path) -> torch.Tensor:
+def load_mask(path: str | Path, strict: bool = False) -> torch.Tensor:
     """Decode a mask to uint8 ``(1, H, W)`` with values 0..255 (soft masks stay soft).
 
     16-bit masks are rescaled to 8 bits and 0/1 masks are scaled to 0/255. Raises
-    :class:`DataError` naming the file when it cannot be read.
+    :class:`DataError` naming the file when it cannot be read (``strict``: or when a JPEG mask
+    decodes with libjpeg warnings).
     """
     path = Path(path)
-    out = _tv_decode(_read_bytes(path), "GRAY")
+    messages: list[str] | None = [] if strict else None
+    out = _tv_decode(_read_bytes(path), "GRAY", messages)
+    _refuse_damaged(path, messages, "mask")
     if out is not None and out.ndim == 3 and out.shape[0] == 1:
         if out.dtype == torch.uint8:
             arr = out[0].numpy()
@@ -114,3 +185,16 @@ def load_mask(path: str | Path) -> torch.Tensor:
     if arr.dtype.kind == "f":
         arr = np.clip(arr, 0, None).astype(np.int64)
     return torch.from_numpy(_mask_to_uint8(arr).copy()).unsqueeze(0)
+
+
+def decode_problems(pairs: list[tuple[Path, Path]]) -> list[str]:
+    """Decode every image and mask in full, as strict training does: one line per file that fails
+    or decodes with libjpeg warnings."""
+    problems = []
+    for image, mask in pairs:
+        for load, path in ((load_image, image), (load_mask, mask)):
+            try:
+                load(path, strict=True)
+            except DataError as e:
+                problems.append(str(e))
+    return problems

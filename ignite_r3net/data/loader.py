@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,9 @@ __all__ = [
 ]
 
 
-def _load_pair(image_path: Path, mask_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    image = load_image(image_path)
-    mask = load_mask(mask_path)
+def _load_pair(image_path: Path, mask_path: Path, strict: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    image = load_image(image_path, strict)
+    mask = load_mask(mask_path, strict)
     if image.shape[-2:] != mask.shape[-2:]:
         raise DataError(
             f"size mismatch: image {image_path} is {image.shape[-1]}x{image.shape[-2]} "
@@ -41,21 +42,34 @@ def _load_pair(image_path: Path, mask_path: Path) -> tuple[torch.Tensor, torch.T
 
 
 class SaliencyTrainSet(Dataset):
-    """Training pairs under ``root``, indexed by ``(index, sample_seed)`` keys from the sampler.
+    """Training pairs under ``roots`` (one folder, or several listed one after the other), indexed by
+    ``(index, sample_seed)`` keys from the sampler.
 
     Each item is ``dict(image=uint8 (3, crop, crop), mask=uint8 (1, crop, crop),
-    angle=float32 scalar, index=int)``; the image is channels-last in memory (see
-    :class:`~ignite_r3net.data.transforms.JointCropFlip`), batch it with :func:`collate_train`.
-    All randomness (crop offset, flip, angle) comes from a generator seeded with ``sample_seed``,
-    so the item is a pure function of its key; rotation and normalisation are left to
-    :class:`~ignite_r3net.data.transforms.DeviceAugment`.
+    angle=float32 scalar, index=int, bad=[(image path, problem), ...])``; the image is channels-last
+    in memory (see :class:`~ignite_r3net.data.transforms.JointCropFlip`), batch it with
+    :func:`collate_train`. All randomness (crop offset, flip, angle) comes from a generator seeded
+    with ``sample_seed``, so the item is a pure function of its key; rotation and normalisation are
+    left to :class:`~ignite_r3net.data.transforms.DeviceAugment`.
+
+    A pair that cannot be read (or, unless ``allow_decode_warnings``, a JPEG that decodes with
+    libjpeg warnings) is replaced by the next readable pair of the listing, with the same sample
+    seed, so the item stays a function of its key and a resumed run repeats it; ``bad`` names the
+    pairs passed over, for the trainer to report.
     """
 
-    def __init__(self, root: str | Path, crop: int, rotate: float) -> None:
-        self.root = Path(root)
-        self.pairs = list_pairs(self.root)
+    def __init__(
+        self,
+        roots: str | Path | Sequence[str | Path],
+        crop: int,
+        rotate: float,
+        allow_decode_warnings: bool = False,
+    ) -> None:
+        self.roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+        self.pairs = [pair for root in self.roots for pair in list_pairs(root)]
         self.crop_flip = JointCropFlip(crop)
         self.rotate = float(rotate)
+        self.strict = not allow_decode_warnings
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -63,19 +77,37 @@ class SaliencyTrainSet(Dataset):
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
         index, seed = int(key[0]), int(key[1])
         generator = torch.Generator().manual_seed(seed)
-        image, mask = _load_pair(*self.pairs[index])
+        index, (image, mask), bad = self._first_readable(index)
         image, mask = self.crop_flip(image, mask, generator)
         angle = draw_angle(generator, self.rotate) if self.rotate > 0 else 0.0
-        return {"image": image, "mask": mask, "angle": torch.tensor(angle, dtype=torch.float32), "index": index}
+        angle_t = torch.tensor(angle, dtype=torch.float32)
+        return {"image": image, "mask": mask, "angle": angle_t, "index": index, "bad": bad}
+
+    def _first_readable(self, index: int) -> tuple[int, tuple[torch.Tensor, torch.Tensor], list[tuple[str, str]]]:
+        """The pair at ``index``, or the first readable one after it; and the pairs passed over."""
+        bad: list[tuple[str, str]] = []
+        for step in range(len(self.pairs)):
+            at = (index + step) % len(self.pairs)
+            try:
+                return at, _load_pair(*self.pairs[at], self.strict), bad
+            except DataError as e:
+                bad.append((str(self.pairs[at][0]), str(e)))
+        raise DataError(f"no pair of {', '.join(map(str, self.roots))} can be read: {bad[0][1]}")
 
 
 def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """``default_collate`` of training items, keeping the images channels-last: the same shape,
     dtype and values as a planar batch, without the strided copy into planar that costs several
-    times the crop itself."""
-    batch = default_collate([{**s, "image": s["image"].permute(1, 2, 0)} for s in samples])
+    times the crop itself. The pairs the items passed over are listed in ``bad``."""
+    bad = [entry for s in samples for entry in s.get("bad", ())]
+    batch = default_collate([{**_without_bad(s), "image": s["image"].permute(1, 2, 0)} for s in samples])
     batch["image"] = batch["image"].permute(0, 3, 1, 2)
+    batch["bad"] = bad  # the pairs replaced in this batch: (image path, problem)
     return batch
+
+
+def _without_bad(sample: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sample.items() if k != "bad"}
 
 
 class SaliencyEvalSet(Dataset):
@@ -84,9 +116,9 @@ class SaliencyEvalSet(Dataset):
     The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, max_pairs: int | None = None) -> None:
         self.root = Path(root)
-        self.pairs = list_pairs(self.root)
+        self.pairs = evenly_spaced(list_pairs(self.root), max_pairs)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -95,6 +127,14 @@ class SaliencyEvalSet(Dataset):
         image_path, mask_path = self.pairs[index]
         image, mask = _load_pair(image_path, mask_path)
         return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index)}
+
+
+def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tuple[Path, Path]]:
+    """``count`` pairs spread evenly over the sorted listing (all of them when ``count`` is None or
+    not smaller): a fixed subset that samples every part of a data set whose names group its sources."""
+    if count is None or count >= len(pairs):
+        return pairs
+    return [pairs[i * len(pairs) // count] for i in range(count)]
 
 
 def build_train_loader(
@@ -115,7 +155,9 @@ def build_train_loader(
     Raises:
         DataError: the data set has fewer pairs than one batch on every rank.
     """
-    dataset = SaliencyTrainSet(config.data, config.crop, config.rotate)
+    dataset = SaliencyTrainSet(
+        config.data, config.crop, config.rotate, allow_decode_warnings=config.allow_decode_warnings
+    )
     sampler = ResumableDistributedSampler(
         len(dataset),
         num_replicas=num_replicas,
@@ -126,8 +168,8 @@ def build_train_loader(
     )
     if sampler.num_batches == 0:
         raise DataError(
-            f"{config.data} holds {len(dataset)} pairs: too few for batch size {config.batch_size} on "
-            f"{num_replicas} process(es)"
+            f"{', '.join(map(str, dataset.roots))} hold(s) {len(dataset)} pairs: too few for batch size "
+            f"{config.batch_size} on {num_replicas} process(es)"
         )
     loader = DataLoader(
         dataset,
@@ -145,13 +187,19 @@ def build_train_loader(
 
 
 def build_eval_loader(
-    root: str | Path, num_replicas: int = 1, rank: int = 0, workers: int = 0, persistent_workers: bool = False
+    root: str | Path,
+    num_replicas: int = 1,
+    rank: int = 0,
+    workers: int = 0,
+    persistent_workers: bool = False,
+    max_pairs: int | None = None,
 ) -> DataLoader:
-    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard.
+    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard
+    (of ``max_pairs`` evenly spaced pairs, when given).
 
     ``persistent_workers`` (validation during training, which runs the loader again and again) keeps
     the same workers from one pass to the next; ``stop_workers`` ends them."""
-    dataset = SaliencyEvalSet(root)
+    dataset = SaliencyEvalSet(root, max_pairs)
     return DataLoader(
         dataset,
         batch_size=1,

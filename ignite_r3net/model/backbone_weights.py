@@ -31,7 +31,7 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
 from .backbones import backbone_spec
-from .hub import HF_PREFIX, fetch_hub_file, is_hub_source
+from .hub import HF_PREFIX, cached_hub_file, fetch_hub_file, is_hub_source
 from .key_layouts import backbone_state_dict_from_any, strict_load
 
 NONE = "none"
@@ -100,7 +100,12 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
 
 
 def _fetch_from_hub(source: str, what: str) -> Path:
-    """The weights file of a Hugging Face Hub model repository: the first of ``HF_FILES`` it holds."""
+    """The weights file of a Hugging Face Hub model repository: the first of ``HF_FILES`` it holds,
+    any of them in the cache before the network is tried."""
+    for filename in HF_FILES:
+        cached = cached_hub_file(source, filename)
+        if cached is not None:
+            return cached
     for filename in HF_FILES:
         path = fetch_hub_file(source, filename, what, _WAYS_OUT)
         if path is not None:

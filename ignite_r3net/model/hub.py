@@ -32,9 +32,29 @@ def parse_hub_source(source: str) -> tuple[str, str | None]:
     return repo_id, revision or None
 
 
+HUB_PROBE_SECONDS = 5
+
+
+def cached_hub_file(source: str, filename: str) -> Path | None:
+    """``filename`` of the repository ``source`` names, from the Hugging Face cache alone (no
+    network); None when it is not there or ``source`` is malformed."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        repo_id, revision = parse_hub_source(source)
+        return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
+    except (ValueError, EntryNotFoundError, FileNotFoundError):  # LocalEntryNotFoundError is both
+        return None
+
+
 def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
     """The local path of ``filename`` in the repository ``source`` names, from the Hugging Face
     cache or downloaded into it; None when the repository (at that revision) has no such file.
+
+    The cache is read first without any network. A file missing there is downloaded only after one
+    short request shows that the Hub answers: huggingface_hub retries a connection that fails five
+    times with growing pauses (23.5 s and six "Retrying in N s" lines before its error).
 
     Raises ``OptionError`` in one line: ``what`` (the option and its value), why the file cannot be
     had, where the cache is, and ``ways_out`` (what the user can do instead)."""
@@ -45,16 +65,34 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
         repo_id, revision = parse_hub_source(source)
     except ValueError as e:
         raise OptionError(f"{what}: {e}") from None
-    offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+    cached = cached_hub_file(source, filename)
+    if cached is not None:
+        return cached
+    missing = f"{what}: {filename} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be downloaded"
+    ways = f"download it once where there is a network (HF_HOME selects the cache), or {ways_out}"
+    if constants.HF_HUB_OFFLINE:
+        raise OptionError(f"{missing} (HF_HUB_OFFLINE is set); {ways}")
+    unreachable = _hub_unreachable(constants.ENDPOINT)
+    if unreachable:
+        raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {unreachable}); {ways}")
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision))
     except LocalEntryNotFoundError:  # before EntryNotFoundError, its base class
-        raise OptionError(
-            f"{what}: {filename} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be "
-            f"downloaded{offline or ' (no connection?)'}; download it once where there is a network "
-            f"(HF_HOME selects the cache), or {ways_out}"
-        ) from None
+        raise OptionError(f"{missing} (the connection failed during the download); {ways}") from None
     except EntryNotFoundError:
         return None
     except Exception as e:  # noqa: BLE001 - unknown repository or revision, gated, network: one line
         raise OptionError(f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {ways_out}") from None
+
+
+def _hub_unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint`` does not answer one HEAD request within ``HUB_PROBE_SECONDS`` (through
+    huggingface_hub's own HTTP client: its proxies and certificates); None when it answers, with
+    any status."""
+    from huggingface_hub import get_session
+
+    try:
+        get_session().head(endpoint, timeout=HUB_PROBE_SECONDS)
+    except Exception as e:  # noqa: BLE001 - refused, no route, DNS, timeout, TLS: the Hub cannot be had
+        return error_line(e)
+    return None

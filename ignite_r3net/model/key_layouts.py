@@ -44,7 +44,8 @@ _ORIGINAL_BLOCK_PARTS = {
 _ORIGINAL_TOP = {"0": "conv1", "1": "bn1", "10.1": "fc"}
 _ORIGINAL_STAGE_OFFSET = 3  # child 4 is layer1, ..., child 7 is layer4
 _ORIGINAL_BLOCK_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)\.(weight|bias|running_mean|running_var|num_batches_tracked)$")
-_HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(f"predict{i}." for i in range(7))
+HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(f"predict{i}." for i in range(7))
+"""Key prefixes of R3Net's head (everything but the backbone)."""
 _DDP_PREFIX = "module."
 
 
@@ -94,7 +95,7 @@ def convert_original_r3net_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
     backbone: dict[str, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
     for key, value in _strip_ddp_prefix(sd).items():
-        if key.startswith(_HEAD_PREFIXES):
+        if key.startswith(HEAD_PREFIXES):
             out[key] = value
             continue
         match = re.match(r"^layer(\d)\.(.+)$", key)
@@ -153,10 +154,11 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
     if missing or unexpected:
+        # counts and a few names: hundreds of them would hide the line's point
         raise ValueError(
             f"{what} does not match the model: "
-            f"{len(missing)} missing keys [{listing(missing)}], "
-            f"{len(unexpected)} unexpected keys [{listing(unexpected)}]"
+            f"{len(missing)} of its {len(own)} keys missing [{listing(missing, 3)}], "
+            f"{len(unexpected)} unexpected [{listing(unexpected, 3)}]"
         )
     module.load_state_dict(sd, strict=True)
 

@@ -42,6 +42,8 @@ def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
     for key, value in values.items():
         if key not in fields:
             raise OptionError(f"{flag} {path}: unknown key {key!r}")
+        if typing.get_origin(hints[key]) is list and isinstance(value, str):
+            value = [value]  # one value of a list option (train's --data, one folder before it took several)
         wrong = _type_problem(value, hints[key]) or (problem(fields[key], value) if is_option(fields[key]) else None)
         if wrong:
             raise OptionError(f"{flag} {path}: {key!r} {wrong}")

@@ -1,4 +1,5 @@
-"""The trainer's event handlers, each attached by one small function.
+"""The trainer's event handlers, each attached by one small function (``train.log`` itself is
+``train_log.TrainLog``; damaged images are ``bad_images``).
 
 Every ``attach_*`` is called on every rank (collectives inside handlers need all ranks); work that
 only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_zero_only``.
@@ -11,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -23,6 +24,8 @@ from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
 from .meters import LOSS_NAMES, LossMeter
+from .optim import GROUP_NAMES
+from .train_log import TrainLog
 
 
 class NonFiniteLossError(RuntimeError):
@@ -108,34 +111,6 @@ def format_log_line(iteration: int, metrics: dict[str, float], lr: float) -> str
     return ", ".join(parts)
 
 
-class TrainLog:
-    """``train.log`` in the output directory, opened once (rank 0), plus the console."""
-
-    def __init__(self, path: str | Path, echo: IO[str] | None = sys.stdout) -> None:
-        self.path = Path(path)
-        self.echo = echo
-        self._file: IO[str] | None = None
-
-    @rank_zero_only
-    def open(self, header: str) -> None:
-        fresh = not self.path.exists() or self.path.stat().st_size == 0
-        self._file = self.path.open("a", encoding="utf-8", buffering=1)
-        self.write(header if fresh else "\n" + header)
-
-    @rank_zero_only
-    def write(self, line: str) -> None:
-        if self._file is not None:
-            self._file.write(line + "\n")
-        if self.echo is not None:
-            print(line, file=self.echo, flush=True)
-
-    @rank_zero_only
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
 def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Optimizer, config: TrainConfig) -> None:
     """One line per ``log_every`` iterations (the synced meter values; no timing, so logs of a
     resumed run equal those of an uninterrupted one)."""
@@ -196,13 +171,18 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
 def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig) -> Any:
     """Losses, LR of each parameter group and images/s to ``OUTPUT_DIR/tb``; returns the logger
     (rank 0; None elsewhere)."""
-    from ignite.handlers.tensorboard_logger import OptimizerParamsHandler, OutputHandler, TensorboardLogger
+    from ignite.handlers.tensorboard_logger import OutputHandler, TensorboardLogger
 
     tb = TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
     when = Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
     tb.attach(trainer, OutputHandler(tag="train", metric_names=list(LOSS_NAMES) + ["images_per_s"]), event_name=when)
-    # logs lr/group_0 (biases) and lr/group_1 (weights)
-    tb.attach(trainer, OptimizerParamsHandler(optimizer, param_name="lr"), event_name=when)
+
+    @trainer.on(when)
+    def log_learning_rates(engine: Engine) -> None:
+        # lr/biases and lr/weights: ignite's OptimizerParamsHandler would number them lr/group_0, lr/group_1
+        for name, group in zip(GROUP_NAMES, optimizer.param_groups):
+            tb.writer.add_scalar(f"lr/{name}", group["lr"], engine.state.iteration)
+
     trainer.add_event_handler(Events.COMPLETED, lambda _: tb.close())
     return tb
 

@@ -10,6 +10,9 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..config import TrainConfig
 
+GROUP_NAMES = ("biases", "weights")
+"""What ``build_optimizer``'s parameter groups hold, in order (TensorBoard's ``lr/<name>``)."""
+
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
     """SGD with two parameter groups: [0] biases (2x lr, no decay), [1] the rest (lr, weight decay)."""

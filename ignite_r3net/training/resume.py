@@ -8,6 +8,7 @@ launching process, before any worker starts.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 
 class RunRecipe:
     """The part of a run that a resume must not change, saved in each checkpoint as ``recipe``:
-    the ``RESUME_FIXED`` options, the world size and the number of training pairs.
+    the ``RESUME_FIXED`` options, the world size, the number of training pairs and the training
+    folders (``config.data_sets``: each one's pairs and the digest of their names, in order).
 
     Nothing is restored from it; ``check_resume_compatible`` compares it with the new options
     before any worker starts (ignite would otherwise quietly keep the checkpoint's schedule and
@@ -52,7 +54,10 @@ class RunRecipe:
     @classmethod
     def of(cls, config: TrainConfig, world_size: int, pairs: int) -> RunRecipe:
         values = {name: getattr(config, name) for name in RESUME_FIXED}
-        return cls({**values, "world_size": world_size, "pairs": pairs})
+        values.update(world_size=world_size, pairs=pairs)
+        if config.data_sets is not None:
+            values["data"] = [dict(d) for d in config.data_sets]
+        return cls(values)
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.values)
@@ -61,10 +66,18 @@ class RunRecipe:
         """Nothing to restore: the recipe is compared before the run starts, never loaded."""
 
     def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``."""
+        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``; the
+        training folders differ when their pairs do (a folder that moved holds the same pairs)."""
+        same = {"data": _same_pairs}
         return [
-            (name, saved[name], value) for name, value in self.values.items() if name in saved and saved[name] != value
+            (name, saved[name], value)
+            for name, value in self.values.items()
+            if name in saved and not same.get(name, operator.eq)(saved[name], value)
         ]
+
+
+def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    return [d["listing"] for d in saved] == [d["listing"] for d in new]
 
 
 def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
@@ -145,8 +158,13 @@ def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], 
     ):
         if old is not None and old != new:
             changed.setdefault(name, (old, new))
+    if "data" in changed:
+        changed.pop("pairs", None)  # the folders' listing says it
     if changed:
-        listing = "; ".join(f"{_option_name(name)} {new} (checkpoint: {old})" for name, (old, new) in changed.items())
+        listing = "; ".join(
+            f"{_option_name(name)} {_value(name, new)} (checkpoint: {_value(name, old)})"
+            for name, (old, new) in changed.items()
+        )
         extend = (
             " The poly schedule ends at --iters: to train longer, start a new run from this one's weights "
             "with --init-from."
@@ -166,3 +184,10 @@ def _option_name(name: str) -> str:
     if name == "pairs":
         return "training pairs in --data"
     return "--" + name.replace("_", "-") if name.isidentifier() else name
+
+
+def _value(name: str, value: Any) -> str:
+    """An option's value as the refusal shows it: each training folder with its pairs."""
+    if name != "data":
+        return str(value)
+    return ", ".join(f"{d['folder']}: {d['listing']}" for d in value)

@@ -34,8 +34,8 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
     options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
     recipe = {k: v for k, v in saved.items() if k in options and k != "resume"}
     train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
-    if recipe.get("data") == train_dir:
-        recipe["data"] = "synthetic"
+    if train_dir in recipe.get("data", []):
+        recipe["data"] = ["synthetic" if folder == train_dir else folder for folder in recipe["data"]]
         if recipe.get("val_data") == val_dir:
             recipe["val_data"] = None
     if not any(name in given for name in _CHOOSE_WEIGHTS):

@@ -10,8 +10,9 @@ from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..errors import CheckpointError, OptionError, error_line, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
+from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
 from ..model.r3net import build_backbone
-from ..model.trained_model import check_fits, find_backbone, resolve_checkpoint
+from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
 
 
 def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
@@ -27,10 +28,11 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
     else:
         weights = resolve_weights(config.pretrained, config.backbone)
         if weights is not None:
-            try:  # a file of another architecture is one line listing the keys, before any worker
+            try:  # a file of another architecture is one line, before any worker
                 load_backbone_weights(build_backbone(config.backbone), weights.file)
             except ValueError as e:
-                raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}") from None
+                hint = _what_the_file_fits(weights.file, config.backbone)
+                raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
     record = weights.as_dict() if weights else None
     _warn_if_changed(config.weights, record)
     return dataclasses.replace(config, weights=record)
@@ -44,6 +46,24 @@ def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | N
             f"sha256 {record['sha256'][:12]}..., the record says {expected.get('file')} with "
             f"{str(expected.get('sha256'))[:12]}..."
         )
+
+
+def _what_the_file_fits(file: str, backbone: str) -> str:
+    """Where a ``--pretrained`` file that does not fit ``backbone`` belongs, as the end of the error
+    line: another backbone (``--backbone X``, as ``--init-from`` suggests), or ``--init-from`` for a
+    whole trained R3Net; empty when its shapes fit no backbone we build."""
+    try:
+        whole = model_state_dict(load_checkpoint(file, what="weights file"), file)
+        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(whole)):
+            found = infer_backbone(whole)
+            named = f" ({found})" if found else ""
+            return f"; it holds a whole trained R3Net{named}: start from it with --init-from {file}"
+        found = infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(whole).items()})
+    except (CheckpointError, ValueError):  # not a layout we read: the mismatch line says enough
+        return ""
+    if found is not None and found != backbone:
+        return f"; it holds {found} weights: add --backbone {found}"
+    return ""
 
 
 def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:

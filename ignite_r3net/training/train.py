@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 
 from ..config import TrainConfig
+from ..console import echo, quiet_library_logs
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec
+from ..errors import ending_line
 from .agreement import options_every_rank_shares
 from .output_dir import claimed_output_dir
 from .preflight import check_environment, preflight
+from .train_log import record_ending
 
 
 def train(config: TrainConfig) -> None:
@@ -40,12 +43,16 @@ def train(config: TrainConfig) -> None:
     with claimed_output_dir(config):
         config, start = preflight(config)
         if start >= config.iters:
-            print(
-                f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do",
-                flush=True,
-            )
+            echo(f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do")
             return
-        launch(train_worker, config, LaunchSpec.of(config))
+        spec = LaunchSpec.of(config)
+        quiet_library_logs(config.verbose)
+        try:
+            launch(train_worker, config, spec)
+        except BaseException as e:
+            if spec.is_leader():  # the workers are gone: train.log gets the console's last line
+                record_ending(config.output_dir, ending_line(e))
+            raise
 
 
 def train_worker(local_rank: int, config: TrainConfig) -> None:
@@ -58,6 +65,7 @@ def train_worker(local_rank: int, config: TrainConfig) -> None:
     from .worker import training
 
     freeze_long_lived_objects()
+    quiet_library_logs(config.verbose)
     training(local_rank, config)
 
 

@@ -1,10 +1,12 @@
 """The training and validation data of a run: the synthetic set generated when asked for, every
-folder checked (headers read) and the training set large enough for the batch on every rank."""
+folder checked (headers read), each training folder recorded (its pairs and the digest of their
+names) and the training set large enough for the batch on every rank."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -13,34 +15,63 @@ from ..data import assert_dataset_ok, ensure_synthetic, list_pairs, listing_dige
 from ..distributed.topology import LaunchSpec
 from ..errors import DataError, OptionError
 
+SYNTHETIC = "synthetic"
+
 
 def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     """Replace 'synthetic' by the generated folders, check every data folder's pairs and record
-    their listings; returns the config and the number of training pairs."""
-    min_size: int | None = config.crop
-    if config.data == "synthetic":
-        # several launching processes (torchrun) may try to generate the same data at once
-        with FileLock(Path(config.output_dir) / ".synthetic.lock"):
-            train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
-        config = dataclasses.replace(config, data=str(train_dir), val_data=config.val_data or str(val_dir))
-        # its small images are meant to be resized up to any crop, as the reference DDP script does
-        min_size = None
-    for option, folder, smallest in (("--data", config.data, min_size), ("--val-data", config.val_data, None)):
-        if folder:
-            try:
-                assert_dataset_ok(folder, min_size=smallest)
-            except DataError as e:
-                raise DataError(f"{option}: {e}") from None
-    listed = list_pairs(config.data)
-    pairs = len(listed)
+    them: each training folder in ``config.data_sets``, what every rank must list alike in
+    ``config.listings``; returns the config and the number of training pairs."""
+    folders, val_data, generated = _training_folders(config)
+    for folder in folders:
+        # the generated set's small images are resized up to any crop, as the reference DDP script does
+        _check("--data", folder, None if folder in generated else config.crop)
+    if val_data:
+        _check("--val-data", val_data, None)
+    data_sets = [describe_data_set(folder) for folder in folders]
+    pairs = sum(d["pairs"] for d in data_sets)
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
         raise OptionError(
-            f"--data {config.data} holds {pairs} pairs: too few for --batch-size "
+            f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
             f"{config.batch_size} on {world} process(es)"
         )
     listings = {
-        "data": listing_digest(config.data, listed),
-        "val_data": listing_digest(config.val_data) if config.val_data else "none",
+        "data": "; ".join(d["listing"] for d in data_sets),
+        "val_data": listing_digest(val_data) if val_data else "none",
     }
-    return dataclasses.replace(config, listings=listings), pairs
+    config = dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
+    return config, pairs
+
+
+def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[str]]:
+    """The ``--data`` folders with 'synthetic' generated, the validation folder (the synthetic
+    set's held-out split unless ``--val-data`` is given) and the generated folders."""
+    folders: list[str] = []
+    val_data, generated = config.val_data, set()
+    for entry in config.data:
+        if entry == SYNTHETIC:
+            # several launching processes (torchrun) may try to generate the same data at once
+            with FileLock(Path(config.output_dir) / ".synthetic.lock"):
+                train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
+            entry, val_data = str(train_dir), val_data or str(val_dir)
+            generated.add(entry)
+        if entry in folders:
+            raise OptionError(f"--data {entry} is given twice: each folder's pairs would be trained on twice as often")
+        folders.append(entry)
+    return folders, val_data, generated
+
+
+def _check(option: str, folder: str, min_size: int | None) -> None:
+    try:
+        assert_dataset_ok(folder, min_size=min_size)
+    except DataError as e:
+        raise DataError(f"{option}: {e}") from None
+
+
+def describe_data_set(folder: str) -> dict[str, Any]:
+    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder, ``listing``
+    being ``listing_digest``'s "6 pairs (sha256 ...)" of its pairs' names, so that a resume can tell
+    the same pairs from other ones without 10,000 names in the file."""
+    pairs = list_pairs(folder)
+    return {"folder": folder, "pairs": len(pairs), "listing": listing_digest(folder, pairs)}

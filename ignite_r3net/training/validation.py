@@ -19,7 +19,8 @@ from ..distributed.ranks import broadcast_tensor
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.r3net import R3Net
-from .handlers import TrainLog, every_or_last
+from .handlers import every_or_last
+from .train_log import TrainLog
 
 GRID_IMAGES, GRID_TILE = 4, 96
 
@@ -37,8 +38,9 @@ def attach_validation(
     tb: Any,
     device: torch.device,
 ) -> Engine:
-    """Validate before training (the untrained reference), every ``val_every`` (default: at the
-    checkpoint iterations) and at the end. Every rank scores its shard; rank 0 logs."""
+    """Validate before training (the untrained reference; unless ``--no-val-at-start``), every
+    ``val_every`` (default: at the checkpoint iterations) and at the end. Every rank scores its
+    shard; rank 0 logs."""
     # the plain module: DDP's forward would add collectives, and shards may differ in length
     plain = cast(R3Net, getattr(model, "module", model))
     evaluator = create_evaluator(plain, device, config.amp)
@@ -67,7 +69,7 @@ def attach_validation(
             )
             log.write(f"final validation: MAE {values['mae']:.4f}, max F {values['maxF']:.4f}{reference}")
 
-    if trainer.state.iteration == 0:
+    if trainer.state.iteration == 0 and config.val_at_start:
         trainer.add_event_handler(Events.STARTED, validate)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)), validate)
     return evaluator

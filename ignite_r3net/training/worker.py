@@ -21,8 +21,8 @@ from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
+from .bad_images import BadImages, attach_bad_images
 from .handlers import (
-    TrainLog,
     attach_checkpointing,
     attach_close_on_failure,
     attach_loss_meter,
@@ -37,6 +37,7 @@ from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
 from .resume import RunRecipe
 from .step import create_train_step
+from .train_log import LOG_NAME, TrainLog, header_lines
 from .validation import attach_validation
 
 
@@ -63,19 +64,24 @@ def training(local_rank: int, config: TrainConfig) -> None:
     optimizer = build_optimizer(model, config)
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
-    log = TrainLog(Path(config.output_dir) / "train.log")
+    log = TrainLog(Path(config.output_dir) / LOG_NAME)
     trainer, to_save, tb = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
-    log.open(_header(config, world_size, resumed_from, trainer.state.iteration, device))
+    log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
     loaders = [loader]
     if config.val_data:
         # persistent: a validation does not fork its workers again, and they are stopped below
         # rather than by the garbage collector (see ``stop_workers``)
         val_loader = build_eval_loader(
-            config.val_data, num_replicas=world_size, rank=rank, workers=min(config.workers, 2), persistent_workers=True
+            config.val_data,
+            num_replicas=world_size,
+            rank=rank,
+            workers=min(config.workers, 2),
+            persistent_workers=True,
+            max_pairs=config.val_max or None,
         )
         attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
@@ -111,12 +117,14 @@ def create_trainer(
     # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
     trainer.logger.setLevel(logging.CRITICAL)
     meter = LossMeter(device)
+    bad = BadImages(sampler.dataset_len, config.max_bad_images)
     to_save: dict[str, Any] = {
         "trainer": trainer,
         "model": model,
         "optimizer": optimizer,
         "lr_scheduler": lr_scheduler,
         "loss_meter": meter,
+        "bad_images": bad,
         "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len),
     }
     if scaler is not None:
@@ -125,6 +133,7 @@ def create_trainer(
     attach_poly_lr(trainer, lr_scheduler)
     attach_loss_meter(trainer, meter, config.batch_size, config)
     attach_train_log(trainer, log, optimizer, config)
+    attach_bad_images(trainer, bad, log, config)
     tb = attach_tensorboard(trainer, optimizer, config)
     attach_close_on_failure(trainer, log, tb)
     return TrainerParts(trainer, to_save, tb)
@@ -163,8 +172,10 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (preflight), never loaded; older checkpoints do not have it
-    to_load = {k: v for k, v in to_load.items() if k != "recipe"}
+    # the recipe is only compared (preflight), never loaded; checkpoints older than the list of
+    # unreadable pairs start it empty
+    skipped = {"recipe"} | ({"bad_images"} - checkpoint.keys())
+    to_load = {k: v for k, v in to_load.items() if k not in skipped}
     Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
     return path
 
@@ -178,32 +189,3 @@ def _check_same_start(iteration: int) -> None:
             f"ranks would start from different iterations {starts}: --resume needs "
             "--output-dir on a filesystem shared by all nodes"
         )
-
-
-def _header(
-    config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
-) -> str:
-    """The top of a run's (or a resumed run's) part of train.log: the recipe, the world, and notes
-    on choices that are legal but probably not what was meant."""
-    lines = [
-        f"configuration: {config.to_json()}",
-        f"world size {world_size}, {config.batch_size} images per process, "
-        f"global batch {config.batch_size * world_size}",
-    ]
-    if config.weights:
-        lines.append(f"initial weights: {_describe(config.weights)}")
-    elif not config.resume:
-        lines.append(
-            "note: backbone from random weights (--pretrained none); R3Net's recipe starts from ImageNet "
-            "weights (--pretrained imagenet, the default)"
-        )
-    if config.amp == "fp16" and device.type == "cpu":
-        lines.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
-    if resumed_from is not None:
-        lines.append(f"resumed from {resumed_from} at iteration {iteration}")
-    return "\n".join(lines) + "\n"
-
-
-def _describe(weights: dict[str, str]) -> str:
-    what = "whole model" if weights["source"] == "init-from" else "backbone"
-    return f"{what} from {weights['source']}: {weights['file']} (sha256 {weights['sha256']})"

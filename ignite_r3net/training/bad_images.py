@@ -1,0 +1,101 @@
+"""Training pairs that turn out unreadable during a run (a file damaged on disk, a JPEG whose data
+is cut): each is reported once, by name, in train.log and on the console; more than
+``--max-bad-images`` of them stop the run on every rank at the same iteration.
+
+The DataLoader (``SaliencyTrainSet``) replaces such a pair by the next readable one and names it in
+the batch's ``bad`` list, in whichever process and on whichever rank met it. ``BadImages`` gathers
+those names from every rank at the loss meter's sync iterations, so that every rank holds the same
+list and takes the same decision; the list is checkpointed, so a resumed run counts on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any, cast
+
+import ignite.distributed as idist
+from ignite.engine import Engine, Events
+
+from ..config import TrainConfig
+from .handlers import every_or_last
+from .train_log import TrainLog
+
+
+class TooManyBadImages(RuntimeError):
+    """More training pairs are unreadable than ``--max-bad-images`` allows; raised on every rank."""
+
+
+class BadImages:
+    """The unreadable training pairs met so far, by image path, with the problem of each."""
+
+    def __init__(self, pairs: int, max_share: float) -> None:
+        self.pairs = pairs
+        self.max_share = max_share
+        self.known: dict[str, str] = {}  # the same on every rank after each ``sync``
+        self._pending: dict[str, str] = {}  # met on this rank since the last sync
+
+    @property
+    def allowed(self) -> int:
+        """How many may be unreadable: ``--max-bad-images`` of the training pairs, rounded down."""
+        return math.floor(self.max_share * self.pairs + 1e-9)
+
+    def note(self, bad: Iterable[tuple[str, str]]) -> None:
+        """Remember what this rank's batch passed over (no communication)."""
+        for path, problem in bad:
+            if path not in self.known:
+                self._pending.setdefault(path, problem)
+
+    def sync(self) -> list[tuple[str, str]]:
+        """Share what each rank met since the last sync (a collective: call on every rank); returns
+        the pairs no rank had reported before, in name order, the same on every rank."""
+        if not int(idist.all_reduce(len(self._pending))):
+            return []
+        # one string per rank (ignite gathers strings as a list, also on one process)
+        gathered = cast(list[str], idist.all_gather(json.dumps(sorted(self._pending.items()))))
+        self._pending.clear()
+        new: dict[str, str] = {}
+        for text in gathered:
+            for path, problem in json.loads(text):
+                if path not in self.known:
+                    new.setdefault(path, problem)
+        self.known.update(new)
+        return sorted(new.items())
+
+    def too_many(self) -> bool:
+        return len(self.known) > self.allowed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"known": sorted(self.known.items())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.known = dict(state["known"])
+
+
+def attach_bad_images(trainer: Engine, bad: BadImages, log: TrainLog, config: TrainConfig) -> None:
+    """Note each batch's replaced pairs; at the loss meter's sync iterations report the new ones
+    (rank 0) and stop every rank when there are more than ``--max-bad-images`` allows."""
+
+    @trainer.on(Events.ITERATION_COMPLETED)
+    def note_replaced_pairs(engine: Engine) -> None:
+        bad.note(cast(dict[str, Any], engine.state.batch).get("bad", ()))  # collate_train's batch
+
+    @trainer.on(
+        Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every))
+    )
+    def report_bad_images(engine: Engine) -> None:
+        for _, problem in bad.sync():
+            log.write(
+                f"warning: {problem}; trained on the next readable pair in its place ({len(bad.known)} of "
+                f"{bad.pairs} training pairs unreadable so far, --max-bad-images {config.max_bad_images} allows "
+                f"{bad.allowed})"
+            )
+        if bad.too_many():
+            first = next(iter(bad.known.values()))
+            more = f" and {len(bad.known) - 1} more (train.log names them)" if len(bad.known) > 1 else ""
+            raise TooManyBadImages(
+                f"{len(bad.known)} of {bad.pairs} training pairs are unreadable, more than --max-bad-images "
+                f"{config.max_bad_images} allows ({bad.allowed}): {first}{more}; repair or remove them "
+                "(check-data --decode DIR lists every one), or raise --max-bad-images"
+            )

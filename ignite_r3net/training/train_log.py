@@ -1,0 +1,151 @@
+"""``train.log``: every line of a run's history, each starting with its time, and the console's
+short version of it.
+
+The file gets the full configuration, the world, the starting weights, notes, one line per
+iteration, validations, damaged images, and how the run ended (interrupted, terminated, failed) or
+went on (resumed, and from which iteration). The console gets one summary line instead of the
+configuration (all of it with ``--verbose``); it is optional: a closed pipe ends the echo, not the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from pathlib import Path
+from typing import IO
+
+import torch
+
+from ..config import TrainConfig
+from ..console import echo
+from ..distributed.ranks import rank_zero_only
+
+LOG_NAME = "train.log"
+_ITERATION_LINE = re.compile(r"\[iter (\d+)\]")
+
+
+def timestamp() -> str:
+    """Local time with its UTC offset, ISO 8601 to the second: ``2026-12-01T14:03:27+01:00``."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class TrainLog:
+    """``train.log`` in the output directory, opened once (rank 0), plus the console."""
+
+    def __init__(self, path: str | Path, console: bool = True) -> None:
+        self.path = Path(path)
+        self.console = console  # False once nobody reads the console any more
+        self._file: IO[str] | None = None
+
+    @rank_zero_only
+    def open(self, header: list[str], console: list[str]) -> None:
+        """Start (or continue) the file with ``header``; show ``console`` on the console."""
+        self._file = self.path.open("a", encoding="utf-8", buffering=1)
+        for line in header:
+            self.write(line, console=False)
+        for line in console:
+            self._echo(line)
+
+    @rank_zero_only
+    def write(self, line: str, console: bool = True) -> None:
+        if self._file is not None:
+            self._file.write(f"{timestamp()} {line}\n")
+        if console:
+            self._echo(line)
+
+    def _echo(self, line: str) -> None:
+        if self.console and not echo(line):
+            self.console = False
+            self.write("note: the console was closed (a pipe ended); this log goes on here", console=False)
+
+    @rank_zero_only
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def header_lines(
+    config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
+) -> tuple[list[str], list[str]]:
+    """The top of a run's (or a resumed run's) part of train.log, and what the console shows of
+    it: the summary line and the notes (everything with ``--verbose``)."""
+    config_line = f"configuration: {json.dumps(dataclasses.asdict(config), sort_keys=True)}"  # one line
+    world = (
+        f"world size {world_size}, {config.batch_size} images per process, "
+        f"global batch {config.batch_size * world_size}"
+    )
+    weights = [f"initial weights: {_describe(config.weights)}"] if config.weights else []
+    notes = _notes(config, device)
+    resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
+    header = [config_line, world, *weights, *notes, *resumed]
+    console = header if config.verbose else [summary_line(config, world_size), *notes, *resumed]
+    return header, console
+
+
+def summary_line(config: TrainConfig, world_size: int) -> str:
+    """The one console line about a run: backbone, data, world, batch, iterations, output."""
+    sets = config.data_sets or []
+    pairs = sum(d["pairs"] for d in sets)
+    folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
+    return (
+        f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
+        f"global batch {config.batch_size * world_size}, {config.iters} iterations, output {config.output_dir}"
+    )
+
+
+def _notes(config: TrainConfig, device: torch.device) -> list[str]:
+    """Choices that are legal but probably not what was meant, and what a run will not do."""
+    notes = []
+    if not config.weights and not config.resume:
+        notes.append(
+            "note: backbone from random weights (--pretrained none); R3Net's recipe starts from ImageNet "
+            "weights (--pretrained imagenet, the default)"
+        )
+    if not config.val_data:
+        notes.append(
+            "note: no validation (no --val-data): no validation scores, and no best_model_*.pt is kept "
+            "(the checkpoints are)"
+        )
+    if config.amp == "fp16" and device.type == "cpu":
+        notes.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
+    return notes
+
+
+def _resumed_line(config: TrainConfig, resumed_from: Path, iteration: int) -> str:
+    line = f"resumed from {resumed_from} at iteration {iteration}"
+    logged = last_logged_iteration(Path(config.output_dir) / LOG_NAME)
+    if logged is not None and logged > iteration:
+        line += f": iterations {iteration + 1} to {logged} above are trained again below"
+    return line
+
+
+def last_logged_iteration(path: Path) -> int | None:
+    """The iteration of the last ``[iter N]`` line of an existing train.log (None: no such line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = _ITERATION_LINE.findall(text)
+    return int(found[-1]) if found else None
+
+
+def _describe(weights: dict[str, str]) -> str:
+    what = "whole model" if weights["source"] == "init-from" else "backbone"
+    return f"{what} from {weights['source']}: {weights['file']} (sha256 {weights['sha256']})"
+
+
+def record_ending(output_dir: str | Path, line: str) -> None:
+    """Append how the run ended (``interrupted``, ``terminated``, ``error: ...``: the console's
+    line) to its train.log, from the launching process once the workers are gone. A job refused
+    before its log was opened (ranks that disagree, a rendezvous that failed) leaves no log."""
+    path = Path(output_dir) / LOG_NAME
+    if not path.is_file():
+        return
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(f"{timestamp()} {line}\n")
+    except OSError:
+        pass  # the output folder itself failed: the console line is what is left

@@ -1,0 +1,90 @@
+"""The console is optional and quiet, train.log is complete: a closed stdout pipe (``| head``) never
+ends a run; ignite's messages about its internals and the configuration stay off the console
+unless ``--verbose``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import ignite.distributed as idist
+import pytest
+import torch
+from helpers import TINY_TRAIN, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
+
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.console import quiet_library_logs
+from ignite_r3net.training.train_log import TrainLog, header_lines
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_a_closed_console_pipe_ends_the_echo_not_the_log(tmp_path, monkeypatch):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away, as `head` does after its lines
+    console = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", console)
+    log = TrainLog(tmp_path / "train.log")
+    log.open(["configuration: {}"], ["training R3Net ..."])
+    log.write("[iter 1]")
+    log.close()
+    console.close()  # its unwritten text goes nowhere, without a second BrokenPipeError
+    assert log_lines(tmp_path / "train.log") == [
+        "configuration: {}",
+        "note: the console was closed (a pipe ended); this log goes on here",
+        "[iter 1]",
+    ]
+
+
+@pytest.mark.slow
+def test_training_piped_into_head_goes_on_to_the_end(tmp_path):
+    """``python run.py --nproc 2 ... | head -1``: rank 0 (a spawned process) meets the closed pipe."""
+    train, _ = make_tiny_dataset(tmp_path / "data", n=8, n_val=1)
+    out = tmp_path / "out"
+    args = ["--nproc", "2", "--data", str(train), "--output-dir", str(out), "--iters", "4"]
+    args += ["--checkpoint-every", "4", "--master-port", str(free_port()), *TINY_TRAIN]
+    proc = start_cli(args)
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does after its line
+        err = proc.stderr.read()
+        proc.wait(timeout=200)
+    finally:
+        proc.kill()
+    assert first.startswith("training R3Net (resnet18) on 8 pairs")
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err[-3000:]
+    assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
+    assert "note: the console was closed (a pipe ended); this log goes on here" in log_lines(out / "train.log")
+    assert (out / "checkpoint_4.pt").is_file()
+
+
+def _launcher_messages(capfd) -> str:
+    with idist.Parallel(backend=None) as parallel:
+        parallel.run(lambda local_rank: None)
+    return capfd.readouterr().err
+
+
+def test_ignite_launcher_messages_only_with_verbose(capfd):
+    quiet_library_logs(verbose=False)
+    assert _launcher_messages(capfd) == ""
+    quiet_library_logs(verbose=True)
+    said = _launcher_messages(capfd)
+    assert "ignite.distributed.launcher.Parallel INFO: - Run '<function" in said and "End of run" in said
+    quiet_library_logs(verbose=False)
+
+
+def test_the_console_gets_the_configuration_only_with_verbose():
+    config = TrainConfig(data=["/data/a"], data_sets=[{"folder": "/data/a", "pairs": 12, "listing": ""}])
+    header, console = header_lines(config, 2, None, 0, torch.device("cpu"))
+    assert header[0].startswith("configuration: {") and len(header[0].splitlines()) == 1
+    assert console[0] == (
+        "training R3Net (resnext101_32x4d) on 12 pairs (/data/a): world size 2, global batch 24, "
+        "8000 iterations, output runs/r3net"
+    )
+    assert not any(line.startswith(("configuration", "world size")) for line in console)
+    verbose_header, verbose_console = header_lines(
+        dataclasses.replace(config, verbose=True), 2, None, 0, torch.device("cpu")
+    )
+    assert verbose_console == verbose_header

@@ -1,0 +1,104 @@
+"""Damaged images cannot end a long run: ``check-data --decode`` finds the JPEGs a header scan
+passes; during training each unreadable pair is reported once and replaced by a pair that depends
+only on its key (resume stays exact); more than ``--max-bad-images`` of them stop the run in one
+line. The damage is real: JPEGs zeroed from the middle on, and cut and re-marked with FF D9."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_tiny_dataset, zero_middle_of
+
+from ignite_r3net.cli import main
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.data import SaliencyTrainSet, build_train_loader, load_image, sample_seed
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """6 pairs, two of them with damaged JPEGs whose headers and end markers are intact."""
+    train, _ = make_tiny_dataset(tmp_path_factory.mktemp("damaged"), n=6, n_val=1, seed=3)
+    zeroed = zero_middle_of(train / "syn_00001.jpg")
+    cut = cut_and_remark(train / "syn_00004.jpg")
+    return train, zeroed, cut
+
+
+def test_check_data_decode_names_what_the_header_scan_passes(damaged, capsys):
+    train, zeroed, cut = damaged
+    assert main(["check-data", str(train)]) == 0  # headers, sizes and end markers are fine
+    assert "6 pairs, no problems" in capsys.readouterr().out
+    assert main(["check-data", "--decode", str(train)]) == 1
+    out = capsys.readouterr().out
+    assert f"{train}: 2 problem(s)" in out
+    for path in (zeroed, cut):
+        assert f"damaged image {path}: libjpeg: Corrupt JPEG data" in out
+
+
+def test_the_grey_half_of_a_cut_jpeg_is_what_strict_decoding_refuses(damaged):
+    """What the damage does: the lost half of a cut JPEG decodes as flat grey (128), with no error."""
+    _, _, cut = damaged
+    image = load_image(cut)
+    assert (image[:, -4:, :] == 128).all()
+    with pytest.raises(Exception, match="premature end of data segment"):
+        load_image(cut, strict=True)
+
+
+def test_an_unreadable_pair_is_replaced_by_the_next_readable_one_with_the_same_draws(damaged):
+    train, zeroed, cut = damaged
+    dataset = SaliencyTrainSet(train, crop=32, rotate=10)
+    seed = sample_seed(2018, 0, 5)
+    replaced, following = dataset[(4, seed)], dataset[(5, seed)]  # pair 4 is the cut JPEG
+    assert replaced["index"] == 5 and replaced["bad"] == [(str(cut), replaced["bad"][0][1])]
+    assert "damaged image" in replaced["bad"][0][1]
+    for key in ("image", "mask", "angle"):
+        assert torch.equal(replaced[key], following[key]), key
+    assert following["bad"] == []
+    allowing = SaliencyTrainSet(train, crop=32, rotate=10, allow_decode_warnings=True)
+    assert allowing[(4, seed)]["index"] == 4 and allowing[(4, seed)]["bad"] == []
+
+
+def _train(data, out, *extra: str) -> int:
+    return main(["--data", str(data), "--output-dir", str(out), "--checkpoint-every", "6", *TINY_TRAIN, *extra])
+
+
+def test_training_reports_each_damaged_image_once_and_goes_on(damaged, tmp_path, capsys):
+    train, zeroed, cut = damaged
+    # 2 epochs of 3 iterations: each damaged pair is met twice, reported once
+    assert _train(train, tmp_path, "--iters", "6", "--max-bad-images", "0.34") == 0
+    out = capsys.readouterr().out
+    lines = log_lines(tmp_path / "train.log")
+    for path in (zeroed, cut):
+        for where in (out.splitlines(), lines):
+            said = [line for line in where if line.startswith("warning: ") and str(path) in line]
+            assert len(said) == 1, where
+            assert "trained on the next readable pair in its place" in said[0]
+            assert "--max-bad-images 0.34 allows 2)" in said[0]
+    assert sorted(log_iterations(tmp_path / "train.log")) == list(range(1, 7))
+
+
+def test_more_damaged_images_than_allowed_stop_the_run_in_one_line(damaged, tmp_path, capsys):
+    train, zeroed, cut = damaged
+    assert _train(train, tmp_path, "--iters", "6", "--max-bad-images", "0.2") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        "error: rank 0 failed: TooManyBadImages: 2 of 6 training pairs are unreadable, more than "
+        "--max-bad-images 0.2 allows (1): damaged image "
+    ), err
+    assert "check-data --decode" in err[-1]
+    assert log_lines(tmp_path / "train.log")[-1] == err[-1], "train.log ends with the console's line"
+
+
+def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):
+    """What a rank's DataLoader hands the trainer in one epoch: the damaged pairs named in ``bad``
+    (and others trained on in their place), or, with --allow-decode-warnings, trained on."""
+    train, zeroed, cut = damaged
+    for allow, expected in ((False, {str(zeroed), str(cut)}), (True, set())):
+        config = TrainConfig(data=[str(train)], crop=32, batch_size=2, workers=0, allow_decode_warnings=allow)
+        loader, sampler = build_train_loader(config)
+        sampler.set_epoch(0)
+        batches = list(loader)
+        assert len(batches) == 3 and {path for batch in batches for path, _ in batch["bad"]} == expected
+        indices = sorted(int(i) for batch in batches for i in batch["index"])
+        assert (4 in indices) == allow and (1 in indices) == allow  # the damaged pairs' own indices
