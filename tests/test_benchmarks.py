@@ -95,6 +95,8 @@ def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = bench_run.RUNNERS["evaluate"](data, dict(bench_run.SETTINGS["evaluate"]["tiny"]))
     for key in ("one_proc_s", "two_proc_s", "ratio", "one_proc_images_per_s", "two_proc_images_per_s"):
         assert result[key] > 0, (key, result)
+    # the ceiling follows from the two forward times measured in the same run
+    assert result["ceiling"] == pytest.approx(2 * result["forward_2t_s"] / result["forward_1t_s"])
     assert result["settings"]["images"] == 4
     assert bench_run.format_line("evaluate", result).startswith("evaluate: 4 images, 1 process")
 
