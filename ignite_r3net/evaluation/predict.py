@@ -9,12 +9,14 @@ from pathlib import Path
 
 import torch
 
-from ..data import IMAGE_EXTS, init_loader_worker, load_image, worker_context
-from ..errors import OptionError
+from ..data import IMAGE_EXTS, init_loader_worker, load_image, split_dirs, worker_context
+from ..distributed.process_setup import worker_threads
+from ..errors import DataError, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
-from ..inference import predict_maps, to_8bit_maps
+from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import PredictOptions
+from ..output_paths import check_writable_folder
 from .crf import crf_refine, require_crf
 from .cutouts import hard_map, save_cutout
 from .maps import output_path, save_map
@@ -44,14 +46,40 @@ def predict(options: PredictOptions) -> int:
     if options.inference.crf:
         require_crf()
     out = Path(options.output)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--output {out} exists and is not a folder")
     pairs = plan_outputs(collect_inputs(options.inputs), out)
+    check_writable_folder(out, "--output")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    to_maps = _map_function(options, device)
-    out.mkdir(parents=True, exist_ok=True)
-    workers = options.inference.workers
-    loader = torch.utils.data.DataLoader(
+    with worker_threads(device) as threads:
+        to_maps = _map_function(options, device, threads)
+        out.mkdir(parents=True, exist_ok=True)
+        for (_, dst), image in zip(pairs, _decoded(pairs, options.inference.workers)):
+            saliency = to_maps(image[None].to(device))[0]
+            if options.inference.crf:
+                saliency = crf_refine(image, saliency)
+            if options.threshold is not None:
+                saliency = hard_map(saliency, options.threshold)
+            if options.cutout:
+                save_cutout(dst, image, saliency)
+            else:
+                save_map(dst, saliency)
+    print(f"wrote {len(pairs)} {'cutout' if options.cutout else 'map'}(s) to {out}")
+    return len(pairs)
+
+
+def _map_function(options: PredictOptions, device: torch.device, threads: int) -> MapFunction:
+    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size."""
+    size, max_side = options.inference.size, options.inference.max_side
+    if options.model is not None:
+        run = load_exported(options.model, device, threads)
+        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
+    assert options.checkpoint is not None
+    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
+    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+
+
+def _decoded(pairs: list[tuple[Path, Path]], workers: int) -> torch.utils.data.DataLoader:
+    """The input images of ``pairs``, decoded in order by ``workers`` DataLoader workers."""
+    return torch.utils.data.DataLoader(
         ImageFiles([src for src, _ in pairs]),
         batch_size=1,
         num_workers=workers,
@@ -59,28 +87,6 @@ def predict(options: PredictOptions) -> int:
         worker_init_fn=init_loader_worker,
         multiprocessing_context=worker_context(workers),
     )
-    for (_, dst), image in zip(pairs, loader):
-        saliency = to_maps(image[None].to(device))[0]
-        if options.inference.crf:
-            saliency = crf_refine(image, saliency)
-        if options.threshold is not None:
-            saliency = hard_map(saliency, options.threshold)
-        if options.cutout:
-            save_cutout(dst, image, saliency)
-        else:
-            save_map(dst, saliency)
-    print(f"wrote {len(pairs)} {'cutout' if options.cutout else 'map'}(s) to {out}")
-    return len(pairs)
-
-
-def _map_function(options: PredictOptions, device: torch.device) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch."""
-    if options.model is not None:
-        run = load_exported(options.model, device)
-        return lambda images: to_8bit_maps(run(images))
-    assert options.checkpoint is not None
-    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    return lambda images: predict_maps(model, images, options.inference.amp)
 
 
 def collect_inputs(inputs: Iterable[str]) -> list[Path]:
@@ -93,7 +99,7 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
                 f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS
             )
             if not images:
-                raise OptionError(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
+                raise OptionError(_no_images(p))
             # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
             # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
             stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
@@ -103,6 +109,17 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
         else:
             raise OptionError(f"--input {p} does not exist")
     return found
+
+
+def _no_images(folder: Path) -> str:
+    """Why ``--input folder`` gives nothing, with the folder to give instead when it is a data set."""
+    try:
+        split = split_dirs(folder)
+    except DataError:
+        split = None
+    if split is not None:
+        return f"--input {folder} is a data set folder (images and masks): give its images folder {split[0]}"
+    return f"--input folder {folder} holds no images ({', '.join(IMAGE_EXTS)})"
 
 
 def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:

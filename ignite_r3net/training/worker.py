@@ -5,7 +5,6 @@ restores a checkpoint when resuming, and runs to ``config.iters``."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -18,6 +17,7 @@ from ignite.utils import manual_seed
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader, stop_workers
+from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
@@ -142,10 +142,7 @@ def create_trainer(
 def _configure_backend(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    elif "OMP_NUM_THREADS" not in os.environ:
-        # processes on one host share its cores: one pool per process, not one each of full size
-        local = max(idist.get_nproc_per_node(), 1)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+    set_worker_threads(device)
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
