@@ -24,7 +24,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["bench_scaling", "one_thread_cpu_env", "read_images_per_s"]
+__all__ = ["bench_scaling", "one_thread_cpu_env", "read_images_per_s", "timed_command"]
 
 
 def one_thread_cpu_env() -> dict[str, str]:
@@ -98,6 +98,11 @@ def _train(
         "--master-port",
         str(port),
     ]
+    return timed_command(cmd, env, timeout)
+
+
+def timed_command(cmd: list[str], env: dict[str, str], timeout: float) -> float:
+    """Wall time of ``cmd`` run from the repository root; a failure raises with its output's end."""
     start = time.perf_counter()
     proc = subprocess.run(
         cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout

@@ -3,7 +3,8 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, inference, figure, gpu, scan, predict.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, evaluate, inference, figure, gpu, scan,
+predict.
 See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
@@ -30,12 +31,13 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "inference", "figure", "gpu", "scan", "predict")
+NAMES = ("pipeline", "engine", "metrics", "scaling", "evaluate", "inference", "figure", "gpu", "scan", "predict")
 GOALS: dict[str, float | None] = {
     "pipeline": 3.5,
     "engine": 0.97,
     "metrics": 2.5,
     "scaling": 1.7,
+    "evaluate": 1.5,
     "inference": None,
     "figure": None,
     "gpu": None,
@@ -61,6 +63,12 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "full": {"iters": 30, "warmup": 5, "repeats": 2, "crop": 128, "batch_size": 8},
         "quick": {"iters": 14, "warmup": 4, "repeats": 1, "crop": 96, "batch_size": 6},
         "tiny": {"iters": 6, "warmup": 2, "crop": 32, "batch_size": 2},
+    },
+    # the whole command, process start included: enough images that the start is not the whole story
+    "evaluate": {
+        "full": {"images": 48, "repeats": 3},
+        "quick": {"images": 24, "repeats": 1},
+        "tiny": {"images": 4, "repeats": 1},
     },
     # the paper's backbone at MSRA10K's image size; --quick and --tiny export the smallest backbone,
     # whose export alone takes ~15 s of CPU (torch.export with dynamic height and width)
@@ -161,6 +169,12 @@ def run_scaling(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_scaling(data, **s)
 
 
+def run_evaluate(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_evaluate import bench_evaluate
+
+    return bench_evaluate(data, **s)
+
+
 def run_inference(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     from bench_inference import bench_inference
 
@@ -196,6 +210,7 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "engine": run_engine,
     "metrics": run_metrics,
     "scaling": run_scaling,
+    "evaluate": run_evaluate,
     "inference": run_inference,
     "figure": run_figure,
     "gpu": run_gpu,
@@ -240,6 +255,10 @@ def format_line(name: str, r: dict[str, Any]) -> str:
             f"scaling: 1 process {r['one_proc_images_per_s']:.1f} images/s, 2 processes "
             f"{r['two_proc_images_per_s']:.1f} images/s, ratio {r['ratio']:.2f}{_goal(name, r['ratio'])}"
         )
+    if name == "evaluate":
+        from bench_evaluate import format_evaluate
+
+        return format_evaluate(r, _goal(name, r["ratio"]))
     if name == "scan":
         return (
             f"scan: {r['settings']['pairs']} pairs, cold (no scan cache) {r['cold_s']:.2f} s, warm (a relaunch) "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,12 @@ def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")
+    exported = exported_model_format(path)
+    if exported is not None:
+        raise CheckpointError(
+            f"{what} {path} is a model written by 'export' ({exported}), not a checkpoint: "
+            f"it goes with predict --model {path}"
+        )
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -147,6 +154,22 @@ def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any
     if not isinstance(obj, dict):
         raise CheckpointError(f"{what} {path} does not hold a dict of states")
     return obj
+
+
+def exported_model_format(path: str | Path) -> str | None:
+    """``"ONNX"`` or ``"TorchScript"`` when ``path`` is a model file ``export`` writes, else None: an
+    ``.onnx`` name, or a zip archive holding TorchScript's code (``torch.save`` archives have none)."""
+    path = Path(path)
+    if path.suffix.lower() == ".onnx":
+        return "ONNX"
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return None
+    return "TorchScript" if any(name.split("/")[1:2] == ["code"] for name in names) else None
 
 
 def model_state_dict(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, torch.Tensor]:

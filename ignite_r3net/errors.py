@@ -108,8 +108,11 @@ def load_error_reason(e: BaseException) -> str:
     text = str(e)
     if "global" in text.lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
         return "it contains pickled objects other than tensors (refused: it could run code)"
+    # torch's own wording advises loading with weights_only=False, which would run any code the
+    # file holds: never relayed
     if (
-        "Weights only load failed" in text
+        "weights_only" in text
+        or "Weights only load failed" in text
         or "central directory" in text
         or type(e).__name__ in ("UnpicklingError", "SafetensorError")
     ):

@@ -1,16 +1,22 @@
-"""Full-resolution inference as an ignite Engine, shared by validation during training, ``evaluate``
-and ``predict``. Each step yields 8-bit saliency maps at the input's own size, exactly what a saved
-PNG would hold, so metrics on the fly equal metrics on saved maps."""
+"""Inference as an ignite Engine, shared by validation during training, ``evaluate`` and ``predict``.
+Each step yields 8-bit saliency maps at the input's own size, exactly what a saved PNG would hold,
+so metrics on the fly equal metrics on saved maps.
+
+The model sees each image at full resolution (the original's protocol) unless an inference size is
+asked for (``--size N``: N x N; ``--max-side N``: the longer side at most N): the image is then
+resized (bilinear, antialiased) for the model and its saliency resized back (bilinear) before it
+becomes the 8-bit map, so maps are always scored and written at the image's own size."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
+import torch.nn.functional as F
 from ignite.engine import Engine, Events
 from ignite.metrics import Metric
 from torch import nn
@@ -22,14 +28,50 @@ AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16
 """The autocast dtype of each ``--amp`` choice (``config.AMP_MODES``), in training and inference."""
 
 
+# a uint8 image batch (N, 3, h, w) to saliency probabilities (N, 1, h, w): a model or an exported file
+SaliencyFunction = Callable[[torch.Tensor], torch.Tensor]
+
+
+def inference_shape(height: int, width: int, size: int | None = None, max_side: int | None = None) -> tuple[int, int]:
+    """The (H, W) the model sees for an image of ``height`` x ``width``: ``size`` x ``size``, or
+    scaled down (aspect kept) so that the longer side is at most ``max_side``, else the image's own."""
+    if size is not None:
+        return size, size
+    longer = max(height, width)
+    if max_side is not None and longer > max_side:
+        return max(1, round(height * max_side / longer)), max(1, round(width * max_side / longer))
+    return height, width
+
+
+def saliency_at_input_size(
+    run: SaliencyFunction, images: torch.Tensor, size: int | None = None, max_side: int | None = None
+) -> torch.Tensor:
+    """``run`` on the uint8 batch ``images`` resized to ``inference_shape`` (bilinear, antialiased,
+    back to uint8: the input an exported model takes), its saliency resized back to the batch's
+    own size (bilinear)."""
+    height, width = images.shape[-2:]
+    shape = inference_shape(height, width, size, max_side)
+    if shape == (height, width):
+        return run(images)
+    resized = F.interpolate(images.float(), size=shape, mode="bilinear", align_corners=False, antialias=True)
+    saliency = run(resized.round().clamp(0, 255).to(torch.uint8))
+    return F.interpolate(saliency.float(), size=(height, width), mode="bilinear", align_corners=False)
+
+
 @torch.no_grad()
-def predict_maps(model: nn.Module, images: torch.Tensor, amp: str = "off") -> torch.Tensor:
-    """Saliency maps (N,H,W) uint8 for a uint8 batch (N,3,H,W) already on the model's device."""
+def predict_maps(
+    model: nn.Module, images: torch.Tensor, amp: str = "off", size: int | None = None, max_side: int | None = None
+) -> torch.Tensor:
+    """Saliency maps (N,H,W) uint8 for a uint8 batch (N,3,H,W) already on the model's device, the
+    model run at ``inference_shape`` (default: the batch's own size)."""
     model.eval()
     dtype = AMP_DTYPES[amp]
-    with torch.autocast(images.device.type, dtype=dtype, enabled=dtype is not None):
-        prob = model(normalize_image(images))
-    return to_8bit_maps(prob)
+
+    def run(batch: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(batch.device.type, dtype=dtype, enabled=dtype is not None):
+            return model(normalize_image(batch))
+
+    return to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
 
 
 def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
@@ -42,13 +84,16 @@ MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
 """An evaluator step's output: the 8-bit (H, W) maps and masks of its images."""
 
 
-def create_evaluator(model: nn.Module, device: torch.device, amp: str = "off") -> Engine:
-    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image (the
-    batch, with the images' ``name``, stays in ``engine.state.batch`` for whoever saves the maps)."""
+def create_evaluator(
+    model: nn.Module, device: torch.device, amp: str = "off", size: int | None = None, max_side: int | None = None
+) -> Engine:
+    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image at its
+    own size (the model run at ``inference_shape``; the batch, with the images' ``name``, stays in
+    ``engine.state.batch`` for whoever saves or scores the maps by name)."""
 
     def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         images = batch["image"].to(device, non_blocking=True)
-        maps = predict_maps(model, images, amp)
+        maps = predict_maps(model, images, amp, size, max_side)
         gts = batch["mask"].to(device, non_blocking=True).squeeze(1)
         return list(maps), list(gts)
 
@@ -65,9 +110,14 @@ def evaluator_step(engine: Engine) -> tuple[dict[str, Any], MapsAndMasks]:
 
 
 def attach_scoring(evaluator: Engine, metric: Metric) -> None:
-    """Feed every step's ``(maps, gts)`` to ``metric`` (after the handlers added before this one,
-    e.g. a CRF refinement)."""
-    evaluator.add_event_handler(Events.ITERATION_COMPLETED, lambda engine: metric.update(engine.state.output))
+    """Feed every step's ``(maps, gts, names)`` to ``metric`` (after the handlers added before this
+    one, e.g. a CRF refinement)."""
+
+    def update(engine: Engine) -> None:
+        batch, (maps, gts) = evaluator_step(engine)
+        metric.update((maps, gts, list(batch["name"])))
+
+    evaluator.add_event_handler(Events.ITERATION_COMPLETED, update)
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:

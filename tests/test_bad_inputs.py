@@ -191,7 +191,10 @@ def test_other_commands_refuse_bad_inputs_in_one_line_before_any_work(data, tmp_
             f"cannot load checkpoint {garbage}: it is not a readable PyTorch file",
         ),
         ([*ev, "--data", str(corrupt)], broken.name),
-        ([*ev, "--data", str(data), "--json", str(a_file / "r.json")], f"--json {a_file / 'r.json'}: cannot create"),
+        (
+            [*ev, "--data", str(data), "--json", str(a_file / "r.json")],
+            f"--json {a_file / 'r.json'}: {a_file} is not a folder",
+        ),
     ]
     for args, expected in cases:
         code = main(args)

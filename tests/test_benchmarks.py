@@ -105,6 +105,24 @@ def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only evaluate`` at its tiny settings: both real ``evaluate`` runs, the keys and the line."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    monkeypatch.setenv("IGNITE_R3NET_BENCH_CACHE", str(tmp_path / "cache"))
+    data = bench_run.default_data(tiny=True)
+    result = bench_run.RUNNERS["evaluate"](data, dict(bench_run.SETTINGS["evaluate"]["tiny"]))
+    for key in ("one_proc_s", "two_proc_s", "ratio", "one_proc_images_per_s", "two_proc_images_per_s"):
+        assert result[key] > 0, (key, result)
+    # the ceiling follows from the two forward times measured in the same run
+    assert result["ceiling"] == pytest.approx(2 * result["forward_2t_s"] / result["forward_1t_s"])
+    assert result["settings"]["images"] == 4
+    assert bench_run.format_line("evaluate", result).startswith("evaluate: 4 images, 1 process")
+
+
+@pytest.mark.slow
 def test_figure_tiny() -> None:
     """``--only figure`` at its tiny settings: the runner, every key and the printed line."""
     spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")

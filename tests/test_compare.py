@@ -106,6 +106,31 @@ def test_results_tables_and_curves(bench: Path, tmp_path: Path, capsys: pytest.C
     _check_csv(out / "table.csv", results)
     _check_latex(out / "table.tex", results)
     _check_curves(out / "curves", results)
+    _check_per_image(out / "per_image", results, bench)
+
+
+def _check_per_image(folder: Path, results: dict, bench: Path) -> None:
+    """A row per image, a column per method and table metric; each cell the image alone."""
+    assert sorted(p.name for p in folder.iterdir()) == ["SetA.csv", "SetB.csv"]
+    for dataset, methods in results.items():
+        with (folder / f"{dataset}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert list(rows[0]) == ["image", *(f"{m}/{k}" for m in methods for k in DEFAULT_COLUMNS)]
+        assert [r["image"] for r in rows] == [f"{dataset.lower()}_{i}" for i in range(len(DATASETS[dataset]))]
+        for method in methods:  # the set's MAE, S and weighted F are the means of the images' own
+            for key in ("mae", "Sm", "wF"):
+                column = [float(r[f"{method}/{key}"]) for r in rows]
+                assert np.mean(column) == pytest.approx(results[dataset][method][key], abs=1e-12)
+    row = rows[0]
+    alone = pysod_reference(
+        [
+            (
+                np.asarray(Image.open(bench / "methods" / "M2" / "SetB" / f"{row['image']}.png")),
+                np.asarray(Image.open(bench / "SetB" / "GT" / f"{row['image']}.png")),
+            )
+        ]
+    )
+    assert float(row["M2/maxF"]) == pytest.approx(alone["maxF"], abs=1e-6)
 
 
 def _check_markdown(path: Path, results: dict) -> None:
@@ -192,6 +217,8 @@ def test_cache_computes_only_new_pairs(bench: Path, tmp_path: Path, capsys: pyte
     assert "2 of 4 (method, data set) pair(s) from the cache" in second
     both = json.loads((out / "results.json").read_text())
     assert both["SetA"]["M1"] == m1["SetA"]["M1"] and list(both["SetA"]) == ["M1", "M2"]
+    header = (out / "per_image" / "SetA.csv").read_text().splitlines()[0]  # cached pairs included
+    assert header.startswith("image,M1/mae,") and ",M2/mae," in header
 
     # a map rewritten (its modification time changes): only its pair again
     touched = bench / "methods" / "M2" / "SetA" / "seta_0.png"
@@ -230,7 +257,7 @@ def test_two_processes_equal_one(bench: Path, tmp_path: Path, capfd: pytest.Capt
         "M2 on SetB",
         "M3 on SetA",
     ]
-    for name in ("results.json", "curves/curves.json", "table.md", "table.tex", "table.csv"):
+    for name in ("results.json", "curves/curves.json", "table.md", "table.tex", "table.csv", "per_image/SetA.csv"):
         assert (one / name).read_text() == (two / name).read_text(), name  # bit for bit
 
 
@@ -305,6 +332,11 @@ def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert "maps of Ours: kept" in second and _scored(second) == []
     assert "figure of D: kept" in second
 
+    assert cli.main([*args, "--max-side", "24"]) == 0  # another inference size: the maps are made again
+    third = capsys.readouterr().out
+    assert "maps of Ours: inference on D, R" in third and _scored(third) == ["Ours on D", "Ours on R"]
+    assert json.loads((out / "results.json").read_text())["D"]["Ours"]["mae"] != results["D"]["Ours"]["mae"]
+
 
 def _bad_cases(bench: Path, tmp: Path) -> list[tuple[list[str], str]]:
     gt = f"SetA={bench / 'SetA' / 'GT'}"
@@ -334,6 +366,25 @@ def test_bad_inputs_are_one_line_before_any_work(bench: Path, tmp_path: Path, ca
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
         assert message in err, (args, err)
         assert not (tmp_path / "out").exists()
+
+
+def test_r3net_protocol_columns_marked_and_metric_names_any_case(bench: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli.main(_args(bench, out, ("M1", "M2"), "--protocol", "r3net", "--metrics", "MAXF", "sm", "Mae")) == 0
+    markdown = (out / "table.md").read_text()
+    header = markdown.splitlines()[0]
+    assert "SetA maxF↑†" in header and "SetA Sm↑ " in header and "SetA mae↓†" in header
+    assert "† --protocol r3net: mae and maxF as the original R3Net code computes them" in markdown
+    assert next(csv.reader((out / "table.csv").open()))[1:4] == ["SetA/maxF (r3net)", "SetA/Sm", "SetA/mae (r3net)"]
+    tex = (out / "table.tex").read_text()
+    assert r"F_\beta^{\max}\uparrow^\dagger$" in tex and r"S_\alpha\uparrow$" in tex
+    row = json.loads((out / "results.json").read_text())["SetA"]["M1"]
+    assert row["protocol"] == "r3net" and row["protocol_metrics"] == ["mae", "maxF"]
+
+    standard = tmp_path / "standard"
+    assert cli.main(_args(bench, standard, ("M1",))) == 0
+    assert "†" not in (standard / "table.md").read_text() + (standard / "table.csv").read_text()
+    assert "protocol" not in json.loads((standard / "results.json").read_text())["SetA"]["M1"]
 
 
 def test_cache_is_invalidated_by_a_changed_mask_or_library_version(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,29 @@ def test_maps_equal_pysodmetrics_and_unmatched_listed(tmp_path: Path, capsys: py
     assert "ECSSD" in captured.out and "maxF" in captured.out
 
 
+def test_r3net_protocol_marks_the_columns_it_changes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    maps, gts = tmp_path / "maps", tmp_path / "gt"
+    maps.mkdir()
+    gts.mkdir()
+    rng = np.random.default_rng(2)
+    gt = blob_mask(rng, 40, 60)
+    Image.fromarray(gt).save(gts / "a.png")
+    Image.fromarray(np.clip(gt * 0.8 + rng.normal(30, 20, gt.shape), 0, 255).astype(np.uint8)).save(maps / "a.png")
+    for protocol in ("standard", "r3net"):
+        out = tmp_path / f"{protocol}.json"
+        args = ["evaluate", "--maps", str(maps), "--gt", str(gts), "--protocol", protocol, "--json", str(out)]
+        assert cli.main(args) == 0
+        printed = capsys.readouterr().out.splitlines()
+        (row,) = json.loads(out.read_text()).values()
+        if protocol == "standard":
+            assert "†" not in "".join(printed) and "protocol" not in row
+            continue
+        header = printed[0].split()
+        assert header[2:] == ["mae†", "maxF†", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"]
+        assert printed[-1].startswith("† --protocol r3net: mae and maxF as the original R3Net code computes them")
+        assert row["protocol"] == "r3net" and row["protocol_metrics"] == ["mae", "maxF"]
+
+
 def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     maps, gts = tmp_path / "maps", tmp_path / "gt"
     maps.mkdir()
@@ -99,7 +124,20 @@ def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixt
         cli.main(["evaluate", "--maps", str(maps), "--checkpoint", "x.pt", "--gt", str(gts)])
 
 
+@pytest.fixture
+def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every process with one torch thread, this one and the spawned ones: a convolution computed
+    with another number of threads may differ in its last bits (a rare pixel one gray level off),
+    so the maps of N processes equal those of one at the same threads per process."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_thread_per_process")
 def test_checkpoint_one_and_two_processes_identical(
     tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capfd: pytest.CaptureFixture
 ) -> None:
@@ -119,6 +157,8 @@ def test_checkpoint_one_and_two_processes_identical(
                 "resnet18",
                 "--json",
                 str(one),
+                "--per-image",
+                str(tmp_path / "one.csv"),
                 "--save-maps",
                 str(saved),
             ]
@@ -129,10 +169,11 @@ def test_checkpoint_one_and_two_processes_identical(
     capfd.readouterr()
     # the plain state_dict: no --backbone, no config.json, so the backbone is inferred
     args = ["evaluate", "--checkpoint", str(plain), "--data", str(dataset), "--workers", "0", "--json", str(two)]
-    assert cli.main([*args, "--nproc", "2", "--backend", "gloo"]) == 0
+    assert cli.main([*args, "--nproc", "2", "--backend", "gloo", "--per-image", str(tmp_path / "two.csv")]) == 0
     printed, _ = capfd.readouterr()
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert a == b  # exactly: the sums are made in data set order whatever the sharding
+    assert (tmp_path / "one.csv").read_text() == (tmp_path / "two.csv").read_text()  # rows sorted by stem
     assert a["setA"]["images"] == 5 and set(METRIC_KEYS) <= set(a["setA"])
     assert "setA" in printed
 
@@ -141,6 +182,50 @@ def test_checkpoint_one_and_two_processes_identical(
     for i, (h, w) in enumerate(SIZES):
         with Image.open(saved / "setA" / f"img{i}.png") as im:
             assert im.mode == "L" and im.size == (w, h)
+
+
+def test_named_data_set_and_per_image_scores(
+    tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    training, _ = checkpoints
+    scores, per_image = tmp_path / "scores.json", tmp_path / "per_image.csv"
+    args = ["evaluate", "--checkpoint", str(training), "--data", f"Mine={dataset}", "--workers", "0"]
+    assert cli.main([*args, "--json", str(scores), "--per-image", str(per_image)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("Mine ")  # the row's name
+    row = json.loads(scores.read_text())["Mine"]
+    with per_image.open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["dataset", "image", *METRIC_KEYS]
+    assert [(r["dataset"], r["image"]) for r in rows] == [("Mine", f"img{i}") for i in range(len(SIZES))]
+    for key in ("mae", "meanF", "adpF", "Sm", "meanE", "adpE", "wF"):  # means of per-image values
+        assert np.mean([float(r[key]) for r in rows]) == pytest.approx(row[key], abs=1e-12), key
+
+
+def test_per_image_scores_of_maps_and_the_r3net_columns(tmp_path: Path) -> None:
+    maps, gts = tmp_path / "maps", tmp_path / "gt"
+    maps.mkdir()
+    gts.mkdir()
+    rng = np.random.default_rng(4)
+    pairs = []
+    for stem in ("b", "a"):
+        gt = blob_mask(rng, 30, 40)
+        pred = np.clip(gt * 0.7 + rng.normal(40, 30, gt.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(gt).save(gts / f"{stem}.png")
+        Image.fromarray(pred).save(maps / f"{stem}.png")
+        pairs.append((stem, pred, gt))
+    out = tmp_path / "r.csv"
+    assert cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts), "--per-image", str(out)]) == 0
+    with out.open() as f:
+        rows = {r["image"]: r for r in csv.DictReader(f)}
+    for stem, pred, gt in pairs:  # each row is the image alone, as PySODMetrics scores it
+        expected = pysod_reference([(pred, gt)])
+        for key in METRIC_KEYS:
+            assert float(rows[stem][key]) == pytest.approx(expected[key], abs=1e-6), (stem, key)
+    assert (
+        cli.main(["evaluate", "--maps", str(maps), "--gt", str(gts), "--per-image", str(out), "--protocol", "r3net"])
+        == 0
+    )
+    assert out.read_text().splitlines()[0] == "dataset,image,mae (r3net),maxF (r3net),meanF,adpF,Sm,maxE,meanE,adpE,wF"
 
 
 def test_backbone_inferred_for_every_backbone() -> None:

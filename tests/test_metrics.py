@@ -150,6 +150,52 @@ def test_agrees_with_pysodmetrics_per_image(index):
     assert_close(ours(case).compute(), reference(case)[0], context=f"case {index}: ")
 
 
+def test_per_image_scores_are_each_image_alone_and_average_to_the_set():
+    """Each row equals PySODMetrics on that image alone; the set's score is the mean of a column for
+    every metric but maxF and maxE (maxima of the mean curves)."""
+    names = [f"img{i:02d}" for i in range(len(CASES))]
+    metric = SaliencyMetrics(per_image=True)
+    for i in reversed(range(len(CASES))):  # out of name order: rows come back sorted
+        pred, gt = CASES[i]
+        metric.update(([torch.from_numpy(pred)], [torch.from_numpy(gt)], [names[i]]))
+    rows = metric.per_image_scores()
+    assert [name for name, _ in rows] == names
+    for name, scores in rows:
+        assert_close(scores, reference([CASES[int(name[3:])]])[0], context=f"{name}: ")
+    totals = metric.compute()
+    for key in ("mae", "meanF", "adpF", "Sm", "meanE", "adpE", "wF"):
+        assert np.mean([scores[key] for _, scores in rows]) == pytest.approx(totals[key], abs=1e-12), key
+    for key in ("maxF", "maxE"):  # a mean of maxima is at least the maximum of the mean curve
+        assert np.mean([scores[key] for _, scores in rows]) >= totals[key]
+
+
+def test_per_image_scores_of_two_ranks_are_gathered(monkeypatch):
+    import ignite.distributed as idist
+
+    def scored(indices):
+        metric = SaliencyMetrics(per_image=True)
+        batch = [CASES[i] for i in indices if CASES[i][0].shape == CASES[indices[0]][0].shape]
+        metric.update(
+            (
+                torch.stack([torch.from_numpy(p) for p, _ in batch]),  # one (N, H, W) batch
+                torch.stack([torch.from_numpy(g) for _, g in batch]),
+                [f"n{i:02d}" for i in indices[: len(batch)]],
+            )
+        )
+        return metric
+
+    rank0, rank1 = scored(list(range(0, 10, 2))), scored(list(range(1, 10, 2)))
+    theirs = rank1.per_image_scores()
+    monkeypatch.setattr(idist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(idist, "all_gather", lambda mine: [mine, theirs])
+    rows = rank0.per_image_scores()
+    assert [name for name, _ in rows] == [f"n{i:02d}" for i in range(10)]
+    with pytest.raises(ValueError, match="one name per map"):
+        rank0.update(([torch.from_numpy(CASES[0][0])], [torch.from_numpy(CASES[0][1])]))
+    with pytest.raises(RuntimeError, match="per_image=True"):
+        SaliencyMetrics().per_image_scores()
+
+
 class _ExactConstantSsim(py_sod_metrics.Smeasure):
     """PySODMetrics' S-measure with ssim's alpha = beta = 0 branch taken wherever pred and gt are both
     constant over the quadrant (instead of wherever numpy's mean happens to round back)."""
@@ -330,6 +376,18 @@ def test_r3net_protocol_by_hand():
     assert curves["precision"][150].item() == pytest.approx(curve(150)[0], abs=exact)
     assert curves["recall"][150].item() == pytest.approx(curve(150)[1], abs=exact)
     np.testing.assert_allclose(curves["fmeasure"].numpy(), f_curve, atol=exact)
+    # per image: its own MAE, and max F of its own precision and recall
+    per_image = SaliencyMetrics(protocol="r3net", per_image=True)
+    for name, (p, g) in (("b", (pred2, gt2)), ("a", (pred, gt))):
+        per_image.update(([torch.from_numpy(p)], [torch.from_numpy(g)], [name]))
+    (_, a), (_, b) = per_image.per_image_scores()
+    assert a["mae"] == pytest.approx(mae1, abs=exact) and b["mae"] == pytest.approx(mae2, abs=exact)
+
+    def f_max(counts):  # counts(t) -> (tp, p, t)
+        return max(1.3 * p * r / (0.3 * p + r) for p, r in (pr(*counts(t)) for t in range(256)))
+
+    assert a["maxF"] == pytest.approx(f_max(lambda t: (2, 3, 2) if t < 100 else (1, 1, 2) if t < 255 else (0, 0, 2)))
+    assert b["maxF"] == pytest.approx(f_max(lambda t: (2, 3, 2) if t < 50 else (2, 2, 2) if t < 255 else (0, 0, 2)))
     # the other keys keep their standard definitions
     standard = ours([(pred, gt), (pred2, gt2)]).compute()
     for key in ("meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF"):

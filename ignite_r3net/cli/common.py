@@ -30,13 +30,13 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
     """One flag per option field of the dataclass ``cls`` and of the groups it composes, in field
     order, with the field's help text (or ``help_texts[name]``), choices and argparse extras.
     A field without a default is a required flag; fields sharing ``one_of`` form a required group
-    of mutually exclusive flags.
+    of mutually exclusive flags, fields sharing ``exclusive`` an optional one.
 
     The parsed namespace holds only the options given (argparse's default is suppressed; the help
     text shows the field's default): ``given_options`` tells them apart, ``options_from_args``
     leaves the rest to the dataclass's defaults."""
     hints = typing.get_type_hints(cls)
-    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
     for f in dataclasses.fields(cls):
         if is_group(f):
             add_options(parser, typing.cast(type, f.default_factory), **f.metadata["group"])
@@ -58,11 +58,12 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
         else:
             kwargs["type"] = kind
         target: Any = parser
-        if f.metadata["one_of"]:
-            name = f.metadata["one_of"]
-            if name not in exclusive:
-                exclusive[name] = parser.add_mutually_exclusive_group(required=True)
-            target = exclusive[name]
+        group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
+        if group_name:
+            key = (group_name, bool(f.metadata.get("one_of")))
+            if key not in exclusive:
+                exclusive[key] = parser.add_mutually_exclusive_group(required=key[1])
+            target = exclusive[key]
         target.add_argument(flag_of(f), dest=f.name, **kwargs)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import DataError
 from .checks import assert_dataset_ok, check_dataset, image_size
-from .folder import IMAGE_EXTS, MASK_EXTS, list_pairs, listing_digest, split_dirs
+from .folder import IMAGE_EXTS, MASK_EXTS, dataset_of_half, list_pairs, listing_digest, split_dirs
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
 
 _LAZY = {  # name -> the module that defines it
@@ -42,6 +42,7 @@ __all__ = [
     "list_pairs",
     "listing_digest",
     "split_dirs",
+    "dataset_of_half",
     "check_dataset",
     "assert_dataset_ok",
     "image_size",

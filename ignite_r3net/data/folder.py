@@ -23,6 +23,7 @@ __all__ = [
     "list_pairs",
     "listing_digest",
     "split_dirs",
+    "dataset_of_half",
 ]
 
 IMAGE_EXTS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -103,6 +104,19 @@ def split_dirs(root: str | Path) -> tuple[Path, Path] | None:
     return _find_split_dirs(root) if root.is_dir() else None
 
 
+def dataset_of_half(folder: str | Path) -> tuple[Path, str] | None:
+    """``(data set folder, "images" or "masks")`` when ``folder`` is one half of a DUTS-layout data
+    set folder (``DUTS-TE/DUTS-TE-Image``), else None."""
+    folder = Path(folder).resolve()
+    try:
+        split = split_dirs(folder.parent)
+    except DataError:  # the parent holds several candidates: no data set folder of ours
+        return None
+    if split is None or folder not in split:
+        return None
+    return folder.parent, "images" if folder == split[0] else "masks"
+
+
 def _by_stem(folder: Path, names: list[str], kind: str, problems: list[str]) -> dict[str, Path]:
     out: dict[str, str] = {}
     for name in names:
@@ -139,6 +153,10 @@ def _scan_folder(root: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     if not images and not masks:
         where = root if split is None else f"{image_dir} / {mask_dir}"
         return [], [f"no images or masks found in {where} (empty folder?)"]
+    if split is None and set(images) != set(masks) and (half := dataset_of_half(root)) is not None:
+        # one line, not one per file: the folder given is half of a data set folder
+        parent, side = half
+        return [], [f"{root} is the {side} folder of the data set {parent}: give the data set folder {parent}"]
     for stem in sorted(set(images) - set(masks)):
         problems.append(f"image without mask: {images[stem]} (expected {mask_dir / stem}.png)")
     for stem in sorted(set(masks) - set(images)):

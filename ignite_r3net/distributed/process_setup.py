@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ignite.distributed as idist
 import torch
@@ -34,9 +36,43 @@ def quiet_launcher_logs() -> None:
         os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
 
 
-def share_cpu_cores() -> None:
-    """On the CPU, one torch thread pool per process of its share of the cores: processes on one
-    host share them, and N pools of full size would fight (``OMP_NUM_THREADS`` wins when set)."""
-    if idist.device().type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        local = max(idist.get_nproc_per_node(), 1)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+def available_cpus() -> int:
+    """The CPU cores this process may run on (its affinity mask: taskset, SLURM's binding)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def worker_thread_count(device: torch.device, limit: int | None = None) -> int:
+    """The torch threads one worker on ``device`` should use: ``OMP_NUM_THREADS`` when set, else
+    its share of the host's cores (``available_cpus() // processes on this node``), at most
+    ``limit``. On a GPU the count is left as it is (the CPU only feeds the device)."""
+    if device.type != "cpu" or "OMP_NUM_THREADS" in os.environ:
+        threads = torch.get_num_threads()
+    else:
+        # processes on one host share its cores: each full-size pool would oversubscribe them
+        # (evaluate with 2 processes on 2 cores ran 3x slower than with one)
+        threads = max(1, available_cpus() // max(idist.get_nproc_per_node(), 1))
+    return threads if limit is None else max(1, min(threads, limit))
+
+
+def set_worker_threads(device: torch.device, limit: int | None = None) -> int:
+    """Give this worker ``worker_thread_count(device, limit)`` torch threads; returns the count.
+    Every worker entry calls it (training, evaluation, scoring, prediction)."""
+    threads = worker_thread_count(device, limit)
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
+
+
+@contextmanager
+def worker_threads(device: torch.device, limit: int | None = None) -> Iterator[int]:
+    """``set_worker_threads`` for the block, restoring the count after it: for workers that may
+    run inside the launching process (``--nproc 1``), which goes on with its own setting."""
+    before = torch.get_num_threads()
+    try:
+        yield set_worker_threads(device, limit)
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)

@@ -23,24 +23,26 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_files import write_json, write_text
-from ..data import assert_dataset_ok, list_pairs, split_dirs
+from ..data import assert_dataset_ok, list_pairs
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import DataError, OptionError, listing, note, warn
+from ..errors import OptionError, listing, note, warn
+from ..metrics.keys import protocol_fields
 from ..model.backbone_weights import sha256_of
 from ..model.hub import is_hub_source
 from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
-from ..output_paths import check_writable_file
+from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, table_csv, table_latex, table_markdown
 from .crf import require_crf
+from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, match_maps
+from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
 
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
-_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     allow_missing = options.allow_missing
     pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
     stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
-    check_writable_file(str(out_dir / "results.json"), "--out")  # the last check: it creates the folder
+    check_writable_folder(out_dir, "--out")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused run leaves no folder
     for method in (m for m in entries if m.is_checkpoint):
         maps = out_dir / "maps" / method.name
         _make_maps(method, stale[method.name], maps, options)
@@ -112,9 +115,10 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
     spec = LaunchSpec.on_one_node(options.processes)
     scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec, options.progress)
-    results, curves = _collect(scored, scores)
+    results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
+    _write_per_image(scored, scores, datasets, methods, options, out_dir)
     if options.show or options.show_stems:
         # pairs[method] follows the order of benches; checkpoint methods' maps are in out_dir/maps by now
         figures = [
@@ -128,24 +132,6 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
 # ------------------------------------------------------------------------------ options, inputs
 
 
-def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
-    """``NAME=PATH`` items as (name, path); names must be distinct and usable as file names."""
-    parsed: list[tuple[str, str]] = []
-    for item in values:
-        name, sep, path = item.partition("=")
-        name = name.strip()
-        if not sep or not name or not path:
-            raise OptionError(f"{option} {item!r}: expected NAME=PATH, e.g. ECSSD=/data/ECSSD/GT")
-        if name in (".", "..") or name.startswith(".") or _BAD_NAME.search(name):
-            raise OptionError(
-                f"{option} {item!r}: NAME must not start with '.' or hold '/', '\\' or control characters"
-            )
-        if name in {n for n, _ in parsed}:
-            raise OptionError(f"{option}: the name {name!r} is given twice")
-        parsed.append((name, path))
-    return parsed
-
-
 def _check_environment(out: str) -> None:
     if under_torchrun():
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
@@ -156,31 +142,12 @@ def _check_environment(out: str) -> None:
 def _benchmark(name: str, folder: str) -> Benchmark:
     """A data set from ``NAME=DIR``: DIR is a masks folder, or a data set folder holding images and
     masks (DUTS layout: an images and a masks subfolder; MSRA10K: name.jpg beside name.png)."""
-    path = Path(folder).resolve()
+    path = Path(folder)
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
-    split = split_dirs(path)
-    if split is not None:  # a DUTS-layout data set folder
-        return Benchmark(name, split[1], path)
-    if _is_masks_half(path):  # the masks folder of a DUTS-layout data set folder
-        return Benchmark(name, path, path.parent)
-    return Benchmark(name, path, path if _has_images_beside_masks(path) else None)
-
-
-def _is_masks_half(folder: Path) -> bool:
-    """Whether ``folder`` is the masks folder of a DUTS-layout data set (its parent)."""
-    try:
-        split = split_dirs(folder.parent)
-    except DataError:  # the parent is no data set folder (e.g. a masks folder alone in it)
-        return False
-    return split is not None and split[1] == folder
-
-
-def _has_images_beside_masks(folder: Path) -> bool:
-    """Whether ``folder`` is MSRA10K-style (an image beside some ``.png`` mask of the same stem)."""
-    pngs = {p.stem for p in folder.glob("*.png")}
-    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+    located = locate_dataset(path)
+    return Benchmark(name, located.masks, located.data)
 
 
 def _method(name: str, source: str) -> Method:
@@ -266,6 +233,8 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
     and the checkpoint can be read) before any work."""
     stale = []
     settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
+    # the input size only when given: maps made at full resolution keep their key
+    settings |= {k: v for k, v in (("size", options.size), ("max_side", options.max_side)) if v is not None}
     if method.hub:  # the Hub file's path names its commit; its sha256 is recorded with the maps too
         settings["checkpoint"] = {"source": method.hub, "sha256": sha256_of(method.source)}
     for bench in benches:
@@ -315,7 +284,7 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
 # ------------------------------------------------------------------------------------- outputs
 
 
-def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dict]:
+def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
     """``results`` (``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}``) and the
     curves, in the order of ``pairs``; warns about resized maps."""
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -323,7 +292,7 @@ def _collect(pairs: list[Pair], scores: list[dict[str, Any]]) -> tuple[dict, dic
     for pair, entry in zip(pairs, scores):
         if entry["resized"]:
             warn(f"method {pair.method}, {pair.dataset}: {entry['resized']} map(s) resized (bilinear) to their mask")
-        row = {**entry["metrics"], "count": entry["count"]}
+        row = {**entry["metrics"], "count": entry["count"], **protocol_fields(protocol)}
         if pair.missing:
             row["missing"] = pair.missing
         results.setdefault(pair.dataset, {})[pair.method] = row
@@ -337,7 +306,7 @@ def _write_outputs(
     """results.json, the three tables, and the PR and F-measure curves of each data set."""
     results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
     write_json(results, out / "results.json")
-    table = build_table(results, datasets, methods, options.metrics, options.digits)
+    table = build_table(results, datasets, methods, options.metrics, options.digits, options.protocol)
     markdown = table_markdown(table)
     write_text(markdown, out / "table.md")
     write_text(table_csv(table), out / "table.csv")
@@ -352,4 +321,22 @@ def _write_outputs(
         out / "curves" / "curves.json",
     )
     print(markdown, flush=True)
-    print(f"wrote results.json, table.md, table.csv, table.tex and curves/ to {out}", flush=True)
+    print(f"wrote results.json, table.md, table.csv, table.tex, curves/ and per_image/ to {out}", flush=True)
+
+
+def _write_per_image(
+    pairs: list[Pair],
+    scores: list[dict[str, Any]],
+    datasets: list[str],
+    methods: list[str],
+    options: CompareOptions,
+    out: Path,
+) -> None:
+    """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
+    ``--metrics``."""
+    cells = {(pair.dataset, pair.method): entry["per_image"] for pair, entry in zip(pairs, scores)}
+    for dataset in datasets:
+        present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
+        if present:
+            csv_text = comparison_csv(present, options.metrics, options.protocol)
+            write_text(csv_text, out / "per_image" / f"{dataset}.csv")

@@ -20,10 +20,11 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ..atomic_files import write_text
 from ..data import assert_dataset_ok, build_eval_loader, listing_digest
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, listing, warn
@@ -31,11 +32,13 @@ from ..inference import attach_scoring, create_evaluator, evaluator_step, score_
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
-from ..output_paths import check_writable_file
+from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
 from .crf import crf_refine, require_crf
+from .dataset_folders import locate_dataset, named_folders
 from .maps import dataset_names, match_maps, output_path, save_map, score_maps
 from .metrics_table import report
+from .per_image import ImageScores, evaluation_csv
 
 Row = dict[str, float]
 
@@ -73,16 +76,22 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     """
     options.validate()
     assert options.checkpoint is not None and options.data
+    if options.names is None:  # NAME=DIR items, or folders named after themselves
+        named = named_folders(options.data, "--data")
+        options = replace(options, names=[name for name, _ in named], data=[folder for _, folder in named])
+    checkpoint, data = options.checkpoint, options.data
+    assert checkpoint is not None and data
     if options.inference.crf:
         require_crf()
-    check_writable_file(options.json_path, "--json")
-    for folder in options.data:
+    for folder in data:
         assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
-    weights = read_trained_weights(options.checkpoint, options.inference.backbone)
+    check_writable_file(options.json_path, "--json")
+    check_writable_file(options.per_image, "--per-image")
+    check_writable_folder(options.save_maps, "--save-maps")
+    weights = read_trained_weights(checkpoint, options.inference.backbone)
     options = replace(
         options,
         checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
-        names=dataset_names(options.data) if options.names is None else options.names,
         inference=replace(options.inference, backbone=weights.backbone),
     )
     _make_map_folders(options)
@@ -103,6 +112,8 @@ def _options_every_rank_shares(options: EvaluateOptions) -> dict[str, str]:
         "--protocol": options.protocol,
         "--crf": str(options.inference.crf),
         "--amp": options.inference.amp,
+        "--size": str(options.inference.size),
+        "--max-side": str(options.inference.max_side),
     }
     values.update({f"--data {name}": listing_digest(folder) for name, folder in zip(options.names, options.data)})
     return values
@@ -110,13 +121,9 @@ def _options_every_rank_shares(options: EvaluateOptions) -> dict[str, str]:
 
 def _make_map_folders(options: EvaluateOptions) -> None:
     """``--save-maps``'s folder per data set, made here so that ranks never race on it."""
-    if not options.save_maps:
-        return
-    out = Path(options.save_maps)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--save-maps {out} exists and is not a folder")
-    for name in options.names or ():
-        (out / name).mkdir(parents=True, exist_ok=True)
+    if options.save_maps:
+        for name in options.names or ():
+            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
 
 
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None, dict[str, str]]) -> None:
@@ -128,40 +135,50 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     freeze_long_lived_objects()
     device = idist.device()
     assert options.checkpoint is not None and options.data and options.names
-    model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    rank, world = idist.get_rank(), idist.get_world_size()
-    loaders = [build_eval_loader(folder, world, rank, options.inference.workers) for folder in options.data]
-    total = sum(len(loader.dataset) for loader in loaders)
-    desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
-    with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:
-        rows = {
-            name: _evaluate_dataset(model, device, name, loader, options, progress)
-            for name, loader in zip(options.names, loaders)
-        }
-        progress.complete()
-    _report_rows(rows, options)
+    with worker_threads(device):
+        model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
+        rank, world = idist.get_rank(), idist.get_world_size()
+        loaders = [build_eval_loader(folder, world, rank, options.inference.workers) for folder in options.data]
+        total = sum(len(loader.dataset) for loader in loaders)
+        desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
+        with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:
+            scored = {
+                name: _evaluate_dataset(model, device, name, loader, options, progress)
+                for name, loader in zip(options.names, loaders)
+            }
+            progress.complete()
+    _report_rows(scored, options)
 
 
 @rank_zero_only
-def _report_rows(rows: dict[str, Row], options: EvaluateOptions) -> None:
-    report(rows, options.json_path, print_table=not options.quiet)
+def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: EvaluateOptions) -> None:
+    rows = {name: row for name, (row, _) in scored.items()}
+    report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
+    if options.per_image:
+        write_text(
+            evaluation_csv({name: images for name, (_, images) in scored.items()}, options.protocol), options.per_image
+        )
     if options.save_maps and not options.quiet:
         print(f"maps written to {options.save_maps}", flush=True)
 
 
 def _evaluate_dataset(
     model: torch.nn.Module, device: torch.device, name: str, loader: Any, options: EvaluateOptions, progress: Progress
-) -> Row:
-    evaluator = create_evaluator(model, device, options.inference.amp)
+) -> tuple[Row, list[ImageScores]]:
+    """This rank's share (``loader``) of the data set ``name`` scored; the row (and with
+    ``--per-image`` every image's scores) over all ranks: a collective."""
+    inference = options.inference
+    evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
     # handlers run in the order they are added: refine, then save, then score the refined map
-    if options.inference.crf:
+    if inference.crf:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _refine_with_crf)
     if options.save_maps:
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)
-    metric = SaliencyMetrics(device=device, protocol=options.protocol)
+    metric = SaliencyMetrics(device=device, protocol=options.protocol, per_image=bool(options.per_image))
     attach_scoring(evaluator, metric)
     values = score_shard(evaluator, loader, metric, progress)
-    return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}
+    images = metric.per_image_scores() if options.per_image else []
+    return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}, images
 
 
 def _refine_with_crf(engine: Engine) -> None:
@@ -187,10 +204,13 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     maps, gt, json_path = options.maps, options.gt, options.json_path
     assert maps is not None and gt is not None
     check_writable_file(json_path, "--json")
-    match = match_maps(maps, gt)
+    check_writable_file(options.per_image, "--per-image")
+    # a data set folder, as compare takes it, stands for its masks
+    masks = locate_dataset(gt).masks if Path(gt).is_dir() else Path(gt)
+    match = match_maps(maps, masks)
     if match.maps_without_mask:
         warn(
-            f"{len(match.maps_without_mask)} map(s) without a mask in {gt}, skipped: "
+            f"{len(match.maps_without_mask)} map(s) without a mask in {masks}, skipped: "
             f"{listing(p.name for p in match.maps_without_mask)}"
         )
     if match.masks_without_map:
@@ -199,13 +219,16 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
             f"{listing(p.name for p in match.masks_without_map)}"
         )
     if not match.pairs:
-        raise OptionError(f"no map in {maps} matches a mask in {gt} by file name")
-    metric = SaliencyMetrics(protocol=options.protocol)
+        raise OptionError(f"no map in {maps} matches a mask in {masks} by file name")
+    metric = SaliencyMetrics(protocol=options.protocol, per_image=bool(options.per_image))
     with Progress(len(match.pairs), "evaluate", "map", enabled=options.progress) as progress:
         resized = score_maps(progress.counted([(m, k) for _, m, k in match.pairs]), metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
-    report({dataset_names([gt])[0]: row}, json_path)
+    name = dataset_names([gt])[0]
+    report({name: row}, json_path, protocol=options.protocol)
+    if options.per_image:
+        write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)
     return row

@@ -139,7 +139,7 @@ def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> l
         if saliency.shape != mask.shape:
             saliency = resize_map(saliency, tuple(mask.shape))
             resized.append(Path(map_path).name)
-        metric.update(([saliency], [mask]))
+        metric.update(([saliency], [mask], [Path(mask_path).stem]))
     return resized
 
 

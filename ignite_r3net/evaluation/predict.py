@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..console import echo
-from ..data import IMAGE_EXTS
+from ..data import IMAGE_EXTS, split_dirs
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, under_torchrun
-from ..errors import ImagesFailed, OptionError
+from ..errors import DataError, ImagesFailed, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields
+from ..output_paths import check_writable_folder
 from ..run_lock import RunLock
 from .crf import require_crf
 from .map_record import RECORD_DIR, MapRecord, run_description, run_key
@@ -129,8 +130,7 @@ def _check_options(options: PredictOptions) -> Path:
     if options.processes.nproc > 1 and under_torchrun():
         raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
     out = Path(options.output)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--output {out} exists and is not a folder")
+    check_writable_folder(out, "--output")
     return out
 
 
@@ -199,7 +199,7 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
                 f for f in p.iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_EXTS
             )
             if not images:
-                raise OptionError(f"--input folder {p} holds no images ({', '.join(IMAGE_EXTS)})")
+                raise OptionError(_no_images(p))
             # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
             # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
             stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
@@ -209,6 +209,17 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
         else:
             raise OptionError(f"--input {p} does not exist")
     return found
+
+
+def _no_images(folder: Path) -> str:
+    """Why ``--input folder`` gives nothing, with the folder to give instead when it is a data set."""
+    try:
+        split = split_dirs(folder)
+    except DataError:
+        split = None
+    if split is not None:
+        return f"--input {folder} is a data set folder (images and masks): give its images folder {split[0]}"
+    return f"--input folder {folder} holds no images ({', '.join(IMAGE_EXTS)})"
 
 
 def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:

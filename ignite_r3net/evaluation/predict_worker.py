@@ -24,11 +24,11 @@ import torch
 from ..atomic_files import write_json
 from ..data import image_size, init_loader_worker, load_image, worker_context
 from ..distributed.agreement import refuse_unless_ranks_agree
-from ..distributed.process_setup import freeze_long_lived_objects, share_cpu_cores
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import all_gather_strings, all_gather_tensor, is_rank_zero, rank_zero_only
 from ..errors import DataError
 from ..export.runtime import load_exported
-from ..inference import predict_maps, to_8bit_maps
+from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import PredictOptions
 from ..progress import Progress
@@ -60,18 +60,18 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
     """Make this rank's maps; every rank ends knowing the outcome (maps written, failures, time)."""
     refuse_unless_ranks_agree(job.shared)  # ranks of torchrun or srun, each started by its own command
     freeze_long_lived_objects()
-    share_cpu_cores()
     rank, world = idist.get_rank(), idist.get_world_size()
     device = idist.device()
     options = job.options
     batches = deal(plan_batches(gather_sizes(job.sources), options.batch_size), rank, world)
-    to_maps = map_function(options, device, job.weights)
     shown = options.progress and is_rank_zero()
-    start = time.perf_counter()
-    with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:
-        written, failed = _predict_batches(job, batches, to_maps, device, progress)
-        progress.complete()
-    seconds = time.perf_counter() - start
+    with worker_threads(device) as threads:
+        to_maps = map_function(options, device, job.weights, threads)
+        start = time.perf_counter()
+        with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:
+            written, failed = _predict_batches(job, batches, to_maps, device, progress)
+            progress.complete()
+        seconds = time.perf_counter() - start
     outcome = {
         "written": int(idist.all_reduce(written)),
         "failed": sorted(p for problems in all_gather_strings(json.dumps(failed)) for p in json.loads(problems)),
@@ -99,14 +99,18 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
     return sizes
 
 
-def map_function(options: PredictOptions, device: torch.device, weights: TrainedWeights | None) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch."""
+def map_function(
+    options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int | None = None
+) -> MapFunction:
+    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size
+    (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
+    size, max_side = options.inference.size, options.inference.max_side
     if options.model is not None:
-        run = load_exported(options.model, device)
-        return lambda images: to_8bit_maps(run(images))
+        run = load_exported(options.model, device, threads)
+        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
     assert options.checkpoint is not None
     model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    return lambda images: predict_maps(model, images, options.inference.amp)
+    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
 
 
 def _predict_batches(

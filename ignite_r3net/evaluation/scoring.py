@@ -10,8 +10,9 @@ A cell's key is a SHA-256 over
   scipy, Pillow).
 
 An entry is ``OUT/cache/<key>.json``, written atomically, holding the nine metrics, the image count,
-how many maps were resized and the 256-point curves. The key names the file, so renaming a method or
-changing the order of the command line reuses it, and any change to a file or the code misses it.
+how many maps were resized, the 256-point curves and every image's own scores (by mask stem). The
+key names the file, so renaming a method or changing the order of the command line reuses it, and
+any change to a file or the code misses it.
 
 Cells the cache lacks are scored by ``score_cells`` on ``spec.nproc`` processes: the images of all
 cells are dealt to the ranks in turn (image i of their concatenation to rank i mod world size), each
@@ -30,20 +31,18 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
-import torch
 
 from .. import __version__
 from ..atomic_files import write_json
 from ..data import load_mask
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec
 from ..metrics import METRIC_KEYS, SaliencyMetrics
@@ -63,7 +62,7 @@ __all__ = [
     "write_manifest",
 ]
 
-CACHE_FORMAT = 1  # bump when an entry's layout changes
+CACHE_FORMAT = 2  # bump when an entry's layout changes (2: per-image scores)
 MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
 _LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
 
@@ -159,8 +158,8 @@ class ScoreJob:
 def score_cells(
     cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec, progress: bool = True
 ) -> list[dict[str, Any]]:
-    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``), scoring the ones
-    ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed, and
+    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring
+    the ones ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed, and
     shows the progress over their maps unless ``progress`` is False."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
@@ -189,22 +188,12 @@ def score_cells(
     return entries
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """One torch thread for the block: on maps this small (~0.1 M pixels) intra-op threads cost more
-    than they give; ``--nproc`` is how more cores are used."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
     """Runs on every rank: score this rank's share of each cell's images; rank 0 stores the entry."""
     freeze_long_lived_objects()
-    with _one_thread():
+    # one thread: a map's tensors are small (~0.1 M pixels) and intra-op threads cost more than
+    # they give (scoring ran 10x slower with 2 threads than with 1 on a busy 2-core machine)
+    with worker_threads(idist.device(), limit=1):
         _score_share(job)
 
 
@@ -222,7 +211,7 @@ def _score_cells(job: ScoreJob, progress: Progress) -> None:
         start = time.perf_counter()
         mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
         dealt += len(files)
-        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol)
+        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol, per_image=True)
         resized = idist.all_reduce(float(len(score_maps(progress.counted(mine, world), metric))))
         values, curves = metric.compute(), metric.curves()
         entry = {
@@ -230,6 +219,7 @@ def _score_cells(job: ScoreJob, progress: Progress) -> None:
             "resized": int(resized),
             "metrics": {k: float(values[k]) for k in METRIC_KEYS},
             "curves": {name: [float(v) for v in curve] for name, curve in curves.items()},
+            "per_image": dict(metric.per_image_scores()),
         }
         _store(Path(entry_path), entry, label, time.perf_counter() - start)
 

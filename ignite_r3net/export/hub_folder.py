@@ -28,6 +28,7 @@ from ..errors import ExportError, OptionError
 from ..model.hub import is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
+from ..output_paths import check_writable_folder
 from .model_card import model_card, read_results
 from .runtime import contract
 
@@ -109,10 +110,8 @@ def _check_output_folder(out: Path) -> Path:
         raise OptionError(
             f"--output {out} holds files of its own; give a new or empty folder (an earlier hub export is replaced)"
         )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OptionError(f"--output {out}: cannot create {out.parent}: {e.strerror or e}") from None
+    check_writable_folder(out, "--output")
+    out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
 

@@ -34,6 +34,7 @@ from ..data import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions
+from ..output_paths import check_writable_file
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from .hub_folder import write_hub_folder
 from .runtime import (
@@ -122,10 +123,7 @@ def export_model(options: ExportOptions) -> Path:
     graph = SaliencyGraph(build_model(weights, "cpu"))
     metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OptionError(f"--output {out}: cannot create its folder: {e.strerror or e}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_output(out) as tmp:
             if options.format == "onnx":
@@ -156,8 +154,7 @@ def _check_output(options: ExportOptions) -> Path:
         )
     if out.exists() and out.resolve() == Path(options.checkpoint).resolve():
         raise OptionError(f"--output {out} is the checkpoint itself; choose another file name")
-    if out.parent.exists() and not out.parent.is_dir():
-        raise OptionError(f"--output {out}: {out.parent} is not a folder")
+    check_writable_file(out, "--output")
     return out
 
 

@@ -1,6 +1,37 @@
-"""The names of the numbers :class:`~ignite_r3net.metrics.saliency.SaliencyMetrics` computes.
+"""The names of the numbers :class:`~ignite_r3net.metrics.saliency.SaliencyMetrics` computes, and
+which of them each protocol defines its own way.
 
 Plain data, without torch: the command line lists them in ``compare --help``."""
 
+from __future__ import annotations
+
 #: Keys of the dict returned by :meth:`SaliencyMetrics.compute`, in reporting order.
 METRIC_KEYS = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
+
+#: The metrics a protocol computes its own way; the others keep the standard (PySODMetrics) definitions.
+PROTOCOL_METRICS: dict[str, tuple[str, ...]] = {"standard": (), "r3net": ("mae", "maxF")}
+
+#: The mark of a column whose values follow the protocol's own definition.
+PROTOCOL_MARK = "†"
+
+
+def canonical_metric(name: str) -> str | None:
+    """The key ``name`` stands for in any case (``maxf`` -> ``maxF``), or None."""
+    return {key.lower(): key for key in METRIC_KEYS}.get(name.lower())
+
+
+def protocol_note(protocol: str) -> str | None:
+    """The note under a table whose marked columns follow ``protocol``; None when none does."""
+    changed = PROTOCOL_METRICS[protocol]
+    if not changed:
+        return None
+    return (
+        f"{PROTOCOL_MARK} --protocol {protocol}: {' and '.join(changed)} as the original R3Net code computes "
+        "them; the other metrics as PySODMetrics"
+    )
+
+
+def protocol_fields(protocol: str) -> dict[str, object]:
+    """What a JSON row records about the protocol: nothing for the standard one."""
+    changed = PROTOCOL_METRICS[protocol]
+    return {"protocol": protocol, "protocol_metrics": list(changed)} if changed else {}

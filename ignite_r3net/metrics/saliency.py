@@ -6,7 +6,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from types import MappingProxyType
+from typing import cast
 
+import ignite.distributed as idist
 import numpy as np
 import torch
 from ignite.exceptions import NotComputableError
@@ -14,10 +16,12 @@ from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
 from . import histogram
+from .keys import METRIC_KEYS
 from .structure import smeasure
 from .weighted_f import weighted_fmeasure
 
 Maps = torch.Tensor | Sequence[torch.Tensor]
+ImageScores = tuple[str, dict[str, float]]  # (image name, {metric: value of that image alone})
 
 # Per-image values summed into one float64 vector: name -> length (256: one per threshold t).
 _SLOTS = (
@@ -99,6 +103,11 @@ def _batches(preds: list[torch.Tensor], gts: list[torch.Tensor]) -> Iterator[tup
         start = end
 
 
+def _f_of(precision: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
+    """F-measure from precision and recall (any shape), as the original R3Net code computes it."""
+    return (1 + histogram.F_BETA2) * precision * recall / (histogram.F_BETA2 * precision + recall)
+
+
 def _weighted_f_batch(pred_u8: torch.Tensor, gt: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     """Weighted F-measure of each map, on the CPU (maps elsewhere are copied: they are small)."""
     preds, masks, table = pred_u8.cpu().numpy(), gt.cpu().numpy(), levels.cpu().numpy()
@@ -110,7 +119,8 @@ class SaliencyMetrics(Metric):
     r"""MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and
     weighted F-measure of saliency maps, in one pass.
 
-    ``update`` takes ``(pred, gt)``: each a list of 2-D tensors or an ``(N, H, W)`` tensor.
+    ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: each a list of 2-D tensors or an
+    ``(N, H, W)`` tensor, and the images' names (kept with ``per_image=True``).
 
     * ``pred``: ``uint8`` 0..255, or float in [0, 1], which is first turned into the uint8 map one
       would save (``round(p * 255)``) so that scoring a tensor equals scoring its PNG.
@@ -137,11 +147,19 @@ class SaliencyMetrics(Metric):
     The sums are exact, so a distributed evaluation over a split dataset gives bit for bit the
     numbers of a single process.
 
+    With ``per_image=True`` it also keeps each image's own scores, the same per-image values the
+    sums are made of, and :meth:`per_image_scores` returns them by name. ``mae``, ``adpF``, ``Sm``,
+    ``adpE`` and ``wF`` are the image's values; ``meanF`` / ``meanE`` the mean and ``maxF`` / ``maxE``
+    the maximum of its own F / E curve over the 256 thresholds (r3net: ``maxF`` from its own
+    precision and recall). The data set's score is the mean of the images' values for all but
+    ``maxF`` and ``maxE`` (the maxima of the mean curves).
+
     Args:
-        output_transform: maps the engine's output to ``(pred, gt)``.
+        output_transform: maps the engine's output to ``(pred, gt)`` or ``(pred, gt, names)``.
         device: where the sums live and the histogram statistics are computed (the weighted
             F-measure runs on the CPU).
         protocol: ``"standard"`` or ``"r3net"``.
+        per_image: keep every image's scores for :meth:`per_image_scores` (names required).
 
     Example:
 
@@ -172,10 +190,12 @@ class SaliencyMetrics(Metric):
         output_transform: Callable = lambda x: x,
         device: str | torch.device = "cpu",
         protocol: str = "standard",
+        per_image: bool = False,
     ) -> None:
         if protocol not in ("standard", "r3net"):
             raise ValueError(f"protocol must be 'standard' or 'r3net', got {protocol!r}")
         self.protocol = protocol
+        self.per_image = per_image
         super().__init__(output_transform=output_transform, device=device)
 
     @reinit__is_reduced
@@ -184,21 +204,38 @@ class SaliencyMetrics(Metric):
         # per-map histogram statistics not yet folded into the sums (see _flush)
         self._pending: list[histogram.MapStats] = []
         self._pending_maps = 0
+        # per_image: the names in update order, and per metric the values' chunks in that order
+        self._names: list[str] = []
+        self._columns: dict[str, list[torch.Tensor]] = {key: [] for key in METRIC_KEYS}
 
     @reinit__is_reduced
-    def update(self, output: tuple[Maps, Maps]) -> None:
+    def update(self, output: tuple[Maps, Maps] | tuple[Maps, Maps, Sequence[str]]) -> None:
         preds = [_to_uint8_pred(p.detach()).to(self._device) for p in _as_list(output[0])]
         gts = [_check_gt(g.detach()).to(self._device) for g in _as_list(output[1])]
         if len(preds) != len(gts):
             raise ValueError(f"got {len(preds)} predictions for {len(gts)} ground truths")
+        if self.per_image:
+            names = list(output[2]) if len(output) > 2 else []
+            if len(names) != len(preds):
+                raise ValueError(f"per_image needs one name per map: got {len(names)} for {len(preds)} maps")
+            self._names.extend(names)
         for p, g in zip(preds, gts):
             if p.shape != g.shape:
                 raise ValueError(f"prediction shape {tuple(p.shape)} != ground truth shape {tuple(g.shape)}")
         for pred_u8, gt_u8 in _batches(preds, gts):
             self._update_batch(pred_u8, gt_u8)
 
-    def _add(self, name: str, per_image: torch.Tensor) -> None:
-        self._sums[_OFFSETS[name]] += _exact(per_image).sum(0).to(self._device)
+    def _add(self, name: str, per_image: torch.Tensor) -> torch.Tensor:
+        """Add the per-image values of slot ``name`` to the sums; returns them as summed (rounded)."""
+        exact = _exact(per_image)
+        self._sums[_OFFSETS[name]] += exact.sum(0).to(self._device)
+        return exact
+
+    def _record(self, **columns: torch.Tensor) -> None:
+        """Keep per-image values (``per_image``), in the order the images came."""
+        if self.per_image:
+            for key, values in columns.items():
+                self._columns[key].append(values.detach().to("cpu", torch.float64).flatten())
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
         """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
@@ -206,11 +243,11 @@ class SaliencyMetrics(Metric):
         gt = gt_u8 > 128
         stats = histogram.MapStats.of(pred_u8, gt)
         if self.protocol == "r3net":
-            self._add("mae", histogram.r3net_mae(pred_u8, gt_u8))
+            mae = self._add("mae", histogram.r3net_mae(pred_u8, gt_u8))
             precision, recall = histogram.r3net_precision_recall(pred_u8, gt_u8)
-            self._add("precision", precision)
-            self._add("recall", recall)
-        self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels))
+            precision, recall = self._add("precision", precision), self._add("recall", recall)
+            self._record(mae=mae, maxF=_f_of(precision, recall).max(1).values)
+        self._record(wF=self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels)))
         self._add("images", torch.ones(len(gt), dtype=torch.float64))
         self._pending.append(stats)
         self._pending_maps += len(gt)
@@ -226,16 +263,33 @@ class SaliencyMetrics(Metric):
         self._pending, self._pending_maps = [], 0
         tp, fp = histogram.threshold_counts(stats)
         precision, recall, fmeasure = histogram.fmeasure_curves(tp, fp, stats.n_fg)
+        fmeasure = self._add("fmeasure", fmeasure)
         if self.protocol == "standard":
-            self._add("mae", histogram.mae(stats))
+            self._record(mae=self._add("mae", histogram.mae(stats)), maxF=fmeasure.max(1).values)
             self._add("precision", precision)
             self._add("recall", recall)
-        self._add("fmeasure", fmeasure)
         adp_f, adp_e = histogram.adaptive_scores(stats)
-        self._add("adpF", adp_f)
-        self._add("emeasure", histogram.emeasure(tp, fp, stats.n_fg, stats.size))
-        self._add("adpE", adp_e)
-        self._add("Sm", smeasure(stats))
+        emeasure = self._add("emeasure", histogram.emeasure(tp, fp, stats.n_fg, stats.size))
+        self._record(
+            meanF=fmeasure.mean(1),
+            adpF=self._add("adpF", adp_f),
+            maxE=emeasure.max(1).values,
+            meanE=emeasure.mean(1),
+            adpE=self._add("adpE", adp_e),
+            Sm=self._add("Sm", smeasure(stats)),
+        )
+
+    def per_image_scores(self) -> list[ImageScores]:
+        """Every image's own scores (see the class docstring), from every process, sorted by name; a
+        collective, like ``compute``. Needs ``per_image=True``."""
+        if not self.per_image:
+            raise RuntimeError("per_image_scores needs SaliencyMetrics(per_image=True)")
+        self._flush()
+        columns = {key: torch.cat(chunks) if chunks else torch.zeros(0) for key, chunks in self._columns.items()}
+        mine = [(name, {key: float(columns[key][i]) for key in METRIC_KEYS}) for i, name in enumerate(self._names)]
+        # ignite's all_gather of any other object: one list of rows per rank
+        gathered = cast(list[list[ImageScores]], idist.all_gather(mine)) if idist.get_world_size() > 1 else [mine]
+        return sorted((row for part in gathered for row in part), key=lambda row: row[0])
 
     def state_dict(self) -> OrderedDict:
         """The sums, pending maps included (ignite's per-rank layout)."""
@@ -255,8 +309,7 @@ class SaliencyMetrics(Metric):
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
         means = {name: self._sums[sl] / count for name, sl in _OFFSETS.items()}
         if self.protocol == "r3net":  # R3Net: F of the dataset-mean precision / recall curves
-            p, r = means["precision"], means["recall"]
-            means["f_curve"] = (1 + histogram.F_BETA2) * p * r / (histogram.F_BETA2 * p + r)
+            means["f_curve"] = _f_of(means["precision"], means["recall"])
         else:
             means["f_curve"] = means["fmeasure"]
         return means

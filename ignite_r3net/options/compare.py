@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
+from ..metrics.keys import canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
 from .shared import InferenceOptions, ProcessOptions, progress_option, protocol_option
 
@@ -38,7 +39,7 @@ class CompareOptions:
     out: str = option(help="output folder (created; rerun into it to reuse)", metavar="OUT")
     metrics: list[str] = option(
         default_factory=lambda: list(DEFAULT_METRICS),
-        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (results.json "
+        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (any case; results.json "
         f"always holds all nine); default: {' '.join(DEFAULT_METRICS)}",
         nargs="+",
         metavar="METRIC",
@@ -74,6 +75,10 @@ class CompareOptions:
         nproc="processes for scoring (and for checkpoint inference); the numbers are those of one process",
     )
     progress: bool = progress_option()
+
+    def __post_init__(self) -> None:
+        # names in any case (maxf -> maxF); unknown ones stay for validate to name
+        self.metrics = [canonical_metric(m) or m for m in self.metrics]
 
     def validate(self) -> None:
         """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""

@@ -2,7 +2,7 @@
 rule its value must follow, so a command's flags (``cli.common.add_options``) and its checks
 (``check_fields``) come from one definition and cannot drift apart.
 
-* ``option(default, help, rule=..., flag=..., one_of=..., **argparse_kwargs)``: one ``--flag``;
+* ``option(default, help, rule=..., flag=..., one_of=..., exclusive=..., **argparse_kwargs)``: one ``--flag``;
 * ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``InferenceOptions``)
   composed into a command's options, optionally with command-specific help texts;
 * a field without help (``field(default=None)``) is no option: the program fills it in.
@@ -40,6 +40,7 @@ def option(
     rule: Rule | None = None,
     flag: str | None = None,
     one_of: str | None = None,
+    exclusive: str | None = None,
     **argparse_kwargs: Any,
 ) -> Any:
     """A dataclass field that is a command-line option.
@@ -50,9 +51,17 @@ def option(
         rule: checked by ``check_fields`` on any value but None.
         flag: the flag when it is not ``--`` + the field name with dashes (``json_path``: ``--json``).
         one_of: the name of a required group of mutually exclusive flags (``--checkpoint | --maps``).
+        exclusive: the name of a group of flags of which at most one is given (``--size | --max-side``).
         argparse_kwargs: passed to ``add_argument`` (``choices``, ``metavar``, ``nargs``, ``action``, ...).
     """
-    metadata = {"help": help, "rule": rule, "flag": flag, "one_of": one_of, "argparse": argparse_kwargs}
+    metadata = {
+        "help": help,
+        "rule": rule,
+        "flag": flag,
+        "one_of": one_of,
+        "exclusive": exclusive,
+        "argparse": argparse_kwargs,
+    }
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -102,8 +111,15 @@ def problem(f: dataclasses.Field, value: Any) -> str | None:
 
 def check_fields(options: Any) -> None:
     """Raise ``OptionError`` naming the first option whose value is not among its choices or breaks
-    its field's rule (argparse checks the choices of the command line; Python callers get this)."""
+    its field's rule, or two options given of one ``exclusive`` group (argparse checks these on the
+    command line; Python callers get this)."""
+    exclusive_flags: dict[str, str] = {}  # group -> the flag given of it
     for f, value in option_fields(options):
+        group_name = f.metadata.get("exclusive")
+        if group_name and value is not None:
+            if group_name in exclusive_flags:
+                raise OptionError(f"{exclusive_flags[group_name]} and {flag_of(f)} exclude each other; give one")
+            exclusive_flags[group_name] = flag_of(f)
         wrong = problem(f, value)
         if wrong:
             raise OptionError(f"{flag_of(f)} {wrong}")

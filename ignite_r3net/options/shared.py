@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, option
 
+_RESIZED_BACK = (
+    "the saliency is resized back (bilinear) to the image's own size, where maps are scored and written; "
+    "default: full resolution, as the original"
+)
+
 CHECKPOINT_HELP = (
     "training checkpoint, best_model_*.pt, an original R3Net release state_dict, or a model on the Hugging "
     "Face Hub written by 'export --format hub': hf-hub:ORG/NAME[@REVISION] (fetched into the Hugging Face "
@@ -35,7 +40,8 @@ def protocol_option() -> str:
     """``--protocol``: which code's metric definitions the scores follow."""
     return option(
         "standard",
-        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF",
+        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF (marked † in the "
+        "tables and listed under 'protocol_metrics' in the JSON; the other metrics stay standard)",
         choices=PROTOCOLS,
     )
 
@@ -58,9 +64,25 @@ class ProcessOptions:
 
 @dataclass(kw_only=True)
 class InferenceOptions:
-    """How a checkpoint's maps are made: backbone, CRF, precision, DataLoader workers."""
+    """How a checkpoint's maps are made: backbone, input size, CRF, precision, DataLoader workers."""
 
     backbone: str | None = backbone_option()
+    size: int | None = option(
+        None,
+        f"run the model on each image resized to N x N (bilinear, antialiased), as many saliency methods "
+        f"test (e.g. 352); {_RESIZED_BACK}",
+        rule=POSITIVE_COUNT,
+        exclusive="input size",
+        metavar="N",
+    )
+    max_side: int | None = option(
+        None,
+        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N "
+        f"(smaller images as they are): for photos much larger than the training crops; {_RESIZED_BACK}",
+        rule=POSITIVE_COUNT,
+        exclusive="input size",
+        metavar="N",
+    )
     crf: bool = option(
         False,
         "refine maps with a dense CRF (original R3Net parameters); needs the crf extra",

@@ -17,7 +17,7 @@ from ignite.utils import manual_seed
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..data import build_eval_loader, build_train_loader, stop_workers
-from ..distributed.process_setup import share_cpu_cores
+from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
@@ -149,7 +149,7 @@ def create_trainer(
 def _configure_backend(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    share_cpu_cores()
+    set_worker_threads(device)
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
