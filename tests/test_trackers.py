@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TRAIN, cpu_env, free_port, make_tiny_dataset, run_cli
+from helpers import TINY_TRAIN, cpu_env, free_port, log_lines, make_tiny_dataset, run_cli
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
@@ -132,7 +132,7 @@ def test_a_run_logged_to_a_real_mlflow_server_reads_back(tmp_path: Path, mlflow_
         assert history("lr biases")[it] == pytest.approx(2 * lr, rel=1e-6)
     # validation before training and at each checkpoint, the values train.log shows
     logged = {}
-    for line in (out / "train.log").read_text().splitlines():
+    for line in log_lines(out / "train.log"):
         if line.startswith("[val iter "):
             logged[int(line.split()[2].rstrip("]"))] = float(line.split("maxF ")[1].split()[0])
     max_f = history("val maxF")
