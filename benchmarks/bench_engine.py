@@ -73,7 +73,7 @@ def _ignite_run(
     log = TrainLog(Path(config.output_dir) / "train.log")
     log.open(["configuration: benchmark"], [])
     # exactly the handlers trainer.training attaches per iteration, plus checkpointing
-    trainer, to_save, _ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
+    trainer, to_save, *_ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
     attach_checkpointing(trainer, to_save, config)
 
     marks: dict[int, float] = {}

@@ -24,7 +24,20 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["bench_scaling", "read_images_per_s", "timed_command"]
+__all__ = ["bench_scaling", "one_thread_cpu_env", "read_images_per_s", "timed_command"]
+
+
+def one_thread_cpu_env() -> dict[str, str]:
+    """The environment of a ``run.py`` process of a CPU benchmark: no GPU, one thread per process
+    (the commands take their thread count from ``OMP_NUM_THREADS`` when it is set), this checkout's
+    package first on the path."""
+    return dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
 
 
 def read_images_per_s(tb_dir: str | Path, warmup: int) -> list[float]:
@@ -52,13 +65,7 @@ def _train(
     port: int,
     timeout: float,
 ) -> float:
-    env = dict(
-        os.environ,
-        CUDA_VISIBLE_DEVICES="",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = one_thread_cpu_env()
     entry = [str(REPO / "run.py")]
     cmd = [
         sys.executable,

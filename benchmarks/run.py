@@ -3,7 +3,8 @@
 
     python benchmarks/run.py [--quick] [--data DIR] [--json FILE] [--only NAME ...]
 
-Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, evaluate, inference, figure, gpu.
+Benchmarks (``--only`` names): pipeline, engine, metrics, scaling, evaluate, inference, figure, gpu, scan,
+predict.
 See benchmarks/README.md.
 ``--data`` is a folder in the MSRA10K layout; by default a synthetic set of ~400x300 images is
 generated once into a cache folder (``$IGNITE_R3NET_BENCH_CACHE``, else ``~/.cache/ignite_r3net/bench``).
@@ -30,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-NAMES = ("pipeline", "engine", "metrics", "scaling", "evaluate", "inference", "figure", "gpu")
+NAMES = ("pipeline", "engine", "metrics", "scaling", "evaluate", "inference", "figure", "gpu", "scan", "predict")
 GOALS: dict[str, float | None] = {
     "pipeline": 3.5,
     "engine": 0.97,
@@ -40,6 +41,8 @@ GOALS: dict[str, float | None] = {
     "inference": None,
     "figure": None,
     "gpu": None,
+    "scan": None,
+    "predict": None,
 }
 
 # per benchmark: settings for the full run, --quick and the hidden --tiny (tests)
@@ -80,6 +83,18 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": {"n_maps": 6, "size": (60, 80), "rows": 2, "repeats": 1},
     },
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
+    # the 10,000 pairs (a relaunch must scan them in at most 1 s)
+    "scan": {
+        "full": {"pairs": 10_000, "repeats": 2},
+        "quick": {"pairs": 2000},
+        "tiny": {"pairs": 50, "repeats": 1, "warm_runs": 1},
+    },
+    # the images of --data (by default 48 of 300x400); the paper's backbone in the full run
+    "predict": {
+        "full": {"backbone": "resnext101_32x4d", "images": 24, "repeats": 2},
+        "quick": {"backbone": "resnet18", "images": 24, "repeats": 1},
+        "tiny": {"backbone": "resnet18", "images": 4, "repeats": 1},
+    },
 }
 
 
@@ -178,6 +193,18 @@ def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
     return bench_gpu(**s)
 
 
+def run_scan(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_scan import bench_scan
+
+    return bench_scan(**s)
+
+
+def run_predict(data: Path, s: dict[str, Any]) -> dict[str, Any]:
+    from bench_predict import bench_predict
+
+    return bench_predict(data, **s)
+
+
 RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "pipeline": run_pipeline,
     "engine": run_engine,
@@ -187,6 +214,8 @@ RUNNERS: dict[str, Callable[[Path, dict[str, Any]], dict[str, Any]]] = {
     "inference": run_inference,
     "figure": run_figure,
     "gpu": run_gpu,
+    "scan": run_scan,
+    "predict": run_predict,
 }
 
 
@@ -230,6 +259,17 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         from bench_evaluate import format_evaluate
 
         return format_evaluate(r, _goal(name, r["ratio"]))
+    if name == "scan":
+        return (
+            f"scan: {r['settings']['pairs']} pairs, cold (no scan cache) {r['cold_s']:.2f} s, warm (a relaunch) "
+            f"{r['warm_s']:.3f} s, ratio {r['ratio']:.1f}x"
+        )
+    if name == "predict":
+        return (
+            f"predict: {r['settings']['backbone']}, {r['settings']['images']} images; 1 process "
+            f"{r['one_proc_images_per_s']:.2f} images/s, 2 processes {r['two_proc_images_per_s']:.2f} images/s, "
+            f"ratio {r['ratio']:.2f}"
+        )
     if name == "inference":
         from bench_inference import format_inference
 

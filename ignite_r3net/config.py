@@ -16,7 +16,7 @@ from typing import Any
 from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import BACKENDS
+from .options.shared import BACKENDS, TRACKERS
 
 AMP_MODES = ("off", "bf16", "fp16")
 """``--amp`` choices (the autocast dtype of each: ``inference.AMP_DTYPES``)."""
@@ -105,6 +105,17 @@ class TrainConfig:
     resume: str | None = option(
         None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
     )
+    tracker: list[str] = option(
+        default_factory=list,
+        help="also log the run to these experiment trackers (each an extra: pip install -e '.[mlflow]'): what "
+        "TensorBoard gets, the recipe as parameters and the best checkpoint as an artifact. mlflow logs to "
+        "MLFLOW_TRACKING_URI, by default to OUTPUT_DIR/mlruns.db (see: mlflow ui --backend-store-uri "
+        "sqlite:///OUTPUT_DIR/mlruns.db); a resumed run continues its tracker runs. Checked at start-up: a "
+        "missing package or a server that does not answer stops the run before any worker starts",
+        nargs="+",
+        choices=TRACKERS,
+        metavar="NAME",
+    )
     # damaged images
     max_bad_images: float = option(
         0.01,
@@ -120,6 +131,12 @@ class TrainConfig:
     )
     # console
     verbose: bool = option(False, "print the full configuration and ignite's launcher and DDP messages too")
+    progress: bool = option(
+        True,
+        "show the run's progress on rank 0: one bar over --iters (continuing from a resumed iteration) with "
+        "images/s, elapsed time and ETA on a terminal, a plain line every 10%% when stderr is a file (SLURM "
+        "logs); --no-progress shows none (train.log has the ETA either way)",
+    )
     # speed
     amp: str = option("off", "mixed precision", choices=AMP_MODES)
     channels_last: bool = option(False, "use channels_last memory format for the model and inputs")
@@ -161,6 +178,8 @@ class TrainConfig:
     # recorded at start-up: what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}
     # (``data.listing_digest``); every rank of a job must list the same pairs
     listings: dict[str, str] | None = field(default=None)
+    # recorded at start-up: the run of each --tracker that rank 0 logs into ({"mlflow": {"run_id": ...}})
+    tracking: dict[str, dict] | None = field(default=None)
     # recorded at start-up: each --data folder, {folder, pairs, listing} (its ``listing_digest``)
     data_sets: list[dict[str, Any]] | None = field(default=None)
 

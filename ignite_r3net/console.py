@@ -7,6 +7,8 @@ import os
 import sys
 from typing import IO
 
+from .progress import console_print
+
 # ignite's INFO loggers that name its internals ("Spawn function '<function ...>' in 2 processes",
 # the spawn parameters, "Apply torch DistributedDataParallel on model", "End of run")
 IGNITE_INFO_LOGGERS = (
@@ -17,10 +19,11 @@ IGNITE_INFO_LOGGERS = (
 
 
 def echo(line: str, stream: IO[str] | None = None) -> bool:
-    """Print ``line`` to ``stream`` (stdout); False when nobody reads it any more (``| head``)."""
+    """Print ``line`` to ``stream`` (stdout), above any progress bar; False when nobody reads it any
+    more (``| head``)."""
     stream = sys.stdout if stream is None else stream
     try:
-        print(line, file=stream, flush=True)
+        console_print(line, stream)
         return True
     except BrokenPipeError:
         silence(stream)

@@ -44,6 +44,13 @@ class ExportError(UserError):
     exit_code = 1
 
 
+class ImagesFailed(UserError):
+    """Some images of a command that goes on past them (``predict``) could not be read: the message
+    lists them (exit code 1; the other images' results were written)."""
+
+    exit_code = 1
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the job is stopped (its ranks too) rather than left running."""
 

@@ -10,9 +10,11 @@ becomes the 8-bit map, so maps are always scored and written at the image's own 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
+import ignite.distributed as idist
 import torch
 import torch.nn.functional as F
 from ignite.engine import Engine, Events
@@ -20,6 +22,7 @@ from ignite.metrics import Metric
 from torch import nn
 
 from .data import normalize_image
+from .progress import Progress
 
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 """The autocast dtype of each ``--amp`` choice (``config.AMP_MODES``), in training and inference."""
@@ -117,13 +120,32 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
     evaluator.add_event_handler(Events.ITERATION_COMPLETED, update)
 
 
-def score_shard(evaluator: Engine, loader: Any, metric: Metric) -> dict[str, Any]:
+def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:
     """Run ``evaluator`` over this rank's shard of ``loader`` and return ``metric`` over the images
     of every rank (a collective: call it on all ranks).
 
     A rank whose shard is empty (fewer images than ranks) skips the run but still joins the
-    all-reduce inside ``compute()``; per-image sums are exact, so N processes equal one."""
+    all-reduce inside ``compute()``; per-image sums are exact, so N processes equal one.
+    ``progress`` counts this rank's images times the world size (the shards differ by one image
+    at most)."""
     metric.reset()
     if len(loader.sampler) > 0:
-        evaluator.run(loader)
+        with _counting(evaluator, progress):
+            evaluator.run(loader)
     return metric.compute()
+
+
+@contextmanager
+def _counting(evaluator: Engine, progress: Progress | None) -> Iterator[None]:
+    """``progress`` advanced by every step's images, on every rank's behalf, while the block runs."""
+    if progress is None:
+        yield
+        return
+    world = idist.get_world_size()
+    handle = evaluator.add_event_handler(
+        Events.ITERATION_COMPLETED, lambda engine: progress.update(len(engine.state.output[0]) * world)
+    )
+    try:
+        yield
+    finally:
+        handle.remove()

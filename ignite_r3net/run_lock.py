@@ -54,8 +54,9 @@ class RunLock:
             lock.release()
     """
 
-    def __init__(self, folder: str | Path, job: str | None = None) -> None:
+    def __init__(self, folder: str | Path, job: str | None = None, option: str = "--output-dir") -> None:
         self.path = Path(folder) / LOCK_NAME
+        self.option = option  # the flag that named the folder, for the message when it is in use
         self.record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -78,9 +79,9 @@ class RunLock:
             reason = self._stale_reason(holder)
             if reason is None:
                 raise OptionError(
-                    f"--output-dir {self.path.parent} is in use by another run (host {holder.get('host')}, "
+                    f"{self.option} {self.path.parent} is in use by another run (host {holder.get('host')}, "
                     f"pid {holder.get('pid')}, since {holder.get('started')}; lock file {self.path}): wait "
-                    "for it to end, or choose another --output-dir"
+                    f"for it to end, or choose another {self.option}"
                 )
             self._take_over(holder, reason)
         self._heartbeat = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)

@@ -4,8 +4,11 @@ user starts it (``reference_run``), one exported model per format (an ONNX expor
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,6 +20,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # CPU and gloo only, also for the commands the tests run in this process with ``cli.main``
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("TORCH_HOME", str(Path(__file__).resolve().parent / ".no-torch-cache"))
+# the data scan cache (data/scan_cache.py) of the tests' data sets: not the user's ~/.cache
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ignite_r3net-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 # what makes a test slow besides starting processes of its own (marked where they are written)

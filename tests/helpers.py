@@ -147,9 +147,20 @@ def cut_and_remark(jpeg: Path) -> Path:
     return jpeg
 
 
-LOG_LINE = re.compile(r"^\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\]$")
+# a training log line (its timestamp removed): the recipe's part (equal in a resumed and an
+# uninterrupted run), then this run's images/s and ETA
+LOG_LINE = re.compile(
+    r"^(\[iter (\d+)\], \[total loss ([0-9.naif]+)\].*\[lr ([0-9.e-]+)\])(, \[images/s [^]]*\])?(, \[eta [^]]*\])?$"
+)
 # what starts every train.log line: local time with its offset, ISO 8601 to the second
 LOG_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d) ")
+
+
+def without_timing(line: str) -> str:
+    """A training log line (without its timestamp) without this run's images/s and ETA."""
+    m = LOG_LINE.match(line)
+    assert m, line
+    return m.group(1)
 
 
 def log_lines(log_path: Path) -> list[str]:
@@ -160,13 +171,13 @@ def log_lines(log_path: Path) -> list[str]:
 
 
 def log_iterations(log_path: Path) -> dict[int, str]:
-    """Training log lines by iteration, without timestamps (a later line for the same iteration
-    wins, as after a resume)."""
+    """Training log lines by iteration, without their timestamps and timing (a later line for the
+    same iteration wins, as after a resume)."""
     lines = {}
     for line in log_lines(log_path):
         m = LOG_LINE.match(line)
         if m:
-            lines[int(m.group(1))] = line
+            lines[int(m.group(2))] = m.group(1)
     return lines
 
 

@@ -83,6 +83,27 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
     assert line.startswith("inference: resnet18 48x64, batch 1; 1 thread: pytorch") and "ratio" in line
 
 
+def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only scan`` at its tiny settings: a cold scan (no cache) reads every header, the warm one
+    (a relaunch) reads none, and the ratio is the key."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    from bench_scan import bench_scan
+
+    assert bench_run.RUNNERS["scan"] is bench_run.run_scan
+    from ignite_r3net.data import checks
+
+    real, probed = checks._probe, []
+    monkeypatch.setattr(checks, "_probe", lambda path: probed.append(path) or real(path))
+    result = bench_scan(**bench_run.SETTINGS["scan"]["tiny"])
+    pairs = bench_run.SETTINGS["scan"]["tiny"]["pairs"]
+    assert len(probed) == 2 * pairs  # the cold scan only
+    assert result["cold_s"] > 0 and result["warm_s"] > 0 and result["ratio"] == result["cold_s"] / result["warm_s"]
+    line = bench_run.format_line("scan", result)
+    assert line.startswith(f"scan: {pairs} pairs, cold (no scan cache) ") and "ratio" in line
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def test_predict_files_and_folders_at_input_size(tmp_path: Path, checkpoint: Pat
     out = tmp_path / "out"
     assert _predict(checkpoint, out, tmp_path / "a.bmp", folder) == 0
     sizes = {}
-    for p in sorted(out.iterdir()):
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [".predict"]  # the record of what is done
+    for p in sorted(out.glob("*.png")):
         with Image.open(p) as im:
             assert im.mode == "L"
             sizes[p.name] = im.size
@@ -77,7 +79,7 @@ def test_stems_cannot_escape_output(tmp_path: Path, checkpoint: Path) -> None:
     inputs.mkdir()
     _image(inputs / "...png", 20, 30)
     assert _predict(checkpoint, out, inputs / "...png") == 0  # given as a file: folders skip dot files
-    assert [p.name for p in out.iterdir()] == ["_...png"]
+    assert [p.name for p in out.iterdir() if p.name != ".predict"] == ["_...png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
 
 
@@ -174,7 +176,7 @@ def test_cutout_is_the_image_with_the_map_as_alpha(tmp_path: Path, spread_checkp
     _exif_rotated_jpeg(photos / "turned.jpg", 48, 72)
     assert _predict(spread_checkpoint, tmp_path / "maps", photos) == 0
     assert _predict(spread_checkpoint, tmp_path / "cutouts", photos, extra=("--cutout",)) == 0
-    assert sorted(p.name for p in (tmp_path / "cutouts").iterdir()) == ["flat.png", "turned.png"]
+    assert sorted(p.name for p in (tmp_path / "cutouts").glob("*.png")) == ["flat.png", "turned.png"]
     for stem in ("flat", "turned"):
         with Image.open(tmp_path / "cutouts" / f"{stem}.png") as im:
             assert im.mode == "RGBA"
@@ -224,3 +226,162 @@ def test_cutout_from_an_exported_onnx_model(tmp_path: Path, exported_onnx: Path)
     cutout = np.asarray(Image.open(tmp_path / "cut" / "a.png"))
     np.testing.assert_array_equal(cutout[..., 3], np.asarray(Image.open(tmp_path / "maps" / "a.png")))
     np.testing.assert_array_equal(cutout[..., :3], _displayed(tmp_path / "a.png"))
+
+
+# ---------------------------------------------------------------------------------- at scale
+
+
+def _folder_of_images(folder: Path, sizes: list[tuple[int, int]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (h, w) in enumerate(sizes):
+        _image(folder / f"im{i:02d}.jpg", h, w, seed=i)
+    return folder
+
+
+def _count_writes(monkeypatch: pytest.MonkeyPatch, stop_after: int | None = None) -> list[str]:
+    """The names of the maps ``predict`` writes from now on; with ``stop_after``, the run is
+    stopped (Ctrl-C) once that many are written."""
+    from ignite_r3net.evaluation import predict_worker
+    from ignite_r3net.evaluation.maps import save_map as real
+
+    written: list[str] = []
+
+    def save_map(path, saliency):
+        if stop_after is not None and len(written) == stop_after:
+            raise KeyboardInterrupt
+        real(path, saliency)
+        written.append(Path(path).name)
+
+    monkeypatch.setattr(predict_worker, "save_map", save_map)
+    return written
+
+
+def _maps(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.png"))}
+
+
+def test_a_stopped_predict_continues_and_writes_every_map_once(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    images = _folder_of_images(tmp_path / "in", [(20, 30)] * 5 + [(24, 16)] * 2)
+    out = tmp_path / "out"
+    first = _count_writes(monkeypatch, stop_after=3)
+    assert _predict(checkpoint, out, images, extra=("--batch-size", "2")) == 130
+    assert len(first) == 3 and sorted(p.name for p in out.glob("*.png")) == sorted(first)
+    assert not list(out.glob(".tmp-*"))  # each map appears whole or not at all
+    rest = _count_writes(monkeypatch)
+    assert _predict(checkpoint, out, images, extra=("--batch-size", "2")) == 0
+    assert "3 of 7 map(s) already in" in capsys.readouterr().out
+    assert sorted(first + rest) == [f"im{i:02d}.png" for i in range(7)]  # every map once
+    # nothing left to do; --overwrite redoes them all, with the same bytes
+    before = _maps(out)
+    again = _count_writes(monkeypatch)
+    assert _predict(checkpoint, out, images) == 0 and again == []
+    assert "all 7 map(s) already in" in capsys.readouterr().out
+    assert _predict(checkpoint, out, images, extra=("--overwrite",)) == 0 and len(again) == 7
+    assert _maps(out) == before
+
+
+def test_maps_of_another_model_or_options_are_redone(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = _folder_of_images(tmp_path / "in", [(20, 30)] * 3)
+    out = tmp_path / "out"
+    assert _predict(checkpoint, out, images) == 0
+    # the same weights in another file: the same model
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(checkpoint.read_bytes())
+    written = _count_writes(monkeypatch)
+    assert _predict(copy, out, images) == 0 and written == []
+    # other weights: every map again, and the first model's record no longer vouches for them
+    other = tmp_path / "other.pt"
+    torch.manual_seed(2)
+    torch.save(R3Net("resnet18").state_dict(), other)
+    first = _count_writes(monkeypatch, stop_after=1)
+    assert _predict(other, out, images) == 130 and len(first) == 1
+    redone = _count_writes(monkeypatch)
+    assert _predict(checkpoint, out, images) == 0 and len(redone) == 3
+    # an option that changes the pixels
+    amp = _count_writes(monkeypatch)
+    assert _predict(checkpoint, out, images, extra=("--amp", "bf16")) == 0 and len(amp) == 3
+
+
+def test_batches_give_the_maps_of_batch_one(tmp_path: Path, checkpoint: Path) -> None:
+    # three sizes; 5 images of one size make batches of 4 and 1 (BatchNorm must be in eval mode:
+    # in training mode a batch's statistics would change every image's map)
+    images = _folder_of_images(tmp_path / "in", [(32, 48)] * 5 + [(40, 24)] * 2 + [(36, 36)])
+    assert _predict(checkpoint, tmp_path / "one", images, extra=("--batch-size", "1")) == 0
+    assert _predict(checkpoint, tmp_path / "four", images, extra=("--batch-size", "4")) == 0
+    one, four = _maps(tmp_path / "one"), _maps(tmp_path / "four")
+    assert one.keys() == four.keys() and len(one) == 8
+    for name in one:
+        a = np.asarray(Image.open(io.BytesIO(one[name])), dtype=np.int16)
+        b = np.asarray(Image.open(io.BytesIO(four[name])), dtype=np.int16)
+        assert np.abs(a - b).max() <= 1, name  # float sums in another order: one gray level at most
+
+
+def test_a_bad_image_is_listed_and_the_others_written(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    images = _folder_of_images(tmp_path / "in", [(20, 30)] * 4)
+    (images / "im01.jpg").write_bytes(b"\xff\xd8 not really a jpeg")  # the header cannot be read
+    truncated = images / "im02.jpg"
+    truncated.write_bytes(truncated.read_bytes()[:40])  # a header, and no pixels
+    out = tmp_path / "out"
+    assert _predict(checkpoint, out, images, extra=("--batch-size", "4")) == 1
+    err = capsys.readouterr().err
+    err = err[err.index("error: ") :]  # after the progress lines
+    assert err.startswith("error: 2 of 4 image(s) could not be read; their maps are missing, the others were written")
+    assert f"  - cannot read image {images / 'im01.jpg'}" in err and f"  - cannot read image {truncated}" in err
+    assert sorted(p.name for p in out.glob("*.png")) == ["im00.png", "im03.png"]
+    assert (out / ".predict" / "failed.txt").read_text().count("cannot read image") == 2
+    # a rerun tries the failed images again, and only them
+    assert _predict(checkpoint, out, images) == 1
+    assert "2 of 4 map(s) already in" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_n_processes_give_the_maps_of_one_byte_for_byte(tmp_path: Path, checkpoint: Path) -> None:
+    """One process, two spawned (--nproc 2) and two ranks of torchrun (which predict joins): the
+    same maps, byte for byte, each rank writing its share."""
+    import subprocess
+
+    from helpers import REPO, cpu_env, free_port, run_cli
+
+    images = _folder_of_images(tmp_path / "in", [(32, 48)] * 6 + [(40, 24)] * 3 + [(36, 36), (28, 28)])
+    outs = {name: tmp_path / name for name in ("one", "spawned", "torchrun")}
+    common = ["predict", "--checkpoint", str(checkpoint), "--input", str(images), "--batch-size", "4"]
+    for name, extra in (("one", []), ("spawned", ["--nproc", "2", "--master-port", str(free_port())])):
+        proc = run_cli([*common, "--output", str(outs[name]), "--workers", "1", *extra], timeout=200)
+        assert f"wrote 11 map(s) to {outs[name]}" in proc.stdout
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*torchrun, str(REPO / "run.py"), *common, "--output", str(outs["torchrun"]), "--workers", "0"],
+        cwd=tmp_path,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("wrote 11 map(s)") == 1  # rank 0 reports
+    reference = _maps(outs["one"])
+    assert len(reference) == 11
+    for name in ("spawned", "torchrun"):
+        assert _maps(outs[name]) == reference, name
+        assert len(list((outs[name] / ".predict").glob("*.rank*.done"))) == 2  # both ranks wrote maps
+
+
+def test_one_predict_per_output_folder(tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    from ignite_r3net.run_lock import RunLock
+
+    images = _folder_of_images(tmp_path / "in", [(20, 30)])
+    out = tmp_path / "out"
+    out.mkdir()
+    with RunLock(out, job="another predict"):  # held by a live process of another job
+        assert _predict(checkpoint, out, images) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --output {out} is in use by another run") and err.endswith("another --output")
+    assert not list(out.glob("*.png"))
+    assert _predict(checkpoint, out, images) == 0 and not (out / ".run.lock").exists()  # released at the end

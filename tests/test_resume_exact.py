@@ -13,7 +13,16 @@ import time
 
 import pytest
 import torch
-from helpers import REFERENCE_EVERY, REFERENCE_ITERS, REPO, cpu_env, log_iterations, log_lines, reference_args
+from helpers import (
+    REFERENCE_EVERY,
+    REFERENCE_ITERS,
+    REPO,
+    cpu_env,
+    log_iterations,
+    log_lines,
+    reference_args,
+    without_timing,
+)
 
 from ignite_r3net import cli
 
@@ -79,6 +88,11 @@ def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(reference_run, 
     _, err = capfd.readouterr()
     # the killed run left its lock; it is gone, so the resume takes it over and says so
     assert "taking over the lock of run" in err and "which no longer exists" in err
+    # stderr is no terminal here: plain progress lines over the whole run, from the resumed iteration on
+    progress = [line for line in err.splitlines() if line.startswith("train: ")]
+    assert progress[0].startswith(f"train: {resume_at + 1}/{ITERS} iterations (50%), "), progress
+    assert progress[-1].startswith(f"train: {ITERS}/{ITERS} iterations (100%), "), progress
+    assert "\r" not in err
 
     log = "\n".join(log_lines(killed / "train.log"))
     replayed = f"iterations {resume_at + 1} to {resume_at + 2} above are trained again below"
@@ -87,7 +101,9 @@ def test_sigkill_mid_epoch_then_resume_auto_equals_uninterrupted(reference_run, 
     ref_lines, resumed_lines = log_iterations(ref / "train.log"), {}
     for line in after.splitlines():
         if line.startswith("[iter "):
-            resumed_lines[int(line[6 : line.index("]")])] = line
+            resumed_lines[int(line[6 : line.index("]")])] = without_timing(line)
+            # the time left, from the resumed run's own speed (none at the last iteration)
+            assert ("[eta " in line) == (int(line[6 : line.index("]")]) < ITERS), line
     assert sorted(resumed_lines) == list(range(resume_at + 1, ITERS + 1))
     # the same learning rate and the same losses: the same samples with the same augmentation
     assert all(resumed_lines[i] == ref_lines[i] for i in resumed_lines)

@@ -26,7 +26,10 @@ def add_check_data(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "check-data",
         help="scan a data set and report every problem by file name",
-        description="Scan image/mask pairs (headers only, unless --decode) and list every problem.",
+        description="Scan image/mask pairs (headers only, unless --decode) and list every problem. What "
+        "the header scan finds about each file is cached in $XDG_CACHE_HOME/ignite_r3net/scan (default "
+        "~/.cache), keyed by the file's path, size and modification time, so a second scan reads only new "
+        "or changed files (--decode decodes every file each time).",
     )
     check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
     check.add_argument(

@@ -9,7 +9,7 @@ from importlib import import_module
 from typing import Any
 
 from ..errors import DataError
-from .checks import assert_dataset_ok, check_dataset
+from .checks import assert_dataset_ok, check_dataset, image_size
 from .folder import IMAGE_EXTS, MASK_EXTS, dataset_of_half, list_pairs, listing_digest, split_dirs
 from .synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
 
@@ -45,6 +45,7 @@ __all__ = [
     "dataset_of_half",
     "check_dataset",
     "assert_dataset_ok",
+    "image_size",
     "make_synthetic_dataset",
     "synthetic_paths",
     "ensure_synthetic",

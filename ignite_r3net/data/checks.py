@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
+import PIL
 from PIL import Image
 
 from ..errors import DataError
 from .folder import _scan
+from .scan_cache import Finding, ScanCache, collector_paused
 
-__all__ = ["check_dataset", "assert_dataset_ok"]
+__all__ = ["check_dataset", "assert_dataset_ok", "image_size"]
 
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSED = {5, 6, 7, 8}  # orientations that swap width and height
+_PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
 
 
 def _tail_is_jpeg_eoi(path: Path) -> bool:
@@ -26,26 +31,45 @@ def _tail_is_jpeg_eoi(path: Path) -> bool:
     return tail.endswith(b"\xff\xd9")
 
 
+def _header(path: Path) -> tuple[str, tuple[int, int]]:
+    """The format and the (width, height) in display (EXIF) orientation, from the header alone;
+    PIL raises on a file it cannot read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Image.open(path) as img:
+            fmt = img.format
+            w, h = img.size
+            try:
+                # PIL's PNG getexif() decodes the whole image to look for an eXIf chunk after
+                # the pixels; one before them is in the header (info) already
+                has_exif = fmt != "PNG" or "exif" in img.info
+                orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
+            except Exception:
+                orientation = 1
+    return fmt, ((h, w) if orientation in _TRANSPOSED else (w, h))
+
+
+def image_size(path: str | Path) -> tuple[int, int] | None:
+    """(height, width) of the image in ``path`` as decoding gives it (EXIF orientation applied),
+    from its header; None when the header cannot be read."""
+    try:
+        w, h = _header(Path(path))[1]
+    except Exception:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
+        return None
+    return h, w
+
+
 def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
     """Return ((width, height) in display orientation, problem) without decoding pixels."""
     try:
         if path.stat().st_size == 0:
             return None, f"empty file: {path}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(path) as img:
-                fmt = img.format
-                w, h = img.size
-                try:
-                    # PIL's PNG getexif() decodes the whole image to look for an eXIf chunk after
-                    # the pixels; one before them is in the header (info) already
-                    has_exif = fmt != "PNG" or "exif" in img.info
-                    orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
-                except Exception:
-                    orientation = 1
-            if fmt == "PNG":
-                # verify() walks the chunks and checks CRCs without inflating the pixels; it must
-                # come straight after open, hence the second (header-only) open.
+        fmt, size = _header(path)
+        if fmt == "PNG":
+            # verify() walks the chunks and checks CRCs without inflating the pixels; it must
+            # come straight after open, hence the second (header-only) open.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 with Image.open(path) as again:
                     again.verify()
     except Image.UnidentifiedImageError:
@@ -54,17 +78,42 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
         return None, f"unreadable or truncated file: {path} ({exc})"
     if fmt in ("JPEG", "MPO") and not _tail_is_jpeg_eoi(path):
         return None, f"truncated JPEG (no end-of-image marker): {path}"
-    if orientation in _TRANSPOSED:
-        w, h = h, w
-    return (w, h), None
+    return size, None
 
 
-def _check(root: str | Path) -> tuple[list[str], list[tuple[int, int]]]:
+def _code_version() -> str:
+    """What decides a header check's finding: this module's code and Pillow's version."""
+    return hashlib.sha256(Path(__file__).read_bytes() + PIL.__version__.encode()).hexdigest()
+
+
+def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
+    """``_probe`` of ``path``, from the scan cache when the file is unchanged. The cache keeps a
+    problem with a marker for the path, which it names as given this time."""
+
+    def probe() -> Finding:
+        size, problem = _probe(path)
+        return [*(size or (None, None)), None if problem is None else problem.replace(str(path), _PATH)]
+
+    width, height, problem = cache.get(path, probe)
+    return (None if width is None else (width, height)), (
+        None if problem is None else problem.replace(_PATH, str(path))
+    )
+
+
+class Scan(NamedTuple):
+    """What a header scan of a data set folder found."""
+
+    pairs: list[tuple[Path, Path]]
+    problems: list[str]
+    sizes: list[tuple[int, int]]  # of the pairs whose image and mask agree
+
+
+def _check(root: str | Path) -> Scan:
     pairs, problems = _scan(root)
     sizes: list[tuple[int, int]] = []
-    for image, mask in pairs:
-        image_size, image_problem = _probe(image)
-        mask_size, mask_problem = _probe(mask)
+    with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
+        findings = [(_cached_probe(cache, image), _cached_probe(cache, mask)) for image, mask in pairs]
+    for (image, mask), ((image_size, image_problem), (mask_size, mask_problem)) in zip(pairs, findings):
         problems.extend(p for p in (image_problem, mask_problem) if p)
         if image_size and mask_size:
             if image_size != mask_size:
@@ -74,7 +123,7 @@ def _check(root: str | Path) -> tuple[list[str], list[tuple[int, int]]]:
                 )
             else:
                 sizes.append(image_size)
-    return problems, sizes
+    return Scan(pairs, problems, sizes)
 
 
 def check_dataset(root: str | Path) -> list[str]:
@@ -84,20 +133,22 @@ def check_dataset(root: str | Path) -> list[str]:
     EXIF orientation), unreadable, truncated or non-image files and empty folders. Only headers
     are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels.
     """
-    return _check(root)[0]
+    return _check(root).problems
 
 
-def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> None:
-    """Raise :class:`DataError` listing every problem under ``root``.
+def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> list[tuple[Path, Path]]:
+    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``); raise :class:`DataError`
+    listing every problem.
 
     With ``min_size`` (the training crop), also fail when the crop is larger than every image:
     small images are resized up to the crop as the reference DDP script does, but a data set where *every*
     image needs that is almost certainly the wrong folder or the wrong crop.
     """
-    problems, sizes = _check(root)
+    pairs, problems, sizes = _check(root)
     if min_size is not None and sizes and not problems:
         if not any(w >= min_size and h >= min_size for w, h in sizes):
             w, h = max(sizes, key=lambda s: (s[0] * s[1], s))
             problems.append(f"crop {min_size} is larger than every image in {root} (largest is {w}x{h})")
     if problems:
         raise DataError(problems)
+    return pairs

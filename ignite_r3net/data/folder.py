@@ -10,10 +10,12 @@ Two layouts are recognised:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
 from ..errors import DataError
+from .scan_cache import collector_paused
 
 __all__ = [
     "IMAGE_EXTS",
@@ -54,23 +56,39 @@ def _tokens(name: str) -> set[str]:
     return {t for t in re.split(r"[^a-z0-9]+", name.lower()) if t}
 
 
-def _files(folder: Path, exts: tuple[str, ...]) -> list[Path]:
-    # Hidden files (.DS_Store, ._name resource forks) are never data.
-    return sorted(
-        p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in exts
-    )
+def _entries(folder: Path) -> tuple[list[str], list[str]]:
+    """The names of the files and of the folders in ``folder``, sorted, hidden ones left out
+    (.DS_Store, ._name resource forks are never data). One ``scandir``, which knows the kind of each
+    entry without a ``stat`` (a flat folder may hold 100k files on a network filesystem)."""
+    files, folders = [], []
+    with os.scandir(folder) as entries:
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():
+                folders.append(e.name)
+            elif e.is_file():
+                files.append(e.name)
+    return sorted(files), sorted(folders)
 
 
-def _find_split_dirs(root: Path) -> tuple[Path, Path] | None:
-    """Return (images_dir, masks_dir) when root holds a DUTS-style pair of folders."""
-    subdirs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+def _files(names: list[str], exts: tuple[str, ...]) -> list[str]:
+    """The ``names`` with one of the extensions ``exts``."""
+    return [name for name in names if os.path.splitext(name)[1].lower() in exts]
+
+
+def _find_split_dirs(root: Path, entries: tuple[list[str], list[str]] | None = None) -> tuple[Path, Path] | None:
+    """Return (images_dir, masks_dir) when root holds a DUTS-style pair of folders (``entries``:
+    root's, when already listed)."""
+    files, folders = entries or _entries(root)
+    subdirs = [root / name for name in folders]
     image_dirs = [d for d in subdirs if _tokens(d.name) & _IMAGE_DIR_TOKENS and not _tokens(d.name) & _MASK_DIR_TOKENS]
     mask_dirs = [d for d in subdirs if _tokens(d.name) & _MASK_DIR_TOKENS]
     if not image_dirs and not mask_dirs:
         return None
     if len(image_dirs) == 1 and len(mask_dirs) == 1:
         return image_dirs[0], mask_dirs[0]
-    if _files(root, IMAGE_EXTS):
+    if _files(files, IMAGE_EXTS):
         # Loose images beside oddly named folders: treat the root as the side-by-side layout.
         return None
     raise DataError(
@@ -99,33 +117,39 @@ def dataset_of_half(folder: str | Path) -> tuple[Path, str] | None:
     return folder.parent, "images" if folder == split[0] else "masks"
 
 
-def _by_stem(files: list[Path], kind: str, problems: list[str]) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for f in files:
-        if f.stem in out:
-            problems.append(f"two {kind}s share the name {f.stem!r}: {out[f.stem]} and {f}")
+def _by_stem(folder: Path, names: list[str], kind: str, problems: list[str]) -> dict[str, Path]:
+    out: dict[str, str] = {}
+    for name in names:
+        stem = os.path.splitext(name)[0]
+        if stem in out:
+            problems.append(f"two {kind}s share the name {stem!r}: {folder / out[stem]} and {folder / name}")
             continue
-        out[f.stem] = f
-    return out
+        out[stem] = name
+    return {stem: folder / name for stem, name in out.items()}
 
 
 def _scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     """List pairs and collect (not raise) every listing problem."""
-    root = Path(root)
+    with collector_paused():
+        return _scan_folder(Path(root))
+
+
+def _scan_folder(root: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     problems: list[str] = []
     if not root.exists():
         return [], [f"data folder {root} does not exist"]
     if not root.is_dir():
         return [], [f"data folder {root} is not a folder"]
-    split = _find_split_dirs(root)
+    entries = _entries(root)
+    split = _find_split_dirs(root, entries)
     if split is None:
         image_dir = mask_dir = root
-        images = _by_stem(_files(root, _FLAT_IMAGE_EXTS), "image", problems)
-        masks = _by_stem(_files(root, _FLAT_MASK_EXTS), "mask", problems)
+        images = _by_stem(root, _files(entries[0], _FLAT_IMAGE_EXTS), "image", problems)
+        masks = _by_stem(root, _files(entries[0], _FLAT_MASK_EXTS), "mask", problems)
     else:
         image_dir, mask_dir = split
-        images = _by_stem(_files(image_dir, IMAGE_EXTS), "image", problems)
-        masks = _by_stem(_files(mask_dir, MASK_EXTS), "mask", problems)
+        images = _by_stem(image_dir, _files(_entries(image_dir)[0], IMAGE_EXTS), "image", problems)
+        masks = _by_stem(mask_dir, _files(_entries(mask_dir)[0], MASK_EXTS), "mask", problems)
     if not images and not masks:
         where = root if split is None else f"{image_dir} / {mask_dir}"
         return [], [f"no images or masks found in {where} (empty folder?)"]
@@ -159,5 +183,13 @@ def listing_digest(root: str | Path, pairs: list[tuple[Path, Path]] | None = Non
     words."""
     root = Path(root)
     pairs = list_pairs(root) if pairs is None else pairs
-    names = "\n".join(f"{image.relative_to(root)}\t{mask.relative_to(root)}" for image, mask in pairs)
+    prefix = os.path.join(os.fspath(root), "")
+
+    def relative(path: Path) -> str:
+        # string work for the paths list_pairs gives (root / name): pathlib's relative_to on
+        # 20,000 paths was a quarter of a relaunch's cached scan
+        text = os.fspath(path)
+        return text[len(prefix) :] if text.startswith(prefix) else os.fspath(path.relative_to(root))
+
+    names = "\n".join(f"{relative(image)}\t{relative(mask)}" for image, mask in pairs)
     return f"{len(pairs)} pairs (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})"

@@ -23,6 +23,23 @@ def broadcast_tensor(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
     return cast(torch.Tensor, idist.broadcast(tensor, src=src))
 
 
+def all_gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """``idist.all_gather`` of a tensor: every rank's, concatenated along the first dimension in
+    rank order (the tensors must have one shape)."""
+    return cast(torch.Tensor, idist.all_gather(tensor))
+
+
 def all_gather_strings(text: str) -> list[str]:
     """``idist.all_gather`` of a string: every rank's, in rank order."""
     return cast(list[str], idist.all_gather(text))
+
+
+@rank_zero_only
+def _rank_zero() -> bool:
+    return True
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0: for settings of work every rank does but only rank 0 shows
+    (a progress bar). Work that only rank 0 does is a ``rank_zero_only`` function instead."""
+    return bool(_rank_zero())

@@ -65,10 +65,10 @@ class LaunchSpec:
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate`` or ``compare``: one node; the spawned workers meet on a free
-        port unless ``--master-port`` is given, also under srun (SLURM's derived port is the training
-        run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet where those
-        say."""
+        """The workers of ``evaluate``, ``predict`` or ``compare``: one node; the spawned workers meet
+        on a free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
+        training run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet
+        where those say."""
         return cls(processes.nproc, processes.backend, master_port=processes.master_port)
 
     @property

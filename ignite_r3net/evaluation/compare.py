@@ -114,7 +114,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     scored = [p for m in entries for p in pairs[m.name] if p.files]
     cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
     spec = LaunchSpec.on_one_node(options.processes)
-    scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec)
+    scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec, options.progress)
     results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
@@ -274,6 +274,7 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
             quiet=True,
             inference=options.inference,
             processes=options.processes,
+            progress=options.progress,
         )
     )
     for bench, key, images in stale:

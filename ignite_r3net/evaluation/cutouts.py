@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..atomic_files import atomic_output
+
 __all__ = ["hard_map", "save_cutout"]
 
 
@@ -25,9 +27,11 @@ def hard_map(saliency: torch.Tensor, threshold: float) -> torch.Tensor:
 
 
 def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
-    """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG."""
+    """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG,
+    atomically."""
     if image.shape[1:] != alpha.shape:
         raise ValueError(f"image {tuple(image.shape)} and map {tuple(alpha.shape)} differ in size")
     rgb = image.detach().to("cpu", torch.uint8).permute(1, 2, 0).numpy()
     rgba = np.dstack([rgb, alpha.detach().to("cpu", torch.uint8).numpy()])
-    Image.fromarray(rgba, mode="RGBA").save(path, format="PNG")
+    with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
+        Image.fromarray(rgba, mode="RGBA").save(tmp, format="PNG")

@@ -25,7 +25,7 @@ from ..data import assert_dataset_ok, build_eval_loader, listing_digest
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
-from ..distributed.ranks import rank_zero_only
+from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec, under_torchrun
 from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
@@ -33,6 +33,7 @@ from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file, check_writable_folder
+from ..progress import Progress
 from .crf import crf_refine, require_crf
 from .dataset_folders import locate_dataset, named_folders
 from .maps import dataset_names, match_maps, output_path, save_map, score_maps
@@ -136,10 +137,16 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     assert options.checkpoint is not None and options.data and options.names
     with worker_threads(device):
         model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-        scored = {
-            name: _evaluate_dataset(model, device, name, folder, options)
-            for name, folder in zip(options.names, options.data)
-        }
+        rank, world = idist.get_rank(), idist.get_world_size()
+        loaders = [build_eval_loader(folder, world, rank, options.inference.workers) for folder in options.data]
+        total = sum(len(loader.dataset) for loader in loaders)
+        desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
+        with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:
+            scored = {
+                name: _evaluate_dataset(model, device, name, loader, options, progress)
+                for name, loader in zip(options.names, loaders)
+            }
+            progress.complete()
     _report_rows(scored, options)
 
 
@@ -156,11 +163,10 @@ def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: Eval
 
 
 def _evaluate_dataset(
-    model: torch.nn.Module, device: torch.device, name: str, folder: str, options: EvaluateOptions
+    model: torch.nn.Module, device: torch.device, name: str, loader: Any, options: EvaluateOptions, progress: Progress
 ) -> tuple[Row, list[ImageScores]]:
-    """This rank's share of the data set ``folder`` scored; the row (and with ``--per-image`` every
-    image's scores) over all ranks: a collective."""
-    loader = build_eval_loader(folder, idist.get_world_size(), idist.get_rank(), options.inference.workers)
+    """This rank's share (``loader``) of the data set ``name`` scored; the row (and with
+    ``--per-image`` every image's scores) over all ranks: a collective."""
     inference = options.inference
     evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
     # handlers run in the order they are added: refine, then save, then score the refined map
@@ -170,7 +176,7 @@ def _evaluate_dataset(
         evaluator.add_event_handler(Events.ITERATION_COMPLETED, _save_maps, Path(options.save_maps) / name)
     metric = SaliencyMetrics(device=device, protocol=options.protocol, per_image=bool(options.per_image))
     attach_scoring(evaluator, metric)
-    values = score_shard(evaluator, loader, metric)
+    values = score_shard(evaluator, loader, metric, progress)
     images = metric.per_image_scores() if options.per_image else []
     return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}, images
 
@@ -215,7 +221,8 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {masks} by file name")
     metric = SaliencyMetrics(protocol=options.protocol, per_image=bool(options.per_image))
-    resized = score_maps([(map_path, mask_path) for _, map_path, mask_path in match.pairs], metric)
+    with Progress(len(match.pairs), "evaluate", "map", enabled=options.progress) as progress:
+        resized = score_maps(progress.counted([(m, k) for _, m, k in match.pairs]), metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
     values = metric.compute()

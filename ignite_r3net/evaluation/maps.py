@@ -9,7 +9,7 @@ gray values are taken as they are (no rescaling of dark maps), colour maps are c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +129,7 @@ def resize_map(saliency: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return y[0, 0].round().clamp(0, 255).to(torch.uint8)
 
 
-def score_maps(pairs: Sequence[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
+def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
     """Feed each ``(map file, mask file)`` pair to ``metric``; returns the names of the maps that
     were resized (bilinear) to their mask's size, as the toolboxes need equal sizes."""
     resized: list[str] = []

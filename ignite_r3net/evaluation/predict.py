@@ -1,33 +1,52 @@
 """``predict``: an 8-bit PNG saliency map (or, with ``--cutout``, an RGBA cutout: ``cutouts``), at
 the input's own size and with its stem, per image, from a checkpoint (PyTorch) or from a file
-written by ``export`` (onnxruntime or TorchScript)."""
+written by ``export`` (onnxruntime or TorchScript).
+
+Everything a user can get wrong (options, inputs, the output folder, the model file, a missing
+extra) is checked here, in the launching process, before any worker starts. The maps the output
+folder already holds from the same model and options are skipped (``map_record``); the others are
+dealt over ``--nproc`` processes, or the ranks of torchrun or srun (``predict_worker``). Images that
+cannot be read are listed at the end and make the exit code 1; the others' maps are written.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-import torch
-
-from ..data import IMAGE_EXTS, init_loader_worker, load_image, split_dirs, worker_context
-from ..distributed.process_setup import worker_threads
-from ..errors import DataError, OptionError
+from ..console import echo
+from ..data import IMAGE_EXTS, split_dirs
+from ..distributed.launch import launch
+from ..distributed.topology import LaunchSpec, under_torchrun
+from ..errors import DataError, ImagesFailed, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
-from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
-from ..model.trained_model import build_model, read_trained_weights
+from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
+from ..options.fields import option_fields
 from ..output_paths import check_writable_folder
-from .crf import crf_refine, require_crf
-from .cutouts import hard_map, save_cutout
-from .maps import output_path, save_map
+from ..run_lock import RunLock
+from .crf import require_crf
+from .map_record import RECORD_DIR, MapRecord, run_description, run_key
+from .maps import output_path
+from .predict_worker import PredictJob, predict_worker
 
-# a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
-MapFunction = Callable[[torch.Tensor], torch.Tensor]
+# options that decide where and how fast the maps are made, not their pixels: left out of the key
+# that says whether a map in the output folder was made by the same model (``map_record``)
+_NOT_PIXELS = {"checkpoint", "model", "inputs", "output", "workers", "batch_size", "overwrite", "progress"}
+_NOT_PIXELS |= {"nproc", "backend", "master_port"}
+_SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.predict/failed.txt
 
 
-def predict(options: PredictOptions) -> int:
+def predict(options: PredictOptions) -> dict[str, Any]:
     """Write one map (or cutout) per input image (files, or the images directly inside folders) into
-    ``options.output``; returns the number written.
+    ``options.output``, skipping those already there from the same model and options (all of them
+    with ``options.overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
 
     Args:
         options: the command's options. The maps come from ``options.checkpoint`` (PyTorch) or
@@ -38,55 +57,136 @@ def predict(options: PredictOptions) -> int:
         OptionError: a wrong option, a missing input, two inputs that would write one map, an
             output that is not a folder, or a missing extra (``--crf``, onnxruntime).
         CheckpointError: the checkpoint or exported model cannot be read.
-        DataError: an input image cannot be decoded.
+        ImagesFailed: some images could not be read (listed); the others' maps were written.
+        WorkerFailed: a rank failed (one line naming it).
     """
     options.validate()
+    out = _check_options(options)
+    pairs = plan_outputs(collect_inputs(options.inputs), out)
+    weights = _check_model(options)
+    if weights is not None:  # the backbone the weights fit, whether given or found
+        options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
+    model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
+    assert model_file is not None  # validate(): exactly one of --checkpoint and --model
+    description = run_description(model_file, _pixel_settings(options))
+    record = MapRecord(out, run_key(description))
+    spec = LaunchSpec.on_one_node(options.processes)
+    with _claimed(out, spec):
+        kept = set() if options.overwrite else record.done(dst.name for _, dst in pairs)
+        todo = [(src, dst) for src, dst in pairs if dst.name not in kept]
+        if spec.is_leader():
+            record.begin(description)
+            _announce(len(pairs), len(kept), out, spec)
+        outcome = _predict_on_workers(options, todo, record.key, weights, spec) if todo else {}
+    outcome = {"written": 0, "failed": [], "seconds": 0.0, **outcome, "kept": len(kept)}
+    if spec.is_leader() and todo:
+        _report(outcome, len(todo), out, "cutout" if options.cutout else "map")
+    return outcome
+
+
+@contextmanager
+def _claimed(out: Path, spec: LaunchSpec) -> Iterator[None]:
+    """The output folder, created and held by this job's leading process (one predict per folder:
+    two would write the same maps and record them under different models)."""
+    if not spec.is_leader():
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out, option="--output"):
+        yield
+
+
+def _predict_on_workers(
+    options: PredictOptions, todo: list[tuple[Path, Path]], key: str, weights: Any, spec: LaunchSpec
+) -> dict[str, Any]:
+    """The maps of ``todo`` made by the workers ``spec`` starts or joins; their outcome."""
+    spawned = spec.spawns()
+    # the maps to make, by name: each node may see the folders at other paths
+    names = "\n".join(f"{src.name}\t{dst.name}" for src, dst in todo)
+    job = PredictJob(
+        options,
+        [os.fspath(src) for src, _ in todo],
+        [os.fspath(dst) for _, dst in todo],
+        key,
+        shared={
+            "model and options": key,
+            "--batch-size": str(options.batch_size),
+            "maps to make": f"{len(todo)} (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})",
+        },
+        weights=None if spawned else weights,  # a spawned worker reads the file itself
+        outcome_file=os.fspath(Path(options.output) / RECORD_DIR / f"outcome-{os.getpid()}.json") if spawned else None,
+    )
+    launch(predict_worker, job, spec)
+    return _outcome(job)
+
+
+def _check_options(options: PredictOptions) -> Path:
+    """The extras the options need are installed and the launcher fits them; returns the output
+    folder (not created yet)."""
     if options.model is not None and is_onnx(options.model):
         require_onnxruntime()
     if options.inference.crf:
         require_crf()
+    if options.processes.nproc > 1 and under_torchrun():
+        raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
     out = Path(options.output)
-    pairs = plan_outputs(collect_inputs(options.inputs), out)
     check_writable_folder(out, "--output")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    with worker_threads(device) as threads:
-        to_maps = _map_function(options, device, threads)
-        out.mkdir(parents=True, exist_ok=True)
-        for (_, dst), image in zip(pairs, _decoded(pairs, options.inference.workers)):
-            saliency = to_maps(image[None].to(device))[0]
-            if options.inference.crf:
-                saliency = crf_refine(image, saliency)
-            if options.threshold is not None:
-                saliency = hard_map(saliency, options.threshold)
-            if options.cutout:
-                save_cutout(dst, image, saliency)
-            else:
-                save_map(dst, saliency)
-    print(f"wrote {len(pairs)} {'cutout' if options.cutout else 'map'}(s) to {out}")
-    return len(pairs)
+    return out
 
 
-def _map_function(options: PredictOptions, device: torch.device, threads: int) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size."""
-    size, max_side = options.inference.size, options.inference.max_side
+def _check_model(options: PredictOptions) -> Any:
+    """Read the model once here, so that a bad file is one line before any worker starts; returns
+    a checkpoint's weights (for a worker that runs in this process)."""
     if options.model is not None:
-        run = load_exported(options.model, device, threads)
-        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
+        load_exported(options.model, "cpu")
+        return None
     assert options.checkpoint is not None
-    model = build_model(read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+    return read_trained_weights(options.checkpoint, options.inference.backbone)
 
 
-def _decoded(pairs: list[tuple[Path, Path]], workers: int) -> torch.utils.data.DataLoader:
-    """The input images of ``pairs``, decoded in order by ``workers`` DataLoader workers."""
-    return torch.utils.data.DataLoader(
-        ImageFiles([src for src, _ in pairs]),
-        batch_size=1,
-        num_workers=workers,
-        collate_fn=_only_image,
-        worker_init_fn=init_loader_worker,
-        multiprocessing_context=worker_context(workers),
-    )
+def _pixel_settings(options: PredictOptions) -> dict[str, Any]:
+    """The options that change a map's pixels: every option but the ``_NOT_PIXELS`` ones (an
+    option added later counts until it is listed there)."""
+    return {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
+
+
+def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
+    if kept == total:
+        echo(f"all {total} map(s) already in {out} (same model and options); --overwrite redoes them")
+    elif kept:
+        echo(
+            f"{kept} of {total} map(s) already in {out} (same model and options), kept; predicting "
+            f"{total - kept} on {spec.world_size} process(es)"
+        )
+
+
+def _outcome(job: PredictJob) -> dict[str, Any]:
+    """What the workers found: from the job itself when they ran in this process, else from the
+    file rank 0 left."""
+    if job.outcome or job.outcome_file is None:
+        return dict(job.outcome)
+    path = Path(job.outcome_file)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
+    """The last lines: maps (``noun``: or cutouts) written and the speed; the images that failed,
+    as one error."""
+    seconds, written = outcome["seconds"], outcome["written"]
+    rate = f", {written / seconds:.3g} images/s" if seconds > 0 and written else ""
+    echo(f"wrote {written} {noun}(s) to {out} in {seconds:.1f} s{rate}")
+    failed = outcome["failed"]
+    if failed:
+        (out / RECORD_DIR / "failed.txt").write_text("".join(f"{line}\n" for line in failed), encoding="utf-8")
+        shown = failed[:_SHOWN] + ([f"(+{len(failed) - _SHOWN} more)"] if len(failed) > _SHOWN else [])
+        raise ImagesFailed(
+            f"{len(failed)} of {todo} image(s) could not be read; their maps are missing, the others were "
+            f"written (the list: {out / RECORD_DIR / 'failed.txt'}; a rerun tries them again):\n"
+            + "\n".join(f"  - {line}" for line in shown)
+        )
 
 
 def collect_inputs(inputs: Iterable[str]) -> list[Path]:
@@ -139,20 +239,3 @@ def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Pa
         planned[dst] = src
         pairs.append((src, dst))
     return pairs
-
-
-class ImageFiles(torch.utils.data.Dataset):
-    """Decoded uint8 ``(3, H, W)`` images of a list of files (DataLoader workers decode)."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return load_image(self.paths[index])
-
-
-def _only_image(batch: list[torch.Tensor]) -> torch.Tensor:
-    return batch[0]

@@ -43,9 +43,10 @@ from ..atomic_files import write_json
 from ..data import load_mask
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
-from ..distributed.ranks import rank_zero_only
+from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec
 from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..progress import Progress
 from .maps import load_saliency_map, score_maps
 
 __all__ = [
@@ -151,11 +152,15 @@ class ScoreJob:
 
     cells: list[tuple[str, list[tuple[str, str]], str]]  # (label, (map, mask) files, entry path)
     protocol: str
+    progress: bool = True
 
 
-def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec) -> list[dict[str, Any]]:
-    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring the ones
-    ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed."""
+def score_cells(
+    cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec, progress: bool = True
+) -> list[dict[str, Any]]:
+    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring
+    the ones ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed, and
+    shows the progress over their maps unless ``progress`` is False."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
     todo: dict[str, LabelledFiles] = {}  # by key: two methods given the same maps are scored once
@@ -171,6 +176,7 @@ def score_cells(cells: list[LabelledFiles], cache: Path, protocol: str, spec: La
                 for key, (label, files) in todo.items()
             ],
             protocol,
+            progress,
         )
         if spec.nproc == 1:  # in this process: an unreadable map is a plain one-line error
             _score_worker(0, job)
@@ -192,6 +198,13 @@ def _score_worker(local_rank: int, job: ScoreJob) -> None:
 
 
 def _score_share(job: ScoreJob) -> None:
+    total = sum(len(files) for _, files, _ in job.cells)
+    with Progress(total, "score", "map", enabled=job.progress and is_rank_zero()) as progress:
+        _score_cells(job, progress)
+
+
+def _score_cells(job: ScoreJob, progress: Progress) -> None:
+    """Each cell of ``job``: this rank's share of its maps, counted by ``progress`` for every rank."""
     rank, world = idist.get_rank(), idist.get_world_size()
     dealt = 0
     for label, files, entry_path in job.cells:
@@ -199,7 +212,7 @@ def _score_share(job: ScoreJob) -> None:
         mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
         dealt += len(files)
         metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol, per_image=True)
-        resized = idist.all_reduce(float(len(score_maps(mine, metric))))
+        resized = idist.all_reduce(float(len(score_maps(progress.counted(mine, world), metric))))
         values, curves = metric.compute(), metric.curves()
         entry = {
             "count": len(files),

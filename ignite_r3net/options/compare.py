@@ -9,7 +9,7 @@ from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
 from ..metrics.keys import canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
-from .shared import InferenceOptions, ProcessOptions, protocol_option
+from .shared import InferenceOptions, ProcessOptions, progress_option, protocol_option
 
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 
@@ -74,6 +74,7 @@ class CompareOptions:
         ProcessOptions,
         nproc="processes for scoring (and for checkpoint inference); the numbers are those of one process",
     )
+    progress: bool = progress_option()
 
     def __post_init__(self) -> None:
         # names in any case (maxf -> maxF); unknown ones stay for validate to name

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from .fields import check_fields, group, option
-from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, protocol_option
+from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, progress_option, protocol_option
 
 
 @dataclass(kw_only=True)
@@ -51,6 +51,7 @@ class EvaluateOptions:
         nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo, which divide the cores "
         "among them unless OMP_NUM_THREADS is set)",
     )
+    progress: bool = progress_option()
     # not options: set by ``compare``, which names the data sets itself and prints its own tables
     names: list[str] | None = field(default=None)
     quiet: bool = field(default=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OptionError
-from .fields import Rule, check_fields, group, option
-from .shared import CHECKPOINT_HELP, InferenceOptions
+from .fields import POSITIVE_COUNT, Rule, check_fields, group, option
+from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, progress_option
 
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 
@@ -27,7 +27,11 @@ class PredictOptions:
     inputs: list[str] = option(
         help="image files and/or folders (images directly inside, sorted)", flag="--input", nargs="+", metavar="PATH"
     )
-    output: str = option(help="folder for the maps (or cutouts), each named <input stem>.png", metavar="DIR")
+    output: str = option(
+        help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
+        "already holds from the same model and options (a stopped run continues where it stopped)",
+        metavar="DIR",
+    )
     cutout: bool = option(
         False,
         "write a cutout instead of the gray map: an RGBA PNG of the image (RGB, EXIF orientation applied) "
@@ -43,6 +47,22 @@ class PredictOptions:
         metavar="T",
     )
     inference: InferenceOptions = group(InferenceOptions)
+    batch_size: int = option(
+        8,
+        "images of equal size predicted together, at most this many, and no more pixels than this many "
+        "400x300 images (larger images in smaller batches); maps equal those of batch 1 within the model's "
+        "numerics",
+        rule=POSITIVE_COUNT,
+    )
+    overwrite: bool = option(
+        False, "predict every map again, also those the folder already holds from the same model", action="store_true"
+    )
+    processes: ProcessOptions = group(
+        ProcessOptions,
+        nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo); the images are dealt to "
+        "them and the maps are those of one process; under torchrun or srun, leave it out",
+    )
+    progress: bool = progress_option()
 
     def validate(self) -> None:
         """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""

@@ -24,6 +24,16 @@ BACKBONE_HELP = (
 BACKENDS = ("nccl", "gloo")
 PROTOCOLS = ("standard", "r3net")
 INFERENCE_AMP_MODES = ("off", "bf16")
+TRACKERS = ("mlflow", "wandb", "clearml")
+PROGRESS_HELP = (
+    "show how far the work has come on rank 0: a bar over the work with its rate, elapsed time and ETA "
+    "on a terminal, a plain line every 10%% when stderr is a file (SLURM logs); --no-progress shows none"
+)
+
+
+def progress_option() -> bool:
+    """``--progress/--no-progress``: the bar (or plain lines) with ETA of a long command."""
+    return option(True, PROGRESS_HELP)
 
 
 def protocol_option() -> str:

@@ -7,8 +7,6 @@ only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_ze
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +21,7 @@ from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
+from ..progress import Clock, Progress, format_duration
 from .meters import LOSS_NAMES, LossMeter
 from .optim import GROUP_NAMES
 from .train_log import TrainLog
@@ -103,31 +102,45 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
         last_sync.update(time=now, iteration=engine.state.iteration)
 
 
-def format_log_line(iteration: int, metrics: dict[str, float], lr: float) -> str:
-    """The reference DDP script's log line: iteration, total and per-output running losses, lr."""
+def format_log_line(iteration: int, metrics: dict[str, float], lr: float, eta: float | None = None) -> str:
+    """The reference DDP script's log line: iteration, total and per-output running losses, lr;
+    then this run's speed and the time left to ``--iters`` (``eta``, seconds), which differ between
+    a resumed run and an uninterrupted one, unlike the rest."""
     parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
     parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
     parts.append(f"[lr {lr:.13f}]")
+    if "images_per_s" in metrics:
+        parts.append(f"[images/s {metrics['images_per_s']:.1f}]")
+    if eta is not None:
+        parts.append(f"[eta {format_duration(eta)}]")
     return ", ".join(parts)
 
 
 def attach_train_log(trainer: Engine, log: TrainLog, optimizer: torch.optim.Optimizer, config: TrainConfig) -> None:
-    """One line per ``log_every`` iterations (the synced meter values; no timing, so logs of a
-    resumed run equal those of an uninterrupted one)."""
+    """One line per ``log_every`` iterations: the synced meter values (equal in a resumed and an
+    uninterrupted run), then images/s and the ETA to ``--iters``, as the progress bar shows them."""
+    clock: list[Clock] = []
+
+    @trainer.on(Events.ITERATION_STARTED)
+    def start_clock(engine: Engine) -> None:
+        if not clock:  # this process's first iteration: the resumed one, after the first validation
+            clock.append(Clock(engine.state.iteration - 1))
 
     @trainer.on(Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters)))
     def write_log_line(engine: Engine) -> None:
-        log.write(format_log_line(engine.state.iteration, engine.state.metrics, optimizer.param_groups[1]["lr"]))
+        iteration = engine.state.iteration
+        eta = clock[0].eta(iteration, config.iters) if iteration < config.iters else None
+        log.write(format_log_line(iteration, engine.state.metrics, optimizer.param_groups[1]["lr"], eta))
 
     trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
 
 
-def attach_close_on_failure(trainer: Engine, *closables: Any) -> None:
-    """On a failure, flush and close ``closables`` (the log, TensorBoard) so that the last lines
-    before it are on disk, then let the failure go on.
+def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
+    """On a failure, flush and close ``closables`` (the log, TensorBoard, trackers; None entries are
+    skipped) so that the last lines before it are on disk, then let the failure go on.
 
-    One handler for all: ignite stops calling EXCEPTION_RAISED handlers at the first that raises,
-    and swallows the exception if none does."""
+    One handler for all, over a list that may grow after this call: ignite stops calling
+    EXCEPTION_RAISED handlers at the first that raises, and swallows the exception if none does."""
 
     def on_exception(engine: Engine, e: BaseException) -> None:
         for closable in closables:
@@ -187,14 +200,37 @@ def attach_tensorboard(trainer: Engine, optimizer: torch.optim.Optimizer, config
     return tb
 
 
-@rank_zero_only
-def attach_progress_bar(trainer: Engine) -> None:
-    """A tqdm bar with ETA on rank 0 when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return
-    from ignite.handlers import ProgressBar
-    from tqdm import tqdm
+class RunProgress:
+    """The bar over the whole run (``--iters``), from the iteration this process starts at, with
+    images/s, elapsed time and ETA; opened at the first iteration, so that the first validation
+    is not part of the rate."""
 
-    # tqdm's default lock is a multiprocessing semaphore, which a worker's fast exit would leak
-    tqdm.set_lock(threading.RLock())
-    ProgressBar(persist=True).attach(trainer, metric_names="all")
+    def __init__(self, config: TrainConfig, images_per_iteration: int) -> None:
+        self.config, self.images_per_iteration = config, images_per_iteration
+        self.bar: Progress | None = None
+
+    def open(self, engine: Engine) -> None:
+        if self.bar is None:
+            start, config = engine.state.iteration - 1, self.config
+            self.bar = Progress(
+                config.iters, "train", "iteration", start, "image", self.images_per_iteration, enabled=config.progress
+            )
+
+    def update(self, _: Engine) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+    def close(self, *_: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@rank_zero_only
+def attach_progress_bar(trainer: Engine, config: TrainConfig, images_per_iteration: int) -> RunProgress:
+    """The run's progress on rank 0 (``progress.Progress`` decides: bar, plain lines or nothing);
+    returns it, for ``attach_close_on_failure`` (None on other ranks)."""
+    progress = RunProgress(config, images_per_iteration)
+    trainer.add_event_handler(Events.ITERATION_STARTED, progress.open)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, progress.update)
+    trainer.add_event_handler(Events.COMPLETED, progress.close)
+    return progress

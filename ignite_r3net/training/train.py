@@ -16,6 +16,7 @@ from ..errors import ending_line
 from .agreement import options_every_rank_shares
 from .output_dir import claimed_output_dir
 from .preflight import check_environment, preflight
+from .trackers import prepare_trackers
 from .train_log import record_ending
 
 
@@ -47,6 +48,8 @@ def train(config: TrainConfig) -> None:
             return
         spec = LaunchSpec.of(config)
         quiet_library_logs(config.verbose)
+        if spec.is_leader():  # rank 0 logs to the trackers: the job's leading process opens their runs
+            config = prepare_trackers(config)
         try:
             launch(train_worker, config, spec)
         except BaseException as e:

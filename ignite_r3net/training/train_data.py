@@ -23,12 +23,10 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     them: each training folder in ``config.data_sets``, what every rank must list alike in
     ``config.listings``; returns the config and the number of training pairs."""
     folders, val_data, generated = _training_folders(config)
-    for folder in folders:
-        # the generated set's small images are resized up to any crop, as the reference DDP script does
-        _check("--data", folder, None if folder in generated else config.crop)
-    if val_data:
-        _check("--val-data", val_data, None)
-    data_sets = [describe_data_set(folder) for folder in folders]
+    # the generated set's small images are resized up to any crop, as the reference DDP script does
+    checked = {folder: _check("--data", folder, None if folder in generated else config.crop) for folder in folders}
+    val_pairs = _check("--val-data", val_data, None) if val_data else None
+    data_sets = [describe_data_set(folder, checked[folder]) for folder in folders]
     pairs = sum(d["pairs"] for d in data_sets)
     world = LaunchSpec.of(config).world_size
     if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
@@ -38,7 +36,7 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
         )
     listings = {
         "data": "; ".join(d["listing"] for d in data_sets),
-        "val_data": listing_digest(val_data) if val_data else "none",
+        "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
     }
     config = dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
     return config, pairs
@@ -62,16 +60,18 @@ def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[s
     return folders, val_data, generated
 
 
-def _check(option: str, folder: str, min_size: int | None) -> None:
+def _check(option: str, folder: str, min_size: int | None) -> list[tuple[Path, Path]]:
+    """The folder's pairs, checked (``assert_dataset_ok``); a problem names ``option``."""
     try:
-        assert_dataset_ok(folder, min_size=min_size)
+        return assert_dataset_ok(folder, min_size=min_size)
     except DataError as e:
         raise DataError(f"{option}: {e}") from None
 
 
-def describe_data_set(folder: str) -> dict[str, Any]:
+def describe_data_set(folder: str, pairs: list[tuple[Path, Path]] | None = None) -> dict[str, Any]:
     """``{folder, pairs, listing}``: what ``config.json`` records of a training folder, ``listing``
     being ``listing_digest``'s "6 pairs (sha256 ...)" of its pairs' names, so that a resume can tell
-    the same pairs from other ones without 10,000 names in the file."""
-    pairs = list_pairs(folder)
+    the same pairs from other ones without 10,000 names in the file. ``pairs``: the folder's, when
+    already listed."""
+    pairs = list_pairs(folder) if pairs is None else pairs
     return {"folder": folder, "pairs": len(pairs), "listing": listing_digest(folder, pairs)}

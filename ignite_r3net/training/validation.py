@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import Engine, EventEnum, Events
 from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
@@ -15,14 +15,22 @@ from torchvision.utils import make_grid
 from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data import normalize_image
-from ..distributed.ranks import broadcast_tensor
+from ..distributed.ranks import broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.r3net import R3Net
+from ..progress import Progress
 from .handlers import every_or_last
 from .train_log import TrainLog
 
 GRID_IMAGES, GRID_TILE = 4, 96
+
+
+class ValidationEvents(EventEnum):
+    """Fired on the validation evaluator once a validation's metrics are in its ``state.metrics``
+    (the trackers log them; ``trainer.state.iteration`` is the step)."""
+
+    SCORED = "validation_scored"
 
 
 def format_metrics(values: dict[str, float], keys: tuple[str, ...] = METRIC_KEYS) -> str:
@@ -44,6 +52,8 @@ def attach_validation(
     # the plain module: DDP's forward would add collectives, and shards may differ in length
     plain = cast(R3Net, getattr(model, "module", model))
     evaluator = create_evaluator(plain, device, config.amp)
+    # with a state attribute: ignite's loggers attach only to events that have one
+    evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
     best = _best_checkpointer(plain, trainer, config)
@@ -52,10 +62,13 @@ def attach_validation(
 
     def validate(engine: Engine) -> None:
         use_rank0_buffers(plain)
-        values = score_shard(evaluator, val_loader, metric)
-        evaluator.state.metrics.update(values)  # what the best-model checkpointer reads
-        precision, recall = metric.pr_curve()  # a collective: every rank
         iteration = engine.state.iteration
+        shown = config.progress and is_rank_zero()
+        with Progress(len(val_loader.dataset), f"validate {iteration}", "image", enabled=shown, transient=True) as bar:
+            values = score_shard(evaluator, val_loader, metric, bar)
+        evaluator.state.metrics.update(values)  # what the best-model checkpointer and the trackers read
+        evaluator.fire_event(ValidationEvents.SCORED)
+        precision, recall = metric.pr_curve()  # a collective: every rank
         log.write(f"[val iter {iteration}] {format_metrics(values)}")
         if tb is not None:
             log_validation_to_tensorboard(tb, values, precision, recall, plain, val_loader.dataset, iteration)

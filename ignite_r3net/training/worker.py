@@ -37,16 +37,19 @@ from .meters import LossMeter
 from .optim import build_optimizer, build_poly_lr
 from .resume import RunRecipe
 from .step import create_train_step
+from .tracker_loggers import attach_trackers
 from .train_log import LOG_NAME, TrainLog, header_lines
 from .validation import attach_validation
 
 
 class TrainerParts(NamedTuple):
-    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger."""
+    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger,
+    and what a failure closes (add to it what is attached later)."""
 
     trainer: Engine
     to_save: dict[str, Any]
     tb: Any
+    closables: list[Any]
 
 
 def training(local_rank: int, config: TrainConfig) -> None:
@@ -65,13 +68,15 @@ def training(local_rank: int, config: TrainConfig) -> None:
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
-    trainer, to_save, tb = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
+    trainer, to_save, tb, closables = create_trainer(
+        model, optimizer, lr_scheduler, sampler, log, config, device, scaler
+    )
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
     log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device))
     attach_checkpointing(trainer, to_save, config)
-    loaders = [loader]
+    loaders, evaluator = [loader], None
     if config.val_data:
         # persistent: a validation does not fork its workers again, and they are stopped below
         # rather than by the garbage collector (see ``stop_workers``)
@@ -83,9 +88,9 @@ def training(local_rank: int, config: TrainConfig) -> None:
             persistent_workers=True,
             max_pairs=config.val_max or None,
         )
-        attach_validation(trainer, model, val_loader, config, log, tb, device)
+        evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
-    attach_progress_bar(trainer)
+    closables += attach_trackers(trainer, evaluator, optimizer, config) or []
     attach_stop_on_sigterm(trainer)
 
     try:
@@ -135,8 +140,10 @@ def create_trainer(
     attach_train_log(trainer, log, optimizer, config)
     attach_bad_images(trainer, bad, log, config)
     tb = attach_tensorboard(trainer, optimizer, config)
-    attach_close_on_failure(trainer, log, tb)
-    return TrainerParts(trainer, to_save, tb)
+    progress = attach_progress_bar(trainer, config, config.batch_size * idist.get_world_size())
+    closables = [progress, log, tb]
+    attach_close_on_failure(trainer, closables)
+    return TrainerParts(trainer, to_save, tb, closables)
 
 
 def _configure_backend(device: torch.device) -> None:

@@ -1,0 +1,193 @@
+"""What every rank of ``predict`` runs: read the sizes of its share of the images, agree on one batch
+plan with the other ranks, make the maps of its batches, write each atomically and record it.
+
+1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
+2. Every rank computes the same plan (``batch_plan``): equal sizes together, batch j to rank j mod N.
+3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
+4. Each map (or cutout) is written under a temporary name and renamed (``maps.save_map``,
+   ``cutouts.save_cutout``), then listed in the rank's journal (``map_record``).
+5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+
+from ..atomic_files import write_json
+from ..data import image_size, init_loader_worker, load_image, worker_context
+from ..distributed.agreement import refuse_unless_ranks_agree
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
+from ..distributed.ranks import all_gather_strings, all_gather_tensor, is_rank_zero, rank_zero_only
+from ..errors import DataError
+from ..export.runtime import load_exported
+from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
+from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..options import PredictOptions
+from ..progress import Progress
+from .batch_plan import Size, deal, plan_batches
+from .crf import crf_refine
+from .cutouts import hard_map, save_cutout
+from .map_record import MapRecord
+from .maps import save_map
+
+# a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
+MapFunction = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class PredictJob:
+    """The work of every rank: the images still to do and where their maps go."""
+
+    options: PredictOptions
+    sources: list[str]
+    outputs: list[str]
+    key: str
+    shared: dict[str, str] = field(default_factory=dict)  # what every rank must be started with alike
+    weights: TrainedWeights | None = None  # read by the launching process when the worker runs in it
+    outcome_file: str | None = None  # where rank 0 leaves the outcome for a spawning launcher
+    outcome: dict[str, Any] = field(default_factory=dict)  # filled in when the worker runs in-process
+
+
+def predict_worker(local_rank: int, job: PredictJob) -> None:
+    """Make this rank's maps; every rank ends knowing the outcome (maps written, failures, time)."""
+    refuse_unless_ranks_agree(job.shared)  # ranks of torchrun or srun, each started by its own command
+    freeze_long_lived_objects()
+    rank, world = idist.get_rank(), idist.get_world_size()
+    device = idist.device()
+    options = job.options
+    batches = deal(plan_batches(gather_sizes(job.sources), options.batch_size), rank, world)
+    shown = options.progress and is_rank_zero()
+    with worker_threads(device) as threads:
+        to_maps = map_function(options, device, job.weights, threads)
+        start = time.perf_counter()
+        with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:
+            written, failed = _predict_batches(job, batches, to_maps, device, progress)
+            progress.complete()
+        seconds = time.perf_counter() - start
+    outcome = {
+        "written": int(idist.all_reduce(written)),
+        "failed": sorted(p for problems in all_gather_strings(json.dumps(failed)) for p in json.loads(problems)),
+        "seconds": float(idist.all_reduce(seconds, op="MAX")),  # until the last rank is done
+    }
+    job.outcome.update(outcome)
+    if job.outcome_file:
+        _leave_outcome(Path(job.outcome_file), outcome)
+
+
+def gather_sizes(sources: list[str]) -> list[Size | None]:
+    """The (height, width) of every image (None: unreadable header), each rank reading 1/N of them."""
+    rank, world = idist.get_rank(), idist.get_world_size()
+    share = -(-len(sources) // world)
+    mine = torch.full((share, 2), -1, dtype=torch.int64)
+    for position, index in enumerate(range(rank, len(sources), world)):
+        size = image_size(sources[index])
+        if size is not None:
+            mine[position] = torch.tensor(size)
+    every = all_gather_tensor(mine.to(idist.device())).cpu().view(world, share, 2)
+    sizes: list[Size | None] = []
+    for index in range(len(sources)):
+        height, width = every[index % world, index // world].tolist()
+        sizes.append((height, width) if height >= 0 else None)
+    return sizes
+
+
+def map_function(
+    options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int | None = None
+) -> MapFunction:
+    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size
+    (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
+    size, max_side = options.inference.size, options.inference.max_side
+    if options.model is not None:
+        run = load_exported(options.model, device, threads)
+        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
+    assert options.checkpoint is not None
+    model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
+    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+
+
+def _predict_batches(
+    job: PredictJob, batches: list[list[int]], to_maps: MapFunction, device: torch.device, progress: Progress
+) -> tuple[int, list[str]]:
+    """Maps of ``batches``, written and recorded; returns how many were written and the problems of
+    the images that could not be read."""
+    workers = job.options.inference.workers
+    loader = torch.utils.data.DataLoader(
+        BatchFiles(job.sources, batches),
+        batch_size=None,
+        num_workers=workers,
+        collate_fn=_as_is,
+        worker_init_fn=init_loader_worker,
+        multiprocessing_context=worker_context(workers),
+    )
+    world = idist.get_world_size()
+    written, failed = 0, []
+    with MapRecord(Path(job.options.output), job.key).journal(idist.get_rank()) as journal:
+        for images, problems in loader:
+            failed += problems
+            for indices, batch in _same_shape(images):
+                maps = to_maps(batch.to(device))
+                for index, image, saliency in zip(indices, batch, maps):
+                    _write(job.options, job.outputs[index], image, saliency)
+                    journal.add(Path(job.outputs[index]).name)
+            written += len(images)
+            progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks
+    return written, failed
+
+
+def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
+    """One image's result, atomically: its map (CRF-refined, made hard with ``--threshold``) or,
+    with ``--cutout``, the image with the map as its alpha channel."""
+    if options.inference.crf:
+        saliency = crf_refine(image, saliency)
+    if options.threshold is not None:
+        saliency = hard_map(saliency, options.threshold)
+    if options.cutout:
+        save_cutout(path, image, saliency)
+    else:
+        save_map(path, saliency)
+
+
+class BatchFiles(torch.utils.data.Dataset):
+    """Batch j: the decoded uint8 ``(3, H, W)`` images of ``batches[j]`` by index, and the problem
+    of each image that could not be decoded."""
+
+    def __init__(self, sources: list[str], batches: list[list[int]]) -> None:
+        self.sources, self.batches = sources, batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, j: int) -> tuple[dict[int, torch.Tensor], list[str]]:
+        images, problems = {}, []
+        for index in self.batches[j]:
+            try:
+                images[index] = load_image(self.sources[index])
+            except DataError as e:
+                problems.append(str(e))
+        return images, problems
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
+    """The images as stacked batches of one shape each (the plan grouped them by header size; a
+    file whose pixels disagree with its header runs apart)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, image in images.items():
+        groups.setdefault(tuple(image.shape), []).append(index)
+    return [(indices, torch.stack([images[i] for i in indices])) for indices in groups.values()]
+
+
+@rank_zero_only
+def _leave_outcome(path: Path, outcome: dict[str, Any]) -> None:
+    write_json(outcome, path)

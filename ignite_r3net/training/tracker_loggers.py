@@ -1,0 +1,125 @@
+"""Experiment trackers, rank 0's part: ignite's ``MLflowLogger``, ``WandBLogger`` or ``ClearMLLogger``
+attached to the trainer and the validation evaluator, logging into the runs ``trackers`` opened in
+the launching process what TensorBoard gets (losses, the LR of each parameter group by name,
+images/s, validation metrics), and the best checkpoint as an artifact at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+
+from ..checkpoint_io import BEST_PATTERN
+from ..config import TrainConfig
+from ..distributed.ranks import rank_zero_only
+from ..metrics import METRIC_KEYS
+from .handlers import every_or_last
+from .meters import LOSS_NAMES
+from .optim import GROUP_NAMES
+from .trackers import recipe_params
+from .validation import ValidationEvents
+
+
+class TrackerRun:
+    """One tracker's ignite logger and how its run ends (the best checkpoint uploaded first)."""
+
+    def __init__(self, name: str, logger: Any, config: TrainConfig) -> None:
+        self.name, self.logger, self.config = name, logger, config
+
+    def finish(self, _: Engine) -> None:
+        best = sorted(p for p in Path(self.config.output_dir).glob("best_model_*.pt") if BEST_PATTERN.match(p.name))
+        if best:
+            _UPLOAD[self.name](self.logger, best[-1])
+        self.close(failed=False)
+
+    def close(self, failed: bool = True) -> None:
+        if self.name == "mlflow":
+            import mlflow
+
+            mlflow.end_run("FAILED" if failed else "FINISHED")
+        else:
+            self.logger.close()
+
+
+def named_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """The learning rate of each parameter group by its name (``biases``, ``weights``)."""
+    return {name: float(group["lr"]) for name, group in zip(GROUP_NAMES, optimizer.param_groups)}
+
+
+@rank_zero_only
+def attach_trackers(
+    trainer: Engine, evaluator: Engine | None, optimizer: torch.optim.Optimizer, config: TrainConfig
+) -> list[TrackerRun]:
+    """Log to every tracker ``prepare_trackers`` opened: losses and images/s (tag ``train``), the LR
+    of each group (``lr``) at the log lines, validation metrics (``val``) at each validation; the
+    best checkpoint at the end. Returns the runs (for closing on a failure; none on other ranks)."""
+    runs = []
+    when = Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
+    for name, record in (config.tracking or {}).items():
+        logger = _OPEN[name](record, config)
+        logger.attach_output_handler(trainer, event_name=when, tag="train", metric_names=[*LOSS_NAMES, "images_per_s"])
+        logger.attach_output_handler(
+            trainer, event_name=when, tag="lr", output_transform=lambda _: named_lrs(optimizer)
+        )
+        if evaluator is not None:
+            logger.attach_output_handler(
+                evaluator,
+                event_name=ValidationEvents.SCORED,
+                tag="val",
+                metric_names=list(METRIC_KEYS),
+                global_step_transform=lambda *_: trainer.state.iteration,
+            )
+        run = TrackerRun(name, logger, config)
+        trainer.add_event_handler(Events.COMPLETED, run.finish)
+        runs.append(run)
+    return runs
+
+
+def _open_mlflow(record: dict[str, Any], config: TrainConfig) -> Any:
+    import mlflow
+    from ignite.handlers.mlflow_logger import MLflowLogger
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    mlflow.set_tracking_uri(record["tracking_uri"])
+    mlflow.config.enable_async_logging(True)  # a log line must not wait for the server
+    mlflow.start_run(run_id=record["run_id"])
+    return MLflowLogger()
+
+
+def _open_wandb(record: dict[str, Any], config: TrainConfig) -> Any:
+    from ignite.handlers.wandb_logger import WandBLogger
+
+    return WandBLogger(
+        project=record["project"],
+        id=record["id"],
+        resume="allow",
+        name=Path(config.output_dir).resolve().name,
+        dir=config.output_dir,
+        config=recipe_params(config),
+    )
+
+
+def _open_clearml(record: dict[str, Any], config: TrainConfig) -> Any:
+    from ignite.handlers.clearml_logger import ClearMLLogger
+
+    logger = ClearMLLogger(project_name=record["project"], task_name=Path(config.output_dir).resolve().name)
+    logger.get_task().connect(recipe_params(config), name="recipe")
+    return logger
+
+
+_OPEN: dict[str, Callable[[dict[str, Any], TrainConfig], Any]] = {
+    "mlflow": _open_mlflow,
+    "wandb": _open_wandb,
+    "clearml": _open_clearml,
+}
+
+_UPLOAD: dict[str, Callable[[Any, Path], None]] = {
+    "mlflow": lambda logger, path: logger.log_artifact(str(path), artifact_path="checkpoints"),
+    "wandb": lambda logger, path: logger.save(str(path), base_path=str(path.parent), policy="now"),
+    "clearml": lambda logger, path: logger.get_task().upload_artifact(path.name, artifact_object=str(path)),
+}
