@@ -84,6 +84,15 @@ def flag_of(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+def flag_named(options_type: type, name: str) -> str:
+    """The flag of the option ``name`` of the dataclass ``options_type`` (``flag_of`` its field);
+    a name that is no field of it is spelled as a flag would be (``--`` and dashes)."""
+    for f in dataclasses.fields(options_type):
+        if f.name == name:
+            return flag_of(f)
+    return "--" + name.replace("_", "-")
+
+
 def option_fields(options: Any) -> Iterator[tuple[dataclasses.Field, Any]]:
     """Every option field of ``options`` and of the groups it holds, with its value, in order."""
     for f in dataclasses.fields(options):

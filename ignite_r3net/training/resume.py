@@ -17,6 +17,7 @@ from ..checkpoint_io import find_resume_checkpoint, list_checkpoints, load_check
 from ..config import TrainConfig
 from ..data import ResumableDistributedSampler
 from ..errors import CheckpointError, OptionError, warn
+from ..options.fields import flag_named
 
 # Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
 # dict restores them), what each iteration samples and how it is computed.
@@ -183,7 +184,7 @@ def _option_name(name: str) -> str:
         return "world size (--nproc x --nnodes)"
     if name == "pairs":
         return "training pairs in --data"
-    return "--" + name.replace("_", "-") if name.isidentifier() else name
+    return flag_named(TrainConfig, name) if name.isidentifier() else name
 
 
 def _value(name: str, value: Any) -> str:
