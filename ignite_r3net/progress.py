@@ -179,6 +179,9 @@ def _tqdm_bar(progress: Progress, transient: bool) -> Any:
     if not _TQDM_IN_USE:
         # tqdm's default lock is a multiprocessing semaphore, which a worker's fast exit would leak
         tqdm.set_lock(threading.RLock())
+        # no monitor thread: a SIGTERM the kernel handed to it would wait for the main thread to
+        # leave its C call (a collective) before Python ran the handler (see start_without_signals)
+        tqdm.monitor_interval = 0
         _TQDM_IN_USE.append(True)
     return tqdm(
         total=progress.total,

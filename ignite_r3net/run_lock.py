@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .distributed.signals import start_without_signals
 from .errors import OptionError, note
 
 LOCK_NAME = ".run.lock"
@@ -85,7 +86,7 @@ class RunLock:
                 )
             self._take_over(holder, reason)
         self._heartbeat = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
-        self._heartbeat.start()
+        start_without_signals(self._heartbeat)
 
     def release(self) -> None:
         """Give the lock up (only if it is still ours: a takeover may have replaced it)."""

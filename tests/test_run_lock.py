@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -65,7 +67,8 @@ def test_stale_locks_are_taken_over_with_a_note(tmp_path, capsys, monkeypatch):
 def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, capsys):
     train, _ = make_tiny_dataset(tmp_path / "data", n=6, n_val=0)
     out = tmp_path / "run"
-    args = ["--data", str(train), "--output-dir", str(out), "--iters", "6", "--checkpoint-every", "2", *TINY_TRAIN]
+    # long enough that the first run is still training when the second one's checks are done
+    args = ["--data", str(train), "--output-dir", str(out), "--iters", "16", "--checkpoint-every", "2", *TINY_TRAIN]
     first = start_cli(args)
     try:
         deadline = time.monotonic() + 120
@@ -81,6 +84,24 @@ def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, caps
     finally:
         first.kill()
     assert first.returncode == 0, first_err[-2000:]
-    assert sorted(int(p.stem.split("_")[1]) for p in out.glob("checkpoint_*.pt")) == [2, 4, 6]
-    assert "[iter 6]" in (out / "train.log").read_text()
+    assert sorted(int(p.stem.split("_")[1]) for p in out.glob("checkpoint_*.pt")) == [12, 14, 16]
+    assert "[iter 16]" in (out / "train.log").read_text()
     assert not (out / LOCK_NAME).exists(), "the lock is released when the run ends"
+
+
+def _blocked_signals(native_id: int | None) -> set[int]:
+    """The signals that thread ``native_id`` of this process blocks (SigBlk of its /proc status)."""
+    assert native_id is not None
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    return {number for number in range(1, 65) if mask & (1 << (number - 1))}
+
+
+def test_the_heartbeat_thread_leaves_ctrl_c_to_the_main_thread(tmp_path):
+    """A launcher waits for its ranks in poll(); a Ctrl-C that the kernel handed to the heartbeat
+    thread went unnoticed there until a rank ended, and the run trained on. The thread blocks
+    SIGINT and SIGTERM, so they reach the main thread, which still takes them."""
+    with RunLock(tmp_path, job="job-a") as lock:
+        assert lock._heartbeat is not None
+        assert {signal.SIGINT, signal.SIGTERM} <= _blocked_signals(lock._heartbeat.native_id)
+        assert not {signal.SIGINT, signal.SIGTERM} & _blocked_signals(threading.main_thread().native_id)

@@ -66,6 +66,19 @@ def ignore_interrupts_in_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def start_without_signals(thread: threading.Thread) -> None:
+    """Start ``thread`` with SIGINT and SIGTERM blocked in it, so that the kernel hands them to the
+    main thread. Linux gives a process's signal to any thread that does not block it; Python's
+    handler then only sets a flag that the main thread reads when it next runs Python code, and a
+    main thread asleep in ``poll()`` (the launcher waiting for its ranks) slept through Ctrl-C."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # a new thread inherits the mask
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def stop_children(grace: float = 5.0) -> None:
     """End the processes this one started (an interrupt that reached only the launching process,
     e.g. ``kill -INT``, would otherwise leave the ranks training): SIGTERM, then SIGKILL."""
