@@ -375,3 +375,11 @@ def training_conv_outputs() -> Iterator[list[torch.Tensor]]:
         yield seen
     finally:
         handle.remove()
+
+
+def blocked_signals(native_id: int | None) -> set[int]:
+    """The signals that thread ``native_id`` of this process blocks (SigBlk of its /proc status)."""
+    assert native_id is not None
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    return {number for number in range(1, 65) if mask & (1 << (number - 1))}

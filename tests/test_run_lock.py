@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from helpers import TINY_TRAIN, make_tiny_dataset, start_cli
+from helpers import TINY_TRAIN, blocked_signals, make_tiny_dataset, start_cli
 
 from ignite_r3net import run_lock
 from ignite_r3net.cli import main
@@ -89,19 +89,11 @@ def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, caps
     assert not (out / LOCK_NAME).exists(), "the lock is released when the run ends"
 
 
-def _blocked_signals(native_id: int | None) -> set[int]:
-    """The signals that thread ``native_id`` of this process blocks (SigBlk of its /proc status)."""
-    assert native_id is not None
-    with open(f"/proc/self/task/{native_id}/status") as f:
-        mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
-    return {number for number in range(1, 65) if mask & (1 << (number - 1))}
-
-
 def test_the_heartbeat_thread_leaves_ctrl_c_to_the_main_thread(tmp_path):
     """A launcher waits for its ranks in poll(); a Ctrl-C that the kernel handed to the heartbeat
     thread went unnoticed there until a rank ended, and the run trained on. The thread blocks
     SIGINT and SIGTERM, so they reach the main thread, which still takes them."""
     with RunLock(tmp_path, job="job-a") as lock:
         assert lock._heartbeat is not None
-        assert {signal.SIGINT, signal.SIGTERM} <= _blocked_signals(lock._heartbeat.native_id)
-        assert not {signal.SIGINT, signal.SIGTERM} & _blocked_signals(threading.main_thread().native_id)
+        assert {signal.SIGINT, signal.SIGTERM} <= blocked_signals(lock._heartbeat.native_id)
+        assert not {signal.SIGINT, signal.SIGTERM} & blocked_signals(threading.main_thread().native_id)

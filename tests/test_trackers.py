@@ -9,16 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TRAIN, cpu_env, free_port, log_lines, make_tiny_dataset, run_cli
+from helpers import TINY_TRAIN, blocked_signals, cpu_env, free_port, log_lines, make_tiny_dataset, run_cli
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
+from ignite_r3net.training import trackers
 from ignite_r3net.training.trackers import RECORD, prepare_trackers
 
 ITERS, EVERY = 4, 2
@@ -226,3 +228,22 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     (val,) = [(step, data) for _, step, data in logged if "val/maxF" in data]
     assert val[0] == 2 and val[1]["val/maxF"] == 0.5
     assert calls[-2:] == [("save", "best_model_2_maxF=0.5000.pt", "now"), ("finish",)]
+
+
+def test_threads_a_tracker_starts_in_the_launcher_leave_ctrl_c_to_its_main_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow starts a telemetry thread while its run is opened in the launching process (not under
+    pytest, where MLflow turns telemetry off): a Ctrl-C the kernel handed to such a thread would go
+    unnoticed by a launcher waiting for its ranks (test_run_lock). Threads started there block it."""
+    started: list[threading.Thread] = []
+
+    def prepare(config: TrainConfig, recorded: dict) -> dict:
+        started.append(threading.Thread(target=time.sleep, args=(0.5,), daemon=True))
+        started[-1].start()
+        return {}
+
+    monkeypatch.setitem(trackers._PREPARE, "mlflow", prepare)
+    prepare_trackers(TrainConfig(output_dir=str(tmp_path), tracker=["mlflow"]))
+    assert {signal.SIGINT, signal.SIGTERM} <= blocked_signals(started[0].native_id)
+    assert not {signal.SIGINT, signal.SIGTERM} & blocked_signals(threading.main_thread().native_id)

@@ -10,6 +10,8 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import Terminated
@@ -66,17 +68,24 @@ def ignore_interrupts_in_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def start_without_signals(thread: threading.Thread) -> None:
-    """Start ``thread`` with SIGINT and SIGTERM blocked in it, so that the kernel hands them to the
-    main thread. Linux gives a process's signal to any thread that does not block it; Python's
-    handler then only sets a flag that the main thread reads when it next runs Python code, and a
-    main thread asleep in ``poll()`` (the launcher waiting for its ranks) slept through Ctrl-C."""
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # a new thread inherits the mask
+@contextmanager
+def threads_leave_signals_to_main() -> Iterator[None]:
+    """Threads started in the block (ours, or a library's such as MLflow's) block SIGINT and SIGTERM,
+    so that the kernel hands those to the main thread. Linux gives a process's signal to any thread
+    that does not block it; Python's handler then only sets a flag that the main thread reads when
+    it next runs Python code, and a main thread asleep in ``poll()`` (the launcher waiting for its
+    ranks) slept through Ctrl-C. A new thread inherits the mask of the thread that starts it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        thread.start()
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start_without_signals(thread: threading.Thread) -> None:
+    """Start ``thread`` with SIGINT and SIGTERM blocked in it (``threads_leave_signals_to_main``)."""
+    with threads_leave_signals_to_main():
+        thread.start()
 
 
 def stop_children(grace: float = 5.0) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..atomic_files import write_json
 from ..config import TrainConfig
+from ..distributed.signals import threads_leave_signals_to_main
 from ..distributed.topology import environment
 from ..errors import OptionError, error_line
 
@@ -37,7 +38,8 @@ def prepare_trackers(config: TrainConfig) -> TrainConfig:
     if not config.tracker:
         return config
     recorded = _recorded(config) if config.resume else {}
-    tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
+    with threads_leave_signals_to_main():  # MLflow starts a telemetry thread in this process
+        tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
     write_json(tracking, Path(config.output_dir) / RECORD)
     return dataclasses.replace(config, tracking=tracking)
 
