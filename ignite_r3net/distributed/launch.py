@@ -20,6 +20,7 @@ from typing import TypeVar
 import ignite.distributed as idist
 import torch
 
+from ..console import quiet_library_logs
 from ..errors import RanksDisagree, WorkerFailed
 from .failures import run_reporting_failures, spawn_failure
 from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
@@ -67,6 +68,7 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
     when they were started differently."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
+    quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
     previous = raise_on_sigterm()
     try:
         if spec.joins():

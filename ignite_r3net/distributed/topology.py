@@ -49,6 +49,7 @@ class LaunchSpec:
     master_port: int | None = None  # default: derived from SLURM's job id; one node: a free port; else 29500
     dist_timeout: int = 600
     traceback_dir: str | None = None
+    verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
 
     @classmethod
     def of(cls, config: TrainConfig) -> LaunchSpec:
@@ -61,6 +62,7 @@ class LaunchSpec:
             config.master_port,
             config.dist_timeout,
             config.output_dir,
+            config.verbose,
         )
 
     @classmethod
@@ -69,7 +71,7 @@ class LaunchSpec:
         on a free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
         training run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet
         where those say."""
-        return cls(processes.nproc, processes.backend, master_port=processes.master_port)
+        return cls(processes.nproc, processes.backend, master_port=processes.master_port, verbose=processes.verbose)
 
     @property
     def slurm(self) -> SlurmTask | None:

@@ -60,6 +60,7 @@ class ProcessOptions:
         None, "distributed backend; default: nccl when CUDA is available, else gloo", choices=BACKENDS
     )
     master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
+    verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
 
 
 @dataclass(kw_only=True)
