@@ -92,6 +92,8 @@ def create_evaluator(
     ``engine.state.batch`` for whoever saves or scores the maps by name)."""
 
     def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
+        if any(batch.get("problem", ())):  # a pair the loader could not read, left out (validation)
+            return [], []
         images = batch["image"].to(device, non_blocking=True)
         maps = predict_maps(model, images, amp, size, max_side)
         gts = batch["mask"].to(device, non_blocking=True).squeeze(1)
@@ -115,7 +117,7 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
 
     def update(engine: Engine) -> None:
         batch, (maps, gts) = evaluator_step(engine)
-        metric.update((maps, gts, list(batch["name"])))
+        metric.update((maps, gts, list(batch["name"]) if maps else []))
 
     evaluator.add_event_handler(Events.ITERATION_COMPLETED, update)
 
@@ -143,7 +145,7 @@ def _counting(evaluator: Engine, progress: Progress | None) -> Iterator[None]:
         return
     world = idist.get_world_size()
     handle = evaluator.add_event_handler(
-        Events.ITERATION_COMPLETED, lambda engine: progress.update(len(engine.state.output[0]) * world)
+        Events.ITERATION_COMPLETED, lambda engine: progress.update(len(engine.state.batch["name"]) * world)
     )
     try:
         yield

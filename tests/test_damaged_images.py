@@ -102,3 +102,17 @@ def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):
         assert len(batches) == 3 and {path for batch in batches for path, _ in batch["bad"]} == expected
         indices = sorted(int(i) for batch in batches for i in batch["index"])
         assert (4 in indices) == allow and (1 in indices) == allow  # the damaged pairs' own indices
+
+
+def test_a_damaged_validation_image_is_left_out_once_and_the_run_goes_on(tmp_path, capsys):
+    """Validation reads as training does: a pair that cannot be read, or whose JPEG decodes with
+    warnings, is reported once (console and train.log) and left out of the scores; the run ends."""
+    train, val = make_tiny_dataset(tmp_path / "data", n=6, n_val=3, seed=3)
+    cut = cut_and_remark(sorted(val.glob("*.jpg"))[0])  # the first: also a row of the TensorBoard grid
+    out = tmp_path / "run"
+    assert _train(train, out, "--val-data", str(val), "--iters", "6") == 0  # validations at 0 and 6
+    printed = capsys.readouterr().out.splitlines()
+    for where in (printed, log_lines(out / "train.log")):
+        said = [line for line in where if line.startswith("warning: ") and str(cut) in line]
+        assert len(said) == 1 and said[0].endswith("left out of the validation scores"), where
+    assert any(line.startswith("final validation: ") for line in printed)

@@ -111,22 +111,36 @@ def _without_bad(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 class SaliencyEvalSet(Dataset):
-    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W), name, index)``.
+    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W), name,
+    index, problem)``; ``problem`` is empty.
 
-    The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it.
+    The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it. With
+    ``skip_unreadable`` (validation during training, which a damaged file must not end), a pair that
+    cannot be read (``strict``: or whose JPEG decodes with warnings, as training reads them) comes as
+    a 1x1 stand-in whose ``problem`` says why; the evaluator leaves it out.
     """
 
-    def __init__(self, root: str | Path, max_pairs: int | None = None) -> None:
+    def __init__(
+        self, root: str | Path, max_pairs: int | None = None, skip_unreadable: bool = False, strict: bool = False
+    ) -> None:
         self.root = Path(root)
         self.pairs = evenly_spaced(list_pairs(self.root), max_pairs)
+        self.skip_unreadable, self.strict = skip_unreadable, strict
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         image_path, mask_path = self.pairs[index]
-        image, mask = _load_pair(image_path, mask_path)
-        return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index)}
+        problem = ""
+        try:
+            image, mask = _load_pair(image_path, mask_path, self.strict)
+        except DataError as e:
+            if not self.skip_unreadable:
+                raise
+            image, mask = torch.zeros(3, 1, 1, dtype=torch.uint8), torch.zeros(1, 1, 1, dtype=torch.uint8)
+            problem = str(e)
+        return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index), "problem": problem}
 
 
 def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tuple[Path, Path]]:
@@ -193,13 +207,16 @@ def build_eval_loader(
     workers: int = 0,
     persistent_workers: bool = False,
     max_pairs: int | None = None,
+    skip_unreadable: bool = False,
+    strict: bool = False,
 ) -> DataLoader:
     """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard
     (of ``max_pairs`` evenly spaced pairs, when given).
 
     ``persistent_workers`` (validation during training, which runs the loader again and again) keeps
-    the same workers from one pass to the next; ``stop_workers`` ends them."""
-    dataset = SaliencyEvalSet(root, max_pairs)
+    the same workers from one pass to the next; ``stop_workers`` ends them. ``skip_unreadable``,
+    ``strict``: see ``SaliencyEvalSet``."""
+    dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict)
     return DataLoader(
         dataset,
         batch_size=1,

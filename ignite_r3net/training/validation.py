@@ -3,6 +3,7 @@ and a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import ignite.distributed as idist
@@ -15,7 +16,7 @@ from torchvision.utils import make_grid
 from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data import normalize_image
-from ..distributed.ranks import broadcast_tensor, is_rank_zero
+from ..distributed.ranks import all_gather_strings, broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.r3net import R3Net
@@ -56,6 +57,7 @@ def attach_validation(
     evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
+    left_out = _attach_left_out(evaluator, log)
     best = _best_checkpointer(plain, trainer, config)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
@@ -66,6 +68,7 @@ def attach_validation(
         shown = config.progress and is_rank_zero()
         with Progress(len(val_loader.dataset), f"validate {iteration}", "image", enabled=shown, transient=True) as bar:
             values = score_shard(evaluator, val_loader, metric, bar)
+        left_out.report()  # a collective: every rank
         evaluator.state.metrics.update(values)  # what the best-model checkpointer and the trackers read
         evaluator.fire_event(ValidationEvents.SCORED)
         precision, recall = metric.pr_curve()  # a collective: every rank
@@ -86,6 +89,33 @@ def attach_validation(
         trainer.add_event_handler(Events.STARTED, validate)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=every_or_last(period, config.iters)), validate)
     return evaluator
+
+
+class _LeftOut:
+    """The validation pairs that could not be read (``SaliencyEvalSet``'s ``skip_unreadable``):
+    noted on the rank that met them, reported once each by rank 0 after a validation."""
+
+    def __init__(self, log: TrainLog) -> None:
+        self.log = log
+        self.mine: list[str] = []
+        self.reported: set[str] = set()
+
+    def note(self, engine: Engine) -> None:
+        self.mine += [p for p in cast(dict[str, Any], engine.state.batch).get("problem", ()) if p]
+
+    def report(self) -> None:
+        every = sorted({p for text in all_gather_strings(json.dumps(self.mine)) for p in json.loads(text)})
+        self.mine = []
+        for problem in every:
+            if problem not in self.reported:
+                self.reported.add(problem)
+                self.log.write(f"warning: {problem}; left out of the validation scores")
+
+
+def _attach_left_out(evaluator: Engine, log: TrainLog) -> _LeftOut:
+    left_out = _LeftOut(log)
+    evaluator.add_event_handler(Events.ITERATION_COMPLETED, left_out.note)
+    return left_out
 
 
 def use_rank0_buffers(model: nn.Module) -> None:
@@ -143,6 +173,8 @@ def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile:
     tiles = []
     for i in range(min(count, len(dataset))):
         sample = dataset[i]
+        if sample.get("problem"):  # a pair left out of the scores (``skip_unreadable``)
+            continue
         image = sample["image"].to(device)
         logits = model.side_outputs(normalize_image(image.unsqueeze(0)))
         row = [image.float() / 255, sample["mask"].to(device).float().expand(3, -1, -1) / 255]
@@ -152,6 +184,8 @@ def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile:
             for t in row
         ]
     model.train(was_training)
+    if not tiles:  # the first images could not be read
+        return torch.zeros(3, tile, tile)
     return make_grid(torch.stack(tiles).clamp(0, 1).cpu(), nrow=2 + 7, padding=2)
 
 

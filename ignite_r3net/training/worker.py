@@ -87,6 +87,9 @@ def training(local_rank: int, config: TrainConfig) -> None:
             workers=min(config.workers, 2),
             persistent_workers=True,
             max_pairs=config.val_max or None,
+            # a damaged validation file is left out and reported, not fatal; read as training reads
+            skip_unreadable=True,
+            strict=not config.allow_decode_warnings,
         )
         evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
