@@ -86,7 +86,7 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     # the 10,000 pairs (a relaunch must scan them in at most 1 s)
     "scan": {
         "full": {"pairs": 10_000, "repeats": 2},
-        "quick": {"pairs": 2000},
+        "quick": {"pairs": 2000, "repeats": 1},
         "tiny": {"pairs": 50, "repeats": 1, "warm_runs": 1},
     },
     # the images of --data (by default 48 of 300x400); the paper's backbone in the full run

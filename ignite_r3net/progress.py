@@ -180,7 +180,7 @@ def _tqdm_bar(progress: Progress, transient: bool) -> Any:
         # tqdm's default lock is a multiprocessing semaphore, which a worker's fast exit would leak
         tqdm.set_lock(threading.RLock())
         # no monitor thread: a SIGTERM the kernel handed to it would wait for the main thread to
-        # leave its C call (a collective) before Python ran the handler (see start_without_signals)
+        # leave its C call (a collective) before Python ran the handler (see threads_leave_signals_to_main)
         tqdm.monitor_interval = 0
         _TQDM_IN_USE.append(True)
     return tqdm(

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .distributed.signals import start_without_signals
+from .distributed.signals import threads_leave_signals_to_main
 from .errors import OptionError, note
 
 LOCK_NAME = ".run.lock"
@@ -86,7 +86,8 @@ class RunLock:
                 )
             self._take_over(holder, reason)
         self._heartbeat = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
-        start_without_signals(self._heartbeat)
+        with threads_leave_signals_to_main():  # a Ctrl-C must reach the main thread, not this one
+            self._heartbeat.start()
 
     def release(self) -> None:
         """Give the lock up (only if it is still ours: a takeover may have replaced it)."""

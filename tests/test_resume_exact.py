@@ -37,6 +37,7 @@ def _assert_same_final_model(ref, out) -> None:
     assert expected["model"].keys() == got["model"].keys()
     for name, tensor in expected["model"].items():
         assert torch.equal(tensor, got["model"][name]), name
+    assert expected["optimizer"]["state"].keys() == got["optimizer"]["state"].keys()  # zip checks them all
     for a, b in zip(expected["optimizer"]["state"].values(), got["optimizer"]["state"].values()):
         assert torch.equal(a["momentum_buffer"], b["momentum_buffer"])
 

@@ -125,6 +125,9 @@ def test_a_run_logged_to_a_real_mlflow_server_reads_back(tmp_path: Path, mlflow_
 
     # losses, images/s and the LR of each group by name, at every log line
     assert sorted(history("train total")) == list(range(1, ITERS + 1))
+    # every name logged, so that the checks of their values below cannot pass on an empty history
+    for name in ("train images_per_s", "lr weights", "lr biases"):
+        assert sorted(history(name)) == list(range(1, ITERS + 1)), name
     assert all(v > 0 for v in history("train images_per_s").values())
     for it, lr in history("lr weights").items():
         assert lr == pytest.approx(1e-3 * (1 - (it - 1) / ITERS) ** 0.9, rel=1e-6)  # the poly formula

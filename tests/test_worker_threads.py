@@ -40,6 +40,10 @@ def test_omp_num_threads_and_gpus_keep_their_count(host, monkeypatch: pytest.Mon
 def test_worker_threads_restores_the_launching_process(host) -> None:
     host(8)
     before = torch.get_num_threads()
-    with process_setup.worker_threads(torch.device("cpu")) as threads:
-        assert threads == 1 and torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+    torch.set_num_threads(3)  # not the worker's count, so that a missing restore shows
+    try:
+        with process_setup.worker_threads(torch.device("cpu")) as threads:
+            assert threads == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

@@ -108,7 +108,9 @@ class Scan(NamedTuple):
     sizes: list[tuple[int, int]]  # of the pairs whose image and mask agree
 
 
-def _check(root: str | Path) -> Scan:
+def scan_dataset(root: str | Path) -> Scan:
+    """The pairs of the data set under ``root``, every problem of its listing and headers (see
+    ``check_dataset``), and the sizes of the pairs whose image and mask agree."""
     pairs, problems = _scan(root)
     sizes: list[tuple[int, int]] = []
     with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
@@ -133,7 +135,7 @@ def check_dataset(root: str | Path) -> list[str]:
     EXIF orientation), unreadable, truncated or non-image files and empty folders. Only headers
     are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels.
     """
-    return _check(root).problems
+    return scan_dataset(root).problems
 
 
 def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> list[tuple[Path, Path]]:
@@ -144,7 +146,7 @@ def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> list[tup
     small images are resized up to the crop as the reference DDP script does, but a data set where *every*
     image needs that is almost certainly the wrong folder or the wrong crop.
     """
-    pairs, problems, sizes = _check(root)
+    pairs, problems, sizes = scan_dataset(root)
     if min_size is not None and sizes and not problems:
         if not any(w >= min_size and h >= min_size for w, h in sizes):
             w, h = max(sizes, key=lambda s: (s[0] * s[1], s))

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import OptionError
-from .checks import check_dataset
-from .folder import list_pairs
+from .checks import scan_dataset
 from .synthetic import make_synthetic_dataset
 
 
@@ -30,17 +29,18 @@ def check_data(folders: list[str], decode: bool = False) -> int:
     ``decode``: also decode every file in full (needs torch; the header scan does not)."""
     failed = False
     for folder in folders:
-        problems = check_dataset(folder)
+        scan = scan_dataset(folder)  # one listing of the folder for all that follows
+        problems = scan.problems
         if decode and not problems:
             from .decode import decode_problems
 
-            problems = decode_problems(list_pairs(folder))
+            problems = decode_problems(scan.pairs)
         if problems:
             failed = True
             print(f"{folder}: {len(problems)} problem(s)")
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: {len(list_pairs(folder))} pairs, no problems{' (every file decoded)' if decode else ''}")
+            print(f"{folder}: {len(scan.pairs)} pairs, no problems{' (every file decoded)' if decode else ''}")
     sys.stdout.flush()
     return 1 if failed else 0

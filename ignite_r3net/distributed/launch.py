@@ -28,7 +28,6 @@ from .rendezvous import Meeting, meet
 from .signals import raise_on_sigterm, restore_sigterm, stop_children
 from .topology import (
     LaunchSpec,
-    default_backend,
     environment,
     rendezvous_endpoint,
     set_rank_variables_from_slurm,
@@ -50,7 +49,7 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
     endpoint = rendezvous_endpoint(spec)
     node_rank, nnodes = spec.node()
     return idist.Parallel(
-        backend=spec.backend or default_backend(),
+        backend=spec.resolved_backend,
         nproc_per_node=spec.nproc,
         nnodes=nnodes,
         node_rank=node_rank,
@@ -94,7 +93,7 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
     """This process as one rank of a job whose ranks were started separately (torchrun, srun, or
     torch's variables set by hand): meet, form the group with ``--dist-timeout``, and destroy it
     at the end. ignite's ``Parallel`` would join without the timeout (c10d's 30 minutes)."""
-    backend = spec.backend or default_backend()
+    backend = spec.resolved_backend
     endpoint = rendezvous_endpoint(spec)
     task = spec.slurm
     if task is not None:
@@ -129,7 +128,7 @@ def nodes_met(spec: LaunchSpec) -> Iterator[None]:
         yield
         return
     node_rank, nnodes = spec.node()
-    backend = spec.backend or default_backend()
+    backend = spec.resolved_backend
     alike = {"--nproc": str(spec.nproc), "--nnodes": str(nnodes), "--backend": backend}
     meeting = Meeting(
         "node", node_rank, nnodes, rendezvous_endpoint(spec), backend, spec.world_size, spec.dist_timeout, alike

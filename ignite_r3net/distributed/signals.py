@@ -82,12 +82,6 @@ def threads_leave_signals_to_main() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def start_without_signals(thread: threading.Thread) -> None:
-    """Start ``thread`` with SIGINT and SIGTERM blocked in it (``threads_leave_signals_to_main``)."""
-    with threads_leave_signals_to_main():
-        thread.start()
-
-
 def stop_children(grace: float = 5.0) -> None:
     """End the processes this one started (an interrupt that reached only the launching process,
     e.g. ``kill -INT``, would otherwise leave the ranks training): SIGTERM, then SIGKILL."""

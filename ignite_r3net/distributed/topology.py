@@ -82,8 +82,7 @@ class LaunchSpec:
         """Processes in the job: torchrun's WORLD_SIZE, SLURM's tasks x nproc, else nproc x nnodes."""
         if under_torchrun():
             return int(os.environ["WORLD_SIZE"])
-        task = self.slurm
-        return (task.ntasks if task else self.nnodes) * self.nproc
+        return self.node()[1] * self.nproc
 
     def spawns(self) -> bool:
         """Whether this process starts worker processes (rather than being, or joining, one)."""
@@ -96,6 +95,11 @@ class LaunchSpec:
     def spawns_alone(self) -> bool:
         """Whether this process spawns every worker of the job itself (the job has one node)."""
         return self.spawns() and self.node()[1] == 1
+
+    @property
+    def resolved_backend(self) -> str:
+        """``--backend``, else nccl when CUDA is available, else gloo."""
+        return self.backend or default_backend()
 
     def node(self) -> tuple[int, int]:
         """``(node rank, number of nodes)`` of a spawning process: SLURM's task, else the options."""

@@ -83,8 +83,8 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     assert checkpoint is not None and data
     if options.inference.crf:
         require_crf()
-    for folder in data:
-        assert_dataset_ok(folder)  # DataError listing every problem (headers read), before any work
+    # DataError listing every problem (headers read), before any work; the listings the ranks compare
+    listings = [listing_digest(folder, assert_dataset_ok(folder)) for folder in data]
     check_writable_file(options.json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
     check_writable_folder(options.save_maps, "--save-maps")
@@ -98,10 +98,10 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
     in_process = None if spec.spawns() or under_torchrun() else weights
-    launch(_evaluate_worker, (options, in_process, _options_every_rank_shares(options)), spec)
+    launch(_evaluate_worker, (options, in_process, _options_every_rank_shares(options, listings)), spec)
 
 
-def _options_every_rank_shares(options: EvaluateOptions) -> dict[str, str]:
+def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) -> dict[str, str]:
     """What every rank must be started with alike: each node may write its maps and JSON elsewhere,
     with other ``--workers``; the checkpoint is compared by its size (it is not read again) and the
     data sets by their listings (``data.listing_digest``)."""
@@ -115,7 +115,7 @@ def _options_every_rank_shares(options: EvaluateOptions) -> dict[str, str]:
         "--size": str(options.inference.size),
         "--max-side": str(options.inference.max_side),
     }
-    values.update({f"--data {name}": listing_digest(folder) for name, folder in zip(options.names, options.data)})
+    values.update({f"--data {name}": listing for name, listing in zip(options.names, listings)})
     return values
 
 

@@ -100,7 +100,7 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
 
 
 def map_function(
-    options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int | None = None
+    options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int
 ) -> MapFunction:
     """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size
     (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
@@ -133,7 +133,7 @@ def _predict_batches(
         for images, problems in loader:
             failed += problems
             for indices, batch in _same_shape(images):
-                maps = to_maps(batch.to(device))
+                maps = to_maps(batch.to(device)).cpu()  # written from the host: one copy per batch
                 for index, image, saliency in zip(indices, batch, maps):
                     _write(job.options, job.outputs[index], image, saliency)
                     journal.add(Path(job.outputs[index]).name)

@@ -25,7 +25,6 @@ from safetensors.torch import save_file
 from .. import __version__
 from ..atomic_files import atomic_folder, write_json, write_text
 from ..errors import ExportError, OptionError
-from ..model.hub import is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..output_paths import check_writable_folder
@@ -68,13 +67,13 @@ def write_hub_folder(options: ExportOptions) -> Path:
 def hub_config(weights: TrainedWeights) -> dict[str, Any]:
     """The config.json of a Hub folder holding ``weights``."""
     training, starting = _run_record(Path(weights.path))
-    source = weights.source if is_hub_source(weights.source) else Path(weights.source).name
+    meta = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
     return {
         "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
         "architecture": "R3Net",
         "backbone": weights.backbone,
-        "contract": contract(weights.backbone, source, f"ignite_r3net {__version__}, torch {torch.__version__}"),
-        "checkpoint": {"source": source, "sha256": weights.sha256()},
+        "contract": meta,
+        "checkpoint": {"source": meta["source"], "sha256": weights.sha256()},  # a Hub id, or the file's name
         "starting_weights": starting,
         "training": training,
     }
@@ -110,8 +109,7 @@ def _check_output_folder(out: Path) -> Path:
         raise OptionError(
             f"--output {out} holds files of its own; give a new or empty folder (an earlier hub export is replaced)"
         )
-    check_writable_folder(out, "--output")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_writable_folder(out, "--output")  # atomic_folder makes the parent when it writes
     return out
 
 

@@ -123,9 +123,8 @@ def export_model(options: ExportOptions) -> Path:
     graph = SaliencyGraph(build_model(weights, "cpu"))
     metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with atomic_output(out) as tmp:
+        with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
             if options.format == "onnx":
                 _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
             else:

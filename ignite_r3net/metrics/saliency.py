@@ -235,7 +235,8 @@ class SaliencyMetrics(Metric):
         """Keep per-image values (``per_image``), in the order the images came."""
         if self.per_image:
             for key, values in columns.items():
-                self._columns[key].append(values.detach().to("cpu", torch.float64).flatten())
+                # kept on the metric's device: one copy to the host per column, in per_image_scores
+                self._columns[key].append(values.detach().to(torch.float64).flatten())
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
         """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
@@ -285,8 +286,8 @@ class SaliencyMetrics(Metric):
         if not self.per_image:
             raise RuntimeError("per_image_scores needs SaliencyMetrics(per_image=True)")
         self._flush()
-        columns = {key: torch.cat(chunks) if chunks else torch.zeros(0) for key, chunks in self._columns.items()}
-        mine = [(name, {key: float(columns[key][i]) for key in METRIC_KEYS}) for i, name in enumerate(self._names)]
+        columns = {key: torch.cat(chunks).tolist() if chunks else [] for key, chunks in self._columns.items()}
+        mine = [(name, {key: columns[key][i] for key in METRIC_KEYS}) for i, name in enumerate(self._names)]
         # ignite's all_gather of any other object: one list of rows per rank
         gathered = cast(list[list[ImageScores]], idist.all_gather(mine)) if idist.get_world_size() > 1 else [mine]
         return sorted((row for part in gathered for row in part), key=lambda row: row[0])

@@ -19,6 +19,7 @@ import ignite.distributed as idist
 from ignite.engine import Engine, Events
 
 from ..config import TrainConfig
+from ..distributed.ranks import all_gather_strings
 from .handlers import every_or_last
 from .train_log import TrainLog
 
@@ -52,8 +53,7 @@ class BadImages:
         the pairs no rank had reported before, in name order, the same on every rank."""
         if not int(idist.all_reduce(len(self._pending))):
             return []
-        # one string per rank (ignite gathers strings as a list, also on one process)
-        gathered = cast(list[str], idist.all_gather(json.dumps(sorted(self._pending.items()))))
+        gathered = all_gather_strings(json.dumps(sorted(self._pending.items())))
         self._pending.clear()
         new: dict[str, str] = {}
         for text in gathered:

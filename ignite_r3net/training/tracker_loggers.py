@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from ignite.engine import Engine, Events
 
-from ..checkpoint_io import BEST_PATTERN
+from ..checkpoint_io import BEST_PATTERN, saved_files
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..metrics import METRIC_KEYS
@@ -32,9 +32,9 @@ class TrackerRun:
         self.name, self.logger, self.config = name, logger, config
 
     def finish(self, _: Engine) -> None:
-        best = sorted(p for p in Path(self.config.output_dir).glob("best_model_*.pt") if BEST_PATTERN.match(p.name))
+        best = saved_files(self.config.output_dir, BEST_PATTERN)  # by score, lowest first
         if best:
-            _UPLOAD[self.name](self.logger, best[-1])
+            _UPLOAD[self.name](self.logger, best[-1][1])
         self.close(failed=False)
 
     def close(self, failed: bool = True) -> None:

@@ -46,8 +46,7 @@ def train(config: TrainConfig) -> None:
         if start >= config.iters:
             echo(f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do")
             return
-        spec = LaunchSpec.of(config)
-        quiet_library_logs(config.verbose)
+        spec = LaunchSpec.of(config)  # launch() sets ignite's launcher logs from spec.verbose
         if spec.is_leader():  # rank 0 logs to the trackers: the job's leading process opens their runs
             config = prepare_trackers(config)
         try:

@@ -11,7 +11,7 @@ from typing import Any
 from filelock import FileLock
 
 from ..config import TrainConfig
-from ..data import assert_dataset_ok, ensure_synthetic, list_pairs, listing_digest
+from ..data import assert_dataset_ok, ensure_synthetic, listing_digest
 from ..distributed.topology import LaunchSpec
 from ..errors import DataError, OptionError
 
@@ -68,10 +68,8 @@ def _check(option: str, folder: str, min_size: int | None) -> list[tuple[Path, P
         raise DataError(f"{option}: {e}") from None
 
 
-def describe_data_set(folder: str, pairs: list[tuple[Path, Path]] | None = None) -> dict[str, Any]:
-    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder, ``listing``
-    being ``listing_digest``'s "6 pairs (sha256 ...)" of its pairs' names, so that a resume can tell
-    the same pairs from other ones without 10,000 names in the file. ``pairs``: the folder's, when
-    already listed."""
-    pairs = list_pairs(folder) if pairs is None else pairs
+def describe_data_set(folder: str, pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
+    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder and its
+    checked ``pairs``, ``listing`` being ``listing_digest``'s "6 pairs (sha256 ...)" of their names,
+    so that a resume can tell the same pairs from other ones without 10,000 names in the file."""
     return {"folder": folder, "pairs": len(pairs), "listing": listing_digest(folder, pairs)}
