@@ -5,6 +5,9 @@ line. The damage is real: JPEGs zeroed from the middle on, and cut and re-marked
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import torch
 from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_tiny_dataset, zero_middle_of
@@ -12,6 +15,7 @@ from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import SaliencyTrainSet, build_train_loader, load_image, sample_seed
+from ignite_r3net.errors import DataError
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,6 +47,35 @@ def test_the_grey_half_of_a_cut_jpeg_is_what_strict_decoding_refuses(damaged):
     assert (image[:, -4:, :] == 128).all()
     with pytest.raises(Exception, match="premature end of data segment"):
         load_image(cut, strict=True)
+
+
+def test_what_another_thread_writes_to_stderr_during_a_strict_decode_is_not_blamed_on_the_image(
+    damaged, monkeypatch, capfd
+):
+    """Strict decoding reads libjpeg's warnings from fd 2, which every thread of the process shares
+    (with ``--workers 0`` the decode runs beside the trainer's threads): a line another thread
+    writes meanwhile neither marks a good image as damaged nor goes missing from stderr."""
+    import torchvision.io
+
+    train, _, cut = damaged
+    real_decode, calls = torchvision.io.decode_image, []
+
+    def decode_while_another_thread_writes(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            writer = threading.Thread(target=os.write, args=(2, b"a line of another thread\n"))
+            writer.start()
+            writer.join()
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(torchvision.io, "decode_image", decode_while_another_thread_writes)
+    assert load_image(train / "syn_00000.jpg", strict=True).shape[0] == 3
+    assert "a line of another thread" in capfd.readouterr().err
+    calls.clear()
+    with pytest.raises(DataError, match="premature end of data segment") as refused:
+        load_image(cut, strict=True)
+    assert "another thread" not in str(refused.value)
+    assert "a line of another thread" in capfd.readouterr().err
 
 
 def test_an_unreadable_pair_is_replaced_by_the_next_readable_one_with_the_same_draws(damaged):

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from threading import Lock
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ __all__ = ["load_image", "load_mask", "decode_problems"]
 
 _JPEG_START = b"\xff\xd8"
 _capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
+_capture_lock = Lock()
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -36,20 +38,33 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
 
     if not raw:
         return None
-    into = messages if messages is not None and raw.startswith(_JPEG_START) else None
-    try:
+
+    def decode(into: list[str] | None) -> torch.Tensor | None:
         data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        with warnings.catch_warnings(), _libjpeg_messages(into):
-            warnings.simplefilter("ignore")
-            out = decode_image(data, mode=getattr(ImageReadMode, mode), apply_exif_orientation=True)
-    except Exception:
-        return None
+        try:
+            with warnings.catch_warnings(), _stderr_lines(into):
+                warnings.simplefilter("ignore")
+                return decode_image(data, mode=getattr(ImageReadMode, mode), apply_exif_orientation=True)
+        except Exception:
+            return None
+
+    if messages is None or not raw.startswith(_JPEG_START):
+        return decode(None)
+    first: list[str] = []
+    out = decode(first)
+    if first:
+        # fd 2 is the whole process's: another thread may have written to it during the decode.
+        # libjpeg says the same again for the same bytes; the other lines go back to stderr.
+        again: list[str] = []
+        decode(again)
+        messages.extend(line for line in first if line in again)
+        _echo_to_stderr([line for line in first if line not in again])
     return out
 
 
 @contextmanager
-def _libjpeg_messages(into: list[str] | None) -> Iterator[None]:
-    """Collect what libjpeg prints while the block decodes one JPEG.
+def _stderr_lines(into: list[str] | None) -> Iterator[None]:
+    """Collect what is written to fd 2 while the block decodes one JPEG.
 
     libjpeg reports damaged data ("Corrupt JPEG data: premature end of data segment", "Premature end
     of JPEG file") as warnings and decodes on, filling what is missing with grey. torchvision keeps
@@ -59,25 +74,36 @@ def _libjpeg_messages(into: list[str] | None) -> Iterator[None]:
     if into is None:
         yield
         return
-    read_end, write_end = _pipe_of_this_process()
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(write_end, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        text = b""
-        while True:
-            try:
-                chunk = os.read(read_end, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            text += chunk
-        into.extend(line.strip() for line in text.decode(errors="replace").splitlines() if line.strip())
+    with _capture_lock:  # fd 2 is one per process: one capture at a time
+        read_end, write_end = _pipe_of_this_process()
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(write_end, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            into.extend(line.strip() for line in _drain(read_end).splitlines() if line.strip())
+
+
+def _drain(read_end: int) -> str:
+    text = b""
+    while True:
+        try:
+            chunk = os.read(read_end, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        text += chunk
+    return text.decode(errors="replace")
+
+
+def _echo_to_stderr(lines: list[str]) -> None:
+    if lines:
+        sys.stderr.flush()
+        os.write(2, "".join(line + "\n" for line in lines).encode())
 
 
 def _pipe_of_this_process() -> tuple[int, int]:
