@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import cast
+import json
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -32,6 +33,11 @@ def all_gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
 def all_gather_strings(text: str) -> list[str]:
     """``idist.all_gather`` of a string: every rank's, in rank order."""
     return cast(list[str], idist.all_gather(text))
+
+
+def all_gather_items(items: list[Any]) -> list[Any]:
+    """Every rank's ``items`` (JSON values: tuples come back as lists), one list in rank order."""
+    return [item for text in all_gather_strings(json.dumps(items)) for item in json.loads(text)]
 
 
 @rank_zero_only

@@ -11,7 +11,6 @@ plan with the other ranks, make the maps of its batches, write each atomically a
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from ..atomic_files import write_json
 from ..data import image_size, init_loader_worker, load_image, worker_context
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
-from ..distributed.ranks import all_gather_strings, all_gather_tensor, is_rank_zero, rank_zero_only
+from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zero, rank_zero_only
 from ..errors import DataError
 from ..export.runtime import load_exported
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
@@ -74,7 +73,7 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
         seconds = time.perf_counter() - start
     outcome = {
         "written": int(idist.all_reduce(written)),
-        "failed": sorted(p for problems in all_gather_strings(json.dumps(failed)) for p in json.loads(problems)),
+        "failed": sorted(all_gather_items(failed)),
         "seconds": float(idist.all_reduce(seconds, op="MAX")),  # until the last rank is done
     }
     job.outcome.update(outcome)

@@ -10,7 +10,6 @@ list and takes the same decision; the list is checkpointed, so a resumed run cou
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from typing import Any, cast
@@ -19,7 +18,7 @@ import ignite.distributed as idist
 from ignite.engine import Engine, Events
 
 from ..config import TrainConfig
-from ..distributed.ranks import all_gather_strings
+from ..distributed.ranks import all_gather_items
 from .handlers import every_or_last
 from .train_log import TrainLog
 
@@ -53,13 +52,12 @@ class BadImages:
         the pairs no rank had reported before, in name order, the same on every rank."""
         if not int(idist.all_reduce(len(self._pending))):
             return []
-        gathered = all_gather_strings(json.dumps(sorted(self._pending.items())))
+        gathered = all_gather_items(sorted(self._pending.items()))
         self._pending.clear()
         new: dict[str, str] = {}
-        for text in gathered:
-            for path, problem in json.loads(text):
-                if path not in self.known:
-                    new.setdefault(path, problem)
+        for path, problem in gathered:
+            if path not in self.known:
+                new.setdefault(path, problem)
         self.known.update(new)
         return sorted(new.items())
 

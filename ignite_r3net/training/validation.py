@@ -3,7 +3,6 @@ and a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 import ignite.distributed as idist
@@ -16,7 +15,7 @@ from torchvision.utils import make_grid
 from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data import normalize_image
-from ..distributed.ranks import all_gather_strings, broadcast_tensor, is_rank_zero
+from ..distributed.ranks import all_gather_items, broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.r3net import R3Net
@@ -104,7 +103,7 @@ class _LeftOut:
         self.mine += [p for p in cast(dict[str, Any], engine.state.batch).get("problem", ()) if p]
 
     def report(self) -> None:
-        every = sorted({p for text in all_gather_strings(json.dumps(self.mine)) for p in json.loads(text)})
+        every = sorted(set(all_gather_items(self.mine)))
         self.mine = []
         for problem in every:
             if problem not in self.reported:
