@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .distributed.signals import threads_leave_signals_to_main
+from .distributed.torchrun import started_by_torchrun
 from .errors import OptionError, note
 
 LOCK_NAME = ".run.lock"
@@ -36,7 +37,7 @@ def job_id() -> str:
     env = os.environ
     if "SLURM_JOB_ID" in env:
         return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
-    if "TORCHELASTIC_RUN_ID" in env:
+    if started_by_torchrun(env):
         # torchrun's default run id outside --standalone is "none": the rendezvous address tells jobs apart
         return f"torchrun:{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
     return f"process:{socket.gethostname()}:{os.getpid()}"

@@ -5,8 +5,10 @@
 * ``topology``: ``LaunchSpec`` (how many processes, where the rendezvous is) and what torchrun or
   srun already decided for this process;
 * ``slurm``: what ``srun`` tells a task;
+* ``torchrun``: whether torchrun started this process, and its restarts' shared store;
 * ``signals``: SIGTERM and Ctrl-C stop the whole job;
 * ``failures``: a failed worker becomes one ``error: rank N failed: ...`` line;
 * ``process_setup``: per-process settings every launcher and worker applies;
-* ``ranks``: ``rank_zero_only``, the one place rank-0-only work is decided.
+* ``ranks``: ``rank_zero_only``, the one place rank-0-only work is decided, and the collectives'
+  typed forms.
 """

@@ -32,8 +32,8 @@ from .topology import (
     rendezvous_endpoint,
     set_rank_variables_from_slurm,
     slurm_hidden_from_children,
-    warn_if_restarts_share_a_store,
 )
+from .torchrun import started_by_torchrun, warn_if_restarts_share_a_store
 
 T = TypeVar("T")
 
@@ -100,7 +100,7 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
         set_rank_variables_from_slurm(task, endpoint)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
-    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    torchrun = started_by_torchrun()
     meeting = Meeting("rank", rank, world_size, endpoint, backend, world_size, spec.dist_timeout, alike, torchrun)
     if torchrun:
         # torchrun's agents have met already and started every rank together: c10d's wait is short

@@ -17,6 +17,8 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from .torchrun import started_by_torchrun
+
 _REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")
 
 
@@ -46,7 +48,7 @@ class SlurmTask:
 def slurm_task() -> SlurmTask | None:
     """This process's SLURM task, or None outside ``srun`` (or when torchrun set the ranks)."""
     env = os.environ
-    if not all(k in env for k in _REQUIRED) or "TORCHELASTIC_RUN_ID" in env:
+    if not all(k in env for k in _REQUIRED) or started_by_torchrun(env):
         return None
     return SlurmTask(
         job_id=env["SLURM_JOB_ID"],

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from ..config import TrainConfig
-from ..errors import warn
 from ..options.shared import ProcessOptions
 from .slurm import SlurmTask, slurm_task
+from .torchrun import started_by_torchrun
 
 
 def under_torchrun() -> bool:
@@ -152,7 +152,7 @@ def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
     scripts export), else SLURM's first node and 15000 + the job id's last digits, else
     127.0.0.1:29500. A job of one node meets on a free port of 127.0.0.1 instead."""
     env, task = os.environ, spec.slurm
-    origin = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "the environment"
+    origin = "torchrun" if started_by_torchrun() else "the environment"
     if spec.spawns_alone():
         return Endpoint("127.0.0.1", spec.master_port or free_port(), ("this host", ""), ("a free port", ""))
     if spec.master_addr:
@@ -172,21 +172,6 @@ def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
     else:
         port, port_from = 29500, ("the default port", "")
     return Endpoint(addr, port, addr_from, port_from)
-
-
-def warn_if_restarts_share_a_store() -> None:
-    """Warn when torchrun restarts workers (``--max-restarts``) with its shared rendezvous store:
-    the restarted group reads its peers' addresses from that store without a per-attempt prefix,
-    can find a dead peer's address and fails with "Gloo connectFullMesh failed". torch's opt-out,
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, gives each attempt its own store."""
-    env = os.environ
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
-        if env.get("RANK") == "0" and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-            warn(
-                "torchrun --max-restarts with its shared rendezvous store: a restarted group can read the dead "
-                "attempt's addresses and fail to connect; run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
-                "(examples/torchrun_elastic.sh does)"
-            )
 
 
 def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:

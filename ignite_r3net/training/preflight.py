@@ -14,6 +14,7 @@ import torch
 
 from ..config import TrainConfig
 from ..distributed.topology import LaunchSpec, default_backend
+from ..distributed.torchrun import started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..model.r3net import num_parameters
@@ -57,7 +58,7 @@ def check_torchrun(config: TrainConfig) -> None:
     """Under torchrun the ranks meet where torchrun says (MASTER_ADDR / MASTER_PORT, its agent's
     store): another address or port given to this program could not be honoured."""
     env = os.environ
-    if "TORCHELASTIC_RUN_ID" not in env:
+    if not started_by_torchrun(env):
         return
     for flag, given, variable in (
         ("--master-addr", config.master_addr, "MASTER_ADDR"),
