@@ -6,18 +6,16 @@ Usage::
 
 or, from Python, ``bench_figure()``, which returns:
 
-* ``scoring_s``: ``compare``'s scoring of the methods' maps (``scoring.score_cells``, one process);
-* ``per_image_mae_s`` and ``mae_share`` (= per_image_mae_s / scoring_s): the per-image MAE pass
-  that chooses the figure's images (``visual_comparison``), over the same maps;
 * ``png_default_s``, ``png_ours_s``, ``png_speedup`` (default / ours) and ``png_default_bytes``,
   ``png_ours_bytes``: the figure (``--show`` rows) written as a 300 dpi PNG with matplotlib's
   default zlib level and with ours (``visual_figure.write_png``);
 * ``figure_build_s`` and ``pdf_s``: drawing the figure, and writing its PDF.
 
 The maps are ``bench_metrics.make_maps``' soft predictions (one method), the others the same with
-more noise, as methods of different quality; the images are the maps in colour. Each timed part is
-best of ``repeats`` (the cache emptied before each scoring and MAE pass), the parts alternating, on
-one torch thread.
+more noise, as methods of different quality; the images are the maps in colour. The figure's rows
+are the images ``compare --show`` would choose, from one (untimed) scoring of the maps, whose
+per-image MAE is what it chooses by. Each timed part is best of ``repeats``, the parts alternating,
+on one torch thread.
 """
 
 from __future__ import annotations
@@ -102,25 +100,16 @@ def bench_figure(
     try:
         files = _write_inputs(root, n_maps, size, methods)
         cells = list(files.items())
-        masks = {mask.stem: mask for _, mask in cells[0][1]}
         spec = LaunchSpec.on_one_node(ProcessOptions())
 
-        def score() -> None:
-            shutil.rmtree(root / "cache", ignore_errors=True)
-            with contextlib.redirect_stdout(io.StringIO()):  # its progress lines, once per pass
-                scoring.score_cells(cells, root / "cache", "standard", spec)
-
-        def mae() -> dict[str, dict[str, float]]:
-            shutil.rmtree(root / "cache-mae", ignore_errors=True)
-            maps = {method: {m.stem: m for m, _ in pairs} for method, pairs in cells}
-            return {
-                method: visual_comparison.per_image_mae(by_stem, masks, root / "cache-mae")
-                for method, by_stem in maps.items()
-            }
-
-        timed = _best({"scoring": score, "mae": mae}, repeats)
-        stems = visual_comparison.choose_stems(timed["mae"][1], rows)
-        data = visual_comparison.figure_data("bench", root / "set", root / "set", files)
+        with contextlib.redirect_stdout(io.StringIO()):  # its "scored ..." lines
+            scores = scoring.score_cells(cells, root / "cache", "standard", spec, progress=False)
+        mae = {
+            method: {stem: row["mae"] for stem, row in entry["per_image"].items()}
+            for (method, _), entry in zip(cells, scores)
+        }
+        stems = visual_comparison.choose_stems(mae, rows)
+        data = visual_comparison.figure_data("bench", root / "set", root / "set", files, mae)
         figure_rows = [visual_comparison.figure_row(data, stem) for stem in stems]
         headers = ["Image", "GT", *files]
         build = _best({"build": lambda: visual_figure.build_figure(headers, figure_rows)}, repeats)["build"]
@@ -135,9 +124,6 @@ def bench_figure(
         "size": list(size),
         "methods": methods,
         "rows": len(stems),
-        "scoring_s": timed["scoring"][0],
-        "per_image_mae_s": timed["mae"][0],
-        "mae_share": timed["mae"][0] / timed["scoring"][0],
         "figure_build_s": build[0],
         "png_default_s": png["default"][0],
         "png_ours_s": png["ours"][0],
@@ -151,8 +137,7 @@ def bench_figure(
 def format_figure(r: dict[str, Any]) -> str:
     """The one-line summary ``benchmarks/run.py`` prints."""
     return (
-        f"figure: {r['methods']} methods x {r['n_maps']} maps of {r['size'][0]}x{r['size'][1]}: scoring "
-        f"{r['scoring_s']:.2f} s, per-image MAE {r['per_image_mae_s']:.2f} s ({100 * r['mae_share']:.1f}%); "
+        f"figure: {r['methods']} methods x {r['n_maps']} maps of {r['size'][0]}x{r['size'][1]}, "
         f"{r['rows']}-row figure: drawn in {r['figure_build_s']:.2f} s, PNG default {r['png_default_s']:.2f} s "
         f"({r['png_default_bytes'] / 1e6:.2f} MB), ours {r['png_ours_s']:.2f} s ({r['png_ours_bytes'] / 1e6:.2f} MB), "
         f"{r['png_speedup']:.2f}x; PDF {r['pdf_s']:.2f} s"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
 
+# each scored (data set, method)'s per-image scores: {stem: {metric: value}}
+CellScores = Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 
 
@@ -118,11 +121,18 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]
     _write_outputs(results, curves, datasets, methods, options, out_dir)
-    _write_per_image(scored, scores, datasets, methods, options, out_dir)
+    per_image = {(p.dataset, p.method): entry["per_image"] for p, entry in zip(scored, scores)}
+    _write_per_image(per_image, datasets, methods, options, out_dir)
     if options.show or options.show_stems:
         # pairs[method] follows the order of benches; checkpoint methods' maps are in out_dir/maps by now
         figures = [
-            figure_data(b.name, b.masks, b.data, {m.name: pairs[m.name][i].files for m in entries})
+            figure_data(
+                b.name,
+                b.masks,
+                b.data,
+                {m.name: pairs[m.name][i].files for m in entries},
+                _per_image_mae(per_image, b.name, methods),
+            )
             for i, b in enumerate(benches)
         ]
         draw_figures(figures, options.show, options.show_stems, out_dir)
@@ -325,18 +335,21 @@ def _write_outputs(
 
 
 def _write_per_image(
-    pairs: list[Pair],
-    scores: list[dict[str, Any]],
+    cells: CellScores,
     datasets: list[str],
     methods: list[str],
     options: CompareOptions,
     out: Path,
 ) -> None:
     """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
-    ``--metrics``."""
-    cells = {(pair.dataset, pair.method): entry["per_image"] for pair, entry in zip(pairs, scores)}
+    ``--metrics``; ``cells``: each scored (data set, method)'s ``{stem: {metric: value}}``."""
     for dataset in datasets:
         present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
         if present:
             csv_text = comparison_csv(present, options.metrics, options.protocol)
             write_text(csv_text, out / "per_image" / f"{dataset}.csv")
+
+
+def _per_image_mae(cells: CellScores, dataset: str, methods: list[str]) -> dict[str, dict[str, float]]:
+    """``{method: {stem: MAE}}`` on ``dataset``, for the figure's choice of images."""
+    return {m: {stem: row["mae"] for stem, row in cells[dataset, m].items()} for m in methods if (dataset, m) in cells}

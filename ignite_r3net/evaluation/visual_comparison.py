@@ -2,15 +2,14 @@
 
 * **Choice.** ``--show N`` takes the N images on which the methods disagree most: the largest
   difference between the methods' MAE on the image (with one method, its largest MAE: its failures),
-  ties broken by file name, so the choice is the same on every run. The per-image MAE (mean absolute
-  difference of map and mask, both scaled to 0..1, the map resized to the mask) is computed once per
-  (method, data set) and cached beside the scores (``OUT/cache/mae``, keyed by the map and mask
-  files and this code). ``--show-stems`` names the images instead, in its order.
+  ties broken by file name, so the choice is the same on every run. The per-image MAE is the one
+  ``compare``'s scoring keeps for ``per_image/<dataset>.csv`` (the ``--protocol``'s MAE of the map,
+  resized to its mask, against the mask): no pass of its own. ``--show-stems`` names the images
+  instead, in its order.
 * **Cache.** ``OUT/figures/visual_<dataset>.json`` records what was drawn: the key (the chosen stems,
   every shown file's path, size and modification time, the columns' names and order, and the
   drawing code and library versions), the stems and their MAEs. It is written after the PNG and
-  PDF, so a rerun with the same key keeps the figure and an interrupted one draws it again.
-"""
+  PDF, so a rerun with the same key keeps the figure and an interrupted one draws it again."""
 
 from __future__ import annotations
 
@@ -22,13 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..atomic_files import write_json
-from ..data import list_pairs, load_mask
+from ..data import list_pairs
 from ..errors import DataError, OptionError, listing, note
 from . import scoring, visual_figure
-from .maps import files_by_stem, load_saliency_map, resize_map
+from .maps import files_by_stem
 from .visual_figure import Cell, draw_visual_comparison
 
 __all__ = [
@@ -38,29 +35,35 @@ __all__ = [
     "check_stems",
     "draw_figures",
     "choose_stems",
-    "per_image_mae",
-    "image_mae",
     "figure_row",
 ]
 
 FIGURE_FORMAT = 1  # bump when the figure's record changes
-_MAE_PROTOCOL = "per-image MAE"  # what the cache entries of per-image MAEs are keyed under
 
 
 @dataclass(frozen=True)
 class FigureData:
     """What the figure of one data set can show: its masks and images by stem (images empty when
-    the data set is a masks folder), and each method's maps by stem, in command-line order."""
+    the data set is a masks folder), each method's maps by stem, in command-line order, and each
+    method's per-image MAE by stem."""
 
     name: str
     masks: Mapping[str, Path]
     images: Mapping[str, Path]
     maps: Mapping[str, Mapping[str, Path]]
+    mae: Mapping[str, Mapping[str, float]]
 
 
-def figure_data(name: str, masks: Path, data: Path | None, maps: Mapping[str, list[tuple[Path, Path]]]) -> FigureData:
+def figure_data(
+    name: str,
+    masks: Path,
+    data: Path | None,
+    maps: Mapping[str, list[tuple[Path, Path]]],
+    mae: Mapping[str, Mapping[str, float]],
+) -> FigureData:
     """The figure's inputs for data set ``name``: its masks folder, the folder ``list_pairs`` reads
-    its images from (None: a masks folder alone) and each method's matched ``(map, mask)`` files."""
+    its images from (None: a masks folder alone), each method's matched ``(map, mask)`` files and
+    its per-image MAE (``{method: {mask stem: MAE}}``, from the scoring)."""
     images: dict[str, Path] = {}
     if data is not None:
         try:
@@ -68,7 +71,7 @@ def figure_data(name: str, masks: Path, data: Path | None, maps: Mapping[str, li
         except DataError:  # images that do not pair with the masks: the figure goes without them
             images = {}
     by_method = {method: {mask.stem: m for m, mask in files} for method, files in maps.items()}
-    return FigureData(name, files_by_stem(masks, "ground-truth"), images, by_method)
+    return FigureData(name, files_by_stem(masks, "ground-truth"), images, by_method, mae)
 
 
 def check_stems(stems: list[str], masks: Mapping[str, Path]) -> None:
@@ -86,17 +89,12 @@ def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, 
     """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` for every data set: ``show``
     images chosen as the module says, or ``stems`` (those of each data set, in their order)."""
     for figure in figures:
-        if stems is not None:
-            chosen, maes = [s for s in stems if s in figure.masks], {}
-        else:
-            cache = out / "cache" / "mae"
-            maes = {method: per_image_mae(maps, figure.masks, cache) for method, maps in figure.maps.items()}
-            chosen = choose_stems(maes, show)
+        chosen = [s for s in stems if s in figure.masks] if stems is not None else choose_stems(figure.mae, show)
         if not chosen:
             why = "none of --show-stems is" if stems else "no map is"
             note(f"no figure of {figure.name}: {why} among its images")
             continue
-        _draw_or_keep(figure, chosen, maes, out / "figures" / f"visual_{figure.name}")
+        _draw_or_keep(figure, chosen, figure.mae, out / "figures" / f"visual_{figure.name}")
 
 
 def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
@@ -113,31 +111,6 @@ def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[st
 
     ranked = sorted(per_stem, key=lambda stem: (-score(per_stem[stem]), stem))
     return ranked[:count]
-
-
-def image_mae(map_path: Path, mask_path: Path) -> float:
-    """Mean absolute difference of a map and its mask, both scaled to 0..1 (the map resized to the
-    mask, as scoring does)."""
-    mask = load_mask(mask_path)[0]
-    saliency = load_saliency_map(map_path)
-    if saliency.shape != mask.shape:
-        saliency = resize_map(saliency, tuple(mask.shape))
-    difference = saliency.numpy().astype(np.int16) - mask.numpy().astype(np.int16)
-    return float(np.abs(difference).mean() / 255.0)
-
-
-def per_image_mae(maps: Mapping[str, Path], masks: Mapping[str, Path], cache: Path) -> dict[str, float]:
-    """``{stem: MAE}`` of one method on one data set, from the cache or computed and stored."""
-    files = [(maps[stem], masks[stem]) for stem in sorted(maps) if stem in masks]
-    if not files:
-        return {}
-    code = hashlib.sha256((scoring.code_version() + inspect.getsource(image_mae)).encode()).hexdigest()
-    key = scoring.pair_key(files, _MAE_PROTOCOL, code)
-    entry = scoring.read_entry(cache, key)
-    if entry is None:
-        entry = {"mae": {mask.stem: image_mae(m, mask) for m, mask in files}}
-        scoring.write_entry(cache, key, entry)
-    return dict(entry["mae"])
 
 
 def _draw_or_keep(figure: FigureData, stems: list[str], maes: Mapping[str, Mapping[str, float]], stem: Path) -> None:
