@@ -20,8 +20,9 @@ from .slurm import SlurmTask, slurm_task
 from .torchrun import started_by_torchrun
 
 
-def under_torchrun() -> bool:
-    """True when a launcher such as torchrun already set up this process's rank."""
+def rank_set_by_launcher() -> bool:
+    """True when a launcher already set this process's rank (LOCAL_RANK and WORLD_SIZE): torchrun,
+    or another that sets torch's variables. ``torchrun.started_by_torchrun`` asks for torchrun alone."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
@@ -75,18 +76,18 @@ class LaunchSpec:
 
     @property
     def slurm(self) -> SlurmTask | None:
-        return None if under_torchrun() else slurm_task()
+        return None if rank_set_by_launcher() else slurm_task()
 
     @property
     def world_size(self) -> int:
         """Processes in the job: torchrun's WORLD_SIZE, SLURM's tasks x nproc, else nproc x nnodes."""
-        if under_torchrun():
+        if rank_set_by_launcher():
             return int(os.environ["WORLD_SIZE"])
         return self.node()[1] * self.nproc
 
     def spawns(self) -> bool:
         """Whether this process starts worker processes (rather than being, or joining, one)."""
-        if under_torchrun():
+        if rank_set_by_launcher():
             return False
         if self.slurm is not None:
             return self.nproc > 1  # one task per node: it spawns that node's workers
@@ -109,7 +110,7 @@ class LaunchSpec:
     def joins(self) -> bool:
         """Whether this process is one rank of a group another launcher started (torchrun, srun)."""
         task = self.slurm
-        return under_torchrun() or (task is not None and self.nproc == 1 and task.ntasks > 1)
+        return rank_set_by_launcher() or (task is not None and self.nproc == 1 and task.ntasks > 1)
 
     def is_leader(self) -> bool:
         """Whether this launching process is the one that writes the job's shared files

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs
-from ..distributed.topology import LaunchSpec, under_torchrun
+from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
 from ..model.backbone_weights import sha256_of
@@ -143,7 +143,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def _check_environment(out: str) -> None:
-    if under_torchrun():
+    if rank_set_by_launcher():
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
     if Path(out).exists() and not Path(out).is_dir():
         raise OptionError(f"--out {out} exists and is not a folder")

@@ -26,7 +26,7 @@ from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
-from ..distributed.topology import LaunchSpec, under_torchrun
+from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
@@ -97,7 +97,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     _make_map_folders(options)
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
-    in_process = None if spec.spawns() or under_torchrun() else weights
+    in_process = None if spec.spawns() or rank_set_by_launcher() else weights
     launch(_evaluate_worker, (options, in_process, _options_every_rank_shares(options, listings)), spec)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..console import echo
 from ..data import IMAGE_EXTS, split_dirs
 from ..distributed.launch import launch
-from ..distributed.topology import LaunchSpec, under_torchrun
+from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
@@ -127,7 +127,7 @@ def _check_options(options: PredictOptions) -> Path:
         require_onnxruntime()
     if options.inference.crf:
         require_crf()
-    if options.processes.nproc > 1 and under_torchrun():
+    if options.processes.nproc > 1 and rank_set_by_launcher():
         raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
     out = Path(options.output)
     check_writable_folder(out, "--output")
