@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import IO
+from typing import IO, Any
 
 from .progress import console_print
 
@@ -24,10 +24,39 @@ def echo(line: str, stream: IO[str] | None = None) -> bool:
     stream = sys.stdout if stream is None else stream
     try:
         console_print(line, stream)
-        return True
     except BrokenPipeError:
         silence(stream)
         return False
+    return not getattr(stream, "pipe_closed", False)
+
+
+class _PipeTolerant:
+    """A console stream whose closed pipe is no error: the first ``BrokenPipeError`` sends the
+    stream to /dev/null (``silence``) and later writes go there. Everything else is the stream's."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.pipe_closed = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> None:
+        self.pipe_closed = True
+        silence(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def silence(stream: IO[str]) -> None:
@@ -40,6 +69,16 @@ def silence(stream: IO[str]) -> None:
         os.close(devnull)
     except (OSError, ValueError):  # not a file descriptor (a test's StringIO): nothing to redirect
         pass
+
+
+def tolerate_closed_console() -> None:
+    """Make a closed stdout or stderr pipe (``| head``, ``2>&1 | head``) harmless in this process:
+    progress lines, warnings and library messages written to it afterwards go nowhere, and the run
+    goes on (``train.log`` keeps the record). Called by the command line and by every worker."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _PipeTolerant):
+            setattr(sys, name, _PipeTolerant(stream))
 
 
 def quiet_library_logs(verbose: bool) -> None:

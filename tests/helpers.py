@@ -110,14 +110,15 @@ def run_cli(
     return proc
 
 
-def start_cli(args: list[str]) -> subprocess.Popen:
-    """``python run.py ARGS`` started in a fresh process, its output in text pipes."""
+def start_cli(args: list[str], stderr_to_stdout: bool = False) -> subprocess.Popen:
+    """``python run.py ARGS`` started in a fresh process, its output in text pipes (one pipe for
+    both with ``stderr_to_stdout``, as ``2>&1 |`` does)."""
     return subprocess.Popen(
         [sys.executable, str(REPO / "run.py"), *args],
         cwd=REPO,
         env=cpu_env(),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
         text=True,
     )
 

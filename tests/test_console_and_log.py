@@ -1,6 +1,6 @@
-"""The console is optional and quiet, train.log is complete: a closed stdout pipe (``| head``) never
-ends a run; ignite's messages about its internals and the configuration stay off the console
-unless ``--verbose``."""
+"""The console is optional and quiet, train.log is complete: a closed stdout or stderr pipe
+(``| head``, ``2>&1 | head``) never ends a run; ignite's messages about its internals and the
+configuration stay off the console unless ``--verbose``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from helpers import TINY_TRAIN, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.console import quiet_library_logs
+from ignite_r3net.console import echo, quiet_library_logs, tolerate_closed_console
 from ignite_r3net.training.train_log import TrainLog, header_lines
 
 pytestmark = pytest.mark.timeout(240)
@@ -37,23 +37,37 @@ def test_a_closed_console_pipe_ends_the_echo_not_the_log(tmp_path, monkeypatch):
     ]
 
 
+def test_a_closed_stderr_pipe_is_no_error_either(monkeypatch):
+    """Progress lines and warnings go to stderr: with ``2>&1 | head`` its pipe closes too."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test, as stderr is
+    monkeypatch.setattr(sys, "stderr", os.fdopen(write_end, "w"))
+    tolerate_closed_console()
+    print("predict: 1/4 images (25%)", file=sys.stderr, flush=True)  # raised BrokenPipeError before
+    assert not echo("warning: ...", sys.stderr)  # and whoever asks learns that nobody reads it
+    sys.stderr.close()
+
+
 @pytest.mark.slow
-def test_training_piped_into_head_goes_on_to_the_end(tmp_path):
-    """``python run.py --nproc 2 ... | head -1``: rank 0 (a spawned process) meets the closed pipe."""
+@pytest.mark.parametrize("piped", ["stdout", "stdout and stderr"])
+def test_training_piped_into_head_goes_on_to_the_end(tmp_path, piped):
+    """``python run.py --nproc 2 ... | head -1`` and ``... 2>&1 | head -1``: rank 0 (a spawned
+    process) meets the closed pipe, and with ``2>&1`` the progress lines meet it too."""
     train, _ = make_tiny_dataset(tmp_path / "data", n=8, n_val=1)
     out = tmp_path / "out"
     args = ["--nproc", "2", "--data", str(train), "--output-dir", str(out), "--iters", "4"]
     args += ["--checkpoint-every", "4", "--master-port", str(free_port()), *TINY_TRAIN]
-    proc = start_cli(args)
+    proc = start_cli(args, stderr_to_stdout=piped == "stdout and stderr")
     try:
         first = proc.stdout.readline()
         proc.stdout.close()  # what `head -1` does after its line
-        err = proc.stderr.read()
+        err = proc.stderr.read() if proc.stderr else ""
         proc.wait(timeout=200)
     finally:
         proc.kill()
     assert first.startswith("training R3Net (resnet18) on 8 pairs")
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 0, (err or (out / "train.log").read_text())[-3000:]
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err[-3000:]
     assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
     assert "note: the console was closed (a pipe ended); this log goes on here" in log_lines(out / "train.log")

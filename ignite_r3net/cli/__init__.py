@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..console import echo
+from ..console import echo, tolerate_closed_console
 from ..errors import Terminated, UserError, ending_line
 from .compare import add_compare
 from .data import add_check_data, add_make_data
@@ -62,6 +62,7 @@ def _with_default_command(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
+    tolerate_closed_console()
     parser = build_parser()
     args = parser.parse_args(_with_default_command(sys.argv[1:] if argv is None else argv))
     handler: Handler = args.handler

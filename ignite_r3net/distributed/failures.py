@@ -15,6 +15,7 @@ from typing import TypeVar
 import ignite.distributed as idist
 import torch
 
+from ..console import tolerate_closed_console
 from ..errors import RanksDisagree, Terminated, UserError, WorkerFailed, error_line
 from .signals import ignore_interrupts_in_worker, terminating
 
@@ -29,6 +30,7 @@ def run_reporting_failures(
     """Worker entry: run ``fn``; on failure keep the traceback in a file and raise one line."""
     if spawned:
         ignore_interrupts_in_worker()
+    tolerate_closed_console()  # a spawned worker's streams are new ones
     try:
         fn(local_rank, arg)
         _release_worker_state()
