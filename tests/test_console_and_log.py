@@ -101,4 +101,4 @@ def test_the_console_gets_the_configuration_only_with_verbose():
     verbose_header, verbose_console = header_lines(
         dataclasses.replace(config, verbose=True), 2, None, 0, torch.device("cpu")
     )
-    assert verbose_console == verbose_header
+    assert verbose_console == [console[0], *verbose_header]  # the summary line, then the detail

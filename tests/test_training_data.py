@@ -111,13 +111,16 @@ def test_resume_refuses_other_training_folders_and_accepts_moved_ones(run, sets,
     assert f"is at iteration {ITERS} of {ITERS}; nothing to do" in capsys.readouterr().out
 
 
-def test_validation_options_are_obeyed(run):
+def test_validation_options_are_obeyed(run, sets):
     out, _ = run
     lines = log_lines(out / "train.log")
     assert not any(line.startswith("[val iter 0]") for line in lines), "--no-val-at-start"
     assert any(line.startswith(f"[val iter {ITERS}]") for line in lines)
     final = next(line for line in lines if line.startswith("final validation: "))
     assert "before training" not in final  # nothing to compare with
+    _, _, val = sets
+    said = f"validation: 2 of the 5 pairs of {val} (--val-max 2), evenly spaced, the same ones at every validation"
+    assert lines.count(said) == 1
 
 
 def test_val_max_scores_evenly_spaced_pairs(sets):
@@ -136,6 +139,10 @@ def test_a_run_without_validation_says_so_once_on_the_console_and_in_the_log():
             "note: no validation (no --val-data): no validation scores, and no best_model_*.pt is kept "
             "(the checkpoints are)"
         ]
+    assert (
+        "note: --val-max 50 has no effect: there is no validation"
+        in header_lines(dataclasses.replace(config, val_max=50), 1, None, 0, torch.device("cpu"))[1]
+    )
     with_validation = dataclasses.replace(config, val_data="/data/ECSSD")
     assert not any(
         "no validation" in line for line in header_lines(with_validation, 1, None, 0, torch.device("cpu"))[0]

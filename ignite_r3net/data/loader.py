@@ -124,7 +124,9 @@ class SaliencyEvalSet(Dataset):
         self, root: str | Path, max_pairs: int | None = None, skip_unreadable: bool = False, strict: bool = False
     ) -> None:
         self.root = Path(root)
-        self.pairs = evenly_spaced(list_pairs(self.root), max_pairs)
+        listed = list_pairs(self.root)
+        self.listed = len(listed)  # the folder's pairs, of which ``max_pairs`` are taken
+        self.pairs = evenly_spaced(listed, max_pairs)
         self.skip_unreadable, self.strict = skip_unreadable, strict
 
     def __len__(self) -> int:

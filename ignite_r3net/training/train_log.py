@@ -81,7 +81,8 @@ def header_lines(
     notes = _notes(config, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
     header = [config_line, world, *weights, *notes, *resumed]
-    console = header if config.verbose else [summary_line(config, world_size), *notes, *resumed]
+    summary = summary_line(config, world_size)
+    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
     return header, console
 
 
@@ -109,6 +110,8 @@ def _notes(config: TrainConfig, device: torch.device) -> list[str]:
             "note: no validation (no --val-data): no validation scores, and no best_model_*.pt is kept "
             "(the checkpoints are)"
         )
+        if config.val_max:
+            notes.append(f"note: --val-max {config.val_max} has no effect: there is no validation")
     if config.amp == "fp16" and device.type == "cpu":
         notes.append("note: --amp fp16 on the CPU is emulated and several times slower; bf16 or off is faster")
     return notes

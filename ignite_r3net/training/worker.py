@@ -16,7 +16,7 @@ from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data import build_eval_loader, build_train_loader, stop_workers
+from ..data import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
 from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
@@ -91,6 +91,7 @@ def training(local_rank: int, config: TrainConfig) -> None:
             skip_unreadable=True,
             strict=not config.allow_decode_warnings,
         )
+        _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
         evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
     closables += attach_trackers(trainer, evaluator, optimizer, config) or []
@@ -104,6 +105,15 @@ def training(local_rank: int, config: TrainConfig) -> None:
     finally:
         for each in loaders:
             stop_workers(each)
+
+
+def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: TrainLog) -> None:
+    """One line when ``--val-max`` scores fewer pairs than the validation folder holds."""
+    if len(dataset) < dataset.listed:
+        log.write(
+            f"validation: {len(dataset)} of the {dataset.listed} pairs of {config.val_data} (--val-max "
+            f"{config.val_max}), evenly spaced, the same ones at every validation"
+        )
 
 
 def create_trainer(
