@@ -80,14 +80,51 @@ def test_maps_scored_against_a_data_set_folder_as_against_its_masks(
     assert results["DUTS-TE"]["DUTS-TE"]["images"] == 4
 
 
+def test_the_images_half_of_a_data_set_is_never_scored_as_masks(
+    duts: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Photos given where masks go would score (as anything decodes as a mask): refused, naming the
+    option as typed and the folder to give."""
+    maps = tmp_path / "maps"
+    (maps / "V").mkdir(parents=True)
+    for mask in (duts / "DUTS-TE-Mask").iterdir():
+        (maps / "V" / mask.name).write_bytes(mask.read_bytes())
+    images = duts / "DUTS-TE-Image"
+    err = _error(["evaluate", "--maps", str(maps / "V"), "--gt", str(images)], capsys)
+    assert f"--gt {images} is the images folder of the data set {duts}: give the data set folder {duts}" in err
+    args = ["compare", "--datasets", f"V={images}", "--methods", f"M={maps}", "--out", str(tmp_path / "c")]
+    err = _error(args, capsys)
+    assert f"--datasets V={images} is the images folder of the data set {duts}" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_predict_on_the_masks_half_names_the_images_folder(
+    duts: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    masks = duts / "DUTS-TE-Mask"
+    args = ["predict", "--checkpoint", str(checkpoint), "--input", str(masks), "--output", str(tmp_path / "o")]
+    err = _error(args, capsys)
+    expected = f"--input {masks} is the masks folder of the data set {duts}: give its images folder"
+    assert f"{expected} {duts / 'DUTS-TE-Image'}" in err
+
+
+def test_predict_says_which_pngs_it_takes_for_masks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from ignite_r3net.evaluation.predict import collect_inputs
+
+    for name in ("a.jpg", "a.png", "b.png"):
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / name)
+    assert collect_inputs([str(tmp_path)]) == [tmp_path / "a.jpg", tmp_path / "b.png"]
+    assert "1 .png file(s) beside an image of the same name taken for masks" in capsys.readouterr().err
+
+
 def test_locate_dataset_is_what_compare_reads(duts: Path, tmp_path: Path) -> None:
     masks = duts / "DUTS-TE-Mask"
-    assert locate_dataset(duts) == locate_dataset(masks)
-    assert (locate_dataset(duts).masks, locate_dataset(duts).data) == (masks, duts)
+    assert locate_dataset(duts, "--gt DIR") == locate_dataset(masks, "--gt DIR")
+    assert (locate_dataset(duts, "--gt DIR").masks, locate_dataset(duts, "--gt DIR").data) == (masks, duts)
     alone = tmp_path / "GT"
     alone.mkdir()
     Image.fromarray(np.zeros((4, 4), np.uint8)).save(alone / "a.png")
-    assert (locate_dataset(alone).masks, locate_dataset(alone).data) == (alone, None)
+    assert (locate_dataset(alone, "--gt DIR").masks, locate_dataset(alone, "--gt DIR").data) == (alone, None)
 
 
 def test_an_exported_model_given_as_checkpoint_says_which_command_takes_it(

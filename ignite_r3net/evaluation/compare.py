@@ -156,7 +156,7 @@ def _benchmark(name: str, folder: str) -> Benchmark:
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
-    located = locate_dataset(path)
+    located = locate_dataset(path, f"--datasets {name}={folder}")
     return Benchmark(name, located.masks, located.data)
 
 

@@ -23,16 +23,22 @@ class DatasetFolder:
     data: Path | None
 
 
-def locate_dataset(folder: str | Path) -> DatasetFolder:
+def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
     """The masks and the data of ``folder``: a data set folder (DUTS layout: an images and a masks
     subfolder; MSRA10K: name.jpg beside name.png), the masks half of a DUTS-layout one, or a
-    masks folder alone. ``folder`` must be an existing folder."""
+    masks folder alone. ``folder`` must be an existing folder; the images half of a data set is an
+    ``OptionError`` quoting ``given``, the option as typed (its photos would be scored as masks)."""
     path = Path(folder).resolve()
     split = split_dirs(path)
     if split is not None:
         return DatasetFolder(split[1], path)
     half = dataset_of_half(path)
-    if half is not None and half[1] == "masks":
+    if half is not None and half[1] == "images":
+        raise OptionError(
+            f"{given} is the images folder of the data set {half[0]}: give the data set folder "
+            f"{half[0]} (or its masks folder)"
+        )
+    if half is not None:
         return DatasetFolder(path, half[0])
     return DatasetFolder(path, path if _has_images_beside_masks(path) else None)
 

@@ -206,7 +206,7 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     check_writable_file(json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
     # a data set folder, as compare takes it, stands for its masks
-    masks = locate_dataset(gt).masks if Path(gt).is_dir() else Path(gt)
+    masks = locate_dataset(gt, f"--gt {gt}").masks if Path(gt).is_dir() else Path(gt)
     match = match_maps(maps, masks)
     if match.maps_without_mask:
         warn(

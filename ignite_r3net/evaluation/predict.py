@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..console import echo
-from ..data import IMAGE_EXTS, split_dirs
+from ..data import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
-from ..errors import DataError, ImagesFailed, OptionError
+from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..export.runtime import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
@@ -200,15 +200,37 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
             )
             if not images:
                 raise OptionError(_no_images(p))
-            # An MSRA10K-style data set folder holds name.jpg beside its mask name.png: as in the
-            # data loader's side-by-side layout, the .png of such a pair is the mask, not an input.
-            stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
-            found.extend(f for f in images if not (f.suffix.lower() == ".png" and f.stem in stems_with_other))
+            _refuse_masks_half(p, item)
+            found.extend(_inputs_of(p, images))
         elif p.is_file():
             found.append(p)
         else:
             raise OptionError(f"--input {p} does not exist")
     return found
+
+
+def _refuse_masks_half(folder: Path, given: str) -> None:
+    """The masks half of a DUTS-layout data set given as ``--input``: its masks would be predicted on."""
+    half = dataset_of_half(folder)
+    split = split_dirs(half[0]) if half is not None and half[1] == "masks" else None
+    if half is not None and split is not None:
+        raise OptionError(
+            f"--input {given} is the masks folder of the data set {half[0]}: give its images folder {split[0]}"
+        )
+
+
+def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
+    """The inputs among a folder's images. An MSRA10K-style data set folder holds name.jpg beside
+    its mask name.png: as in the data loader's side-by-side layout, the .png of such a pair is the
+    mask, not an input (a note says how many were passed over)."""
+    stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
+    masks = [f for f in images if f.suffix.lower() == ".png" and f.stem in stems_with_other]
+    if masks:
+        note(
+            f"--input {folder}: {len(masks)} .png file(s) beside an image of the same name taken for masks "
+            f"(MSRA10K's name.jpg + name.png), not predicted: {listing((f.name for f in masks), 3)}"
+        )
+    return [f for f in images if f not in set(masks)]
 
 
 def _no_images(folder: Path) -> str:
