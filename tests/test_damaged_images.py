@@ -149,3 +149,25 @@ def test_a_damaged_validation_image_is_left_out_once_and_the_run_goes_on(tmp_pat
         said = [line for line in where if line.startswith("warning: ") and str(cut) in line]
         assert len(said) == 1 and said[0].endswith("left out of the validation scores"), where
     assert any(line.startswith("final validation: ") for line in printed)
+
+
+def test_evaluate_and_predict_name_a_damaged_jpeg_and_use_it_as_decoded(damaged, spread_checkpoint, tmp_path, capfd):
+    """They read, not train: a JPEG that decodes with libjpeg warnings is scored (evaluate) or given
+    a map (predict) as decoded, as other tools would, and one warning names it (libjpeg's own line
+    names no file)."""
+    train, zeroed, cut = damaged
+    capfd.readouterr()
+    args = ["evaluate", "--checkpoint", str(spread_checkpoint), "--data", str(train), "--workers", "0"]
+    assert main([*args, "--backbone", "resnet18", "--no-progress"]) == 0
+    out, err = capfd.readouterr()
+    assert out.splitlines()[1].split()[:2] == ["train", "6"], out  # every pair scored
+    for path in (zeroed, cut):
+        named = [line for line in err.splitlines() if str(path) in line]
+        assert named == [named[0]] and named[0].startswith(f"warning: damaged image {path}: libjpeg: "), err
+        assert named[0].endswith("; used as decoded (part of the picture may be missing or grey)")
+    assert not [line for line in err.splitlines() if line.startswith("Corrupt JPEG")], "a bare libjpeg line"
+    maps = tmp_path / "maps"
+    args = ["predict", "--checkpoint", str(spread_checkpoint), "--input", str(cut), "--output", str(maps)]
+    assert main([*args, "--backbone", "resnet18", "--no-progress"]) == 0
+    assert f"warning: damaged image {cut}: libjpeg: " in capfd.readouterr().err
+    assert (maps / f"{cut.stem}.png").is_file()

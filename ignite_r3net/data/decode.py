@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from ..errors import DataError
+from ..errors import DataError, warn
 
 __all__ = ["load_image", "load_mask", "decode_problems"]
 
@@ -122,11 +122,14 @@ def _pipe_of_this_process() -> tuple[int, int]:
     return _capture_pipe[pid]
 
 
-def _refuse_damaged(path: Path, messages: list[str] | None, what: str) -> None:
-    if messages:
-        raise DataError(
-            f"damaged {what} {path}: libjpeg: {'; '.join(messages)} (part of the picture is missing or garbled)"
-        )
+def _check_damaged(path: Path, messages: list[str] | None, what: str, strict: bool) -> None:
+    """Refuse (``strict``) or name in a warning a JPEG that libjpeg decoded with ``messages``."""
+    if not messages:
+        return
+    said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
+    if strict:
+        raise DataError(f"{said} (part of the picture is missing or garbled)")
+    warn(f"{said}; used as decoded (part of the picture may be missing or grey)")
 
 
 def _pil_open(path: Path) -> Image.Image:
@@ -135,21 +138,22 @@ def _pil_open(path: Path) -> Image.Image:
     return ImageOps.exif_transpose(img) or img
 
 
-def load_image(path: str | Path, strict: bool = False) -> torch.Tensor:
+def load_image(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
     """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in
     memory (a crop copies whole rows; the device makes it planar). ``strict``: a JPEG that decodes
-    with libjpeg warnings (corrupt or truncated data) is a :class:`DataError` too.
+    with libjpeg warnings (corrupt or truncated data) is a :class:`DataError` too; ``warn_damaged``:
+    it is used, and a warning names it (libjpeg's own message would not).
 
     torchvision decodes 8-bit RGB; everything else (CMYK JPEGs, whose inverted ink only PIL
     handles, grayscale, alpha, 16-bit, TIFF, ...) goes to PIL. Raises :class:`DataError` naming
     the file when neither can read it.
     """
     path = Path(path)
-    messages: list[str] | None = [] if strict else None
+    messages: list[str] | None = [] if strict or warn_damaged else None
     # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends
     # CMYK and the other odd files to PIL, at no cost to the common case.
     out = _tv_decode(_read_bytes(path), "UNCHANGED", messages)
-    _refuse_damaged(path, messages, "image")
+    _check_damaged(path, messages, "image", strict)
     if out is not None and out.dtype == torch.uint8 and out.ndim == 3 and out.shape[0] == 3:
         return out
     try:
@@ -177,17 +181,17 @@ def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(arr.astype(np.float64) * (255.0 / scale)), 0, 255).astype(np.uint8)
 
 
-def load_mask(path: str | Path, strict: bool = False) -> torch.Tensor:
+def load_mask(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
     """Decode a mask to uint8 ``(1, H, W)`` with values 0..255 (soft masks stay soft).
 
     16-bit masks are rescaled to 8 bits and 0/1 masks are scaled to 0/255. Raises
     :class:`DataError` naming the file when it cannot be read (``strict``: or when a JPEG mask
-    decodes with libjpeg warnings).
+    decodes with libjpeg warnings; ``warn_damaged``: it is used, and a warning names it).
     """
     path = Path(path)
-    messages: list[str] | None = [] if strict else None
+    messages: list[str] | None = [] if strict or warn_damaged else None
     out = _tv_decode(_read_bytes(path), "GRAY", messages)
-    _refuse_damaged(path, messages, "mask")
+    _check_damaged(path, messages, "mask", strict)
     if out is not None and out.ndim == 3 and out.shape[0] == 1:
         if out.dtype == torch.uint8:
             arr = out[0].numpy()

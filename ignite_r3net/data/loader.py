@@ -30,9 +30,11 @@ __all__ = [
 ]
 
 
-def _load_pair(image_path: Path, mask_path: Path, strict: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    image = load_image(image_path, strict)
-    mask = load_mask(mask_path, strict)
+def _load_pair(
+    image_path: Path, mask_path: Path, strict: bool = False, warn_damaged: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    image = load_image(image_path, strict, warn_damaged)
+    mask = load_mask(mask_path, strict, warn_damaged)
     if image.shape[-2:] != mask.shape[-2:]:
         raise DataError(
             f"size mismatch: image {image_path} is {image.shape[-1]}x{image.shape[-2]} "
@@ -117,17 +119,23 @@ class SaliencyEvalSet(Dataset):
     The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it. With
     ``skip_unreadable`` (validation during training, which a damaged file must not end), a pair that
     cannot be read (``strict``: or whose JPEG decodes with warnings, as training reads them) comes as
-    a 1x1 stand-in whose ``problem`` says why; the evaluator leaves it out.
+    a 1x1 stand-in whose ``problem`` says why; the evaluator leaves it out. ``warn_damaged``
+    (``evaluate``): a JPEG that decodes with warnings is scored as decoded, and a warning names it.
     """
 
     def __init__(
-        self, root: str | Path, max_pairs: int | None = None, skip_unreadable: bool = False, strict: bool = False
+        self,
+        root: str | Path,
+        max_pairs: int | None = None,
+        skip_unreadable: bool = False,
+        strict: bool = False,
+        warn_damaged: bool = False,
     ) -> None:
         self.root = Path(root)
         listed = list_pairs(self.root)
         self.listed = len(listed)  # the folder's pairs, of which ``max_pairs`` are taken
         self.pairs = evenly_spaced(listed, max_pairs)
-        self.skip_unreadable, self.strict = skip_unreadable, strict
+        self.skip_unreadable, self.strict, self.warn_damaged = skip_unreadable, strict, warn_damaged
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -136,7 +144,7 @@ class SaliencyEvalSet(Dataset):
         image_path, mask_path = self.pairs[index]
         problem = ""
         try:
-            image, mask = _load_pair(image_path, mask_path, self.strict)
+            image, mask = _load_pair(image_path, mask_path, self.strict, self.warn_damaged)
         except DataError as e:
             if not self.skip_unreadable:
                 raise
@@ -211,14 +219,15 @@ def build_eval_loader(
     max_pairs: int | None = None,
     skip_unreadable: bool = False,
     strict: bool = False,
+    warn_damaged: bool = False,
 ) -> DataLoader:
     """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard
     (of ``max_pairs`` evenly spaced pairs, when given).
 
     ``persistent_workers`` (validation during training, which runs the loader again and again) keeps
     the same workers from one pass to the next; ``stop_workers`` ends them. ``skip_unreadable``,
-    ``strict``: see ``SaliencyEvalSet``."""
-    dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict)
+    ``strict``, ``warn_damaged``: see ``SaliencyEvalSet``."""
+    dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict, warn_damaged)
     return DataLoader(
         dataset,
         batch_size=1,

@@ -138,7 +138,9 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     with worker_threads(device):
         model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
         rank, world = idist.get_rank(), idist.get_world_size()
-        loaders = [build_eval_loader(folder, world, rank, options.inference.workers) for folder in options.data]
+        workers = options.inference.workers
+        # a damaged JPEG is scored as decoded, as other toolboxes would, but named (libjpeg names no file)
+        loaders = [build_eval_loader(f, world, rank, workers, warn_damaged=True) for f in options.data]
         total = sum(len(loader.dataset) for loader in loaders)
         desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
         with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:

@@ -168,7 +168,7 @@ class BatchFiles(torch.utils.data.Dataset):
         images, problems = {}, []
         for index in self.batches[j]:
             try:
-                images[index] = load_image(self.sources[index])
+                images[index] = load_image(self.sources[index], warn_damaged=True)
             except DataError as e:
                 problems.append(str(e))
         return images, problems
