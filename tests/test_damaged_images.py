@@ -114,13 +114,25 @@ def test_training_reports_each_damaged_image_once_and_goes_on(damaged, tmp_path,
 def test_more_damaged_images_than_allowed_stop_the_run_in_one_line(damaged, tmp_path, capsys):
     train, zeroed, cut = damaged
     assert _train(train, tmp_path, "--iters", "6", "--max-bad-images", "0.2") == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    printed = capsys.readouterr()
+    err = printed.err.strip().splitlines()
     assert err[-1].startswith(
         "error: rank 0 failed: TooManyBadImages: 2 of 6 training pairs are unreadable, more than "
         "--max-bad-images 0.2 allows (1): damaged image "
     ), err
     assert "check-data --decode" in err[-1]
-    assert log_lines(tmp_path / "train.log")[-1] == err[-1], "train.log ends with the console's line"
+    lines = log_lines(tmp_path / "train.log")
+    assert lines[-1] == err[-1], "train.log ends with the console's line"
+    # train.log names each: met while allowed, with a warning (console too); met as the run stops,
+    # on its own line (train.log only: no "trained on ... in its place" just before the stop)
+    said = {
+        path: [line for line in lines if f"damaged image {path}: " in line and line != lines[-1]]
+        for path in (zeroed, cut)
+    }
+    assert all(len(found) == 1 for found in said.values()), said
+    kinds = sorted(found[0].split(":")[0] for found in said.values())
+    assert kinds == ["unreadable", "warning"], said
+    assert not [line for line in printed.out.splitlines() if line.startswith("unreadable: ")]
 
 
 def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):

@@ -83,12 +83,18 @@ def attach_bad_images(trainer: Engine, bad: BadImages, log: TrainLog, config: Tr
         Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every))
     )
     def report_bad_images(engine: Engine) -> None:
-        for _, problem in bad.sync():
-            log.write(
-                f"warning: {problem}; trained on the next readable pair in its place ({len(bad.known)} of "
-                f"{bad.pairs} training pairs unreadable so far, --max-bad-images {config.max_bad_images} allows "
-                f"{bad.allowed})"
-            )
+        new = bad.sync()
+        if bad.too_many():
+            # the run stops: one line on the console (below); train.log names every pair
+            for _, problem in new:
+                log.write(f"unreadable: {problem}", console=False)
+        else:
+            for _, problem in new:
+                log.write(
+                    f"warning: {problem}; trained on the next readable pair in its place ({len(bad.known)} of "
+                    f"{bad.pairs} training pairs unreadable so far, --max-bad-images {config.max_bad_images} "
+                    f"allows {bad.allowed})"
+                )
         if bad.too_many():
             first = next(iter(bad.known.values()))
             more = f" and {len(bad.known) - 1} more (train.log names them)" if len(bad.known) > 1 else ""
