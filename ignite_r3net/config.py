@@ -107,7 +107,8 @@ class TrainConfig:
     )
     tracker: list[str] = option(
         default_factory=list,
-        help="also log the run to these experiment trackers (each an extra: pip install -e '.[mlflow]'): what "
+        help="also log the run to these experiment trackers: mlflow, wandb or clearml (each an extra: pip "
+        "install -e '.[mlflow]', '.[wandb]' or '.[clearml]'); they get what "
         "TensorBoard gets, the recipe as parameters and the best checkpoint as an artifact. mlflow logs to "
         "MLFLOW_TRACKING_URI, by default to OUTPUT_DIR/mlruns.db (see: mlflow ui --backend-store-uri "
         "sqlite:///OUTPUT_DIR/mlruns.db); a resumed run continues its tracker runs. Checked at start-up: a "
@@ -138,7 +139,14 @@ class TrainConfig:
         "logs); --no-progress shows none (train.log has the ETA either way)",
     )
     # speed
-    amp: str = option("off", "mixed precision", choices=AMP_MODES)
+    amp: str = option(
+        "off",
+        "mixed precision: the model's forward pass autocast to bfloat16 (bf16: CPUs with AVX-512 BF16/AMX, "
+        "Ampere or newer GPUs) or float16 (fp16: GPUs, with a gradient scaler saved in the checkpoints; "
+        "emulated and slow on a CPU); the losses, weights and optimiser stay float32; off: float32 throughout, "
+        "as the original",
+        choices=AMP_MODES,
+    )
     channels_last: bool = option(False, "use channels_last memory format for the model and inputs")
     compile: bool = option(False, "torch.compile the model")
     # distribution

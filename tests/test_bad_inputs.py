@@ -91,7 +91,7 @@ def _cases(data, tmp):
         (["--pretrained", "IMAGENET_TYPO", *d], "--pretrained IMAGENET_TYPO: "),
         (["--resume", str(tmp / "missing.pt"), *d], f"--resume file {tmp / 'missing.pt'} does not exist"),
         (["--resume", str(corrupt), *d], f"cannot load checkpoint {corrupt}"),
-        (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'} is not writable"),
+        (["--output-dir", str(a_file / "out"), *d], f"--output-dir {a_file / 'out'}: {a_file} is not a folder"),
         (["--output-dir", str(with_ckpt), *d], "already holds checkpoints of a run"),
         (["--output-dir", str(with_best), *d], "already holds checkpoints of a run"),
         (
@@ -145,6 +145,8 @@ def test_each_bad_input_is_one_clear_line_before_any_work(data, tmp_path, capsys
         (["--no-such-option"], "unrecognized arguments"),
         (["evalute", "--checkpoint", "x.pt"], "invalid choice: 'evalute'"),  # a typo is not a train option
         (["--checkpoint", "x.pt"], "unrecognized arguments: --checkpoint"),  # no prefix of --checkpoint-every
+        # an option of another command: the usage shown is that of the command given
+        (["evaluate", "--maps", "m", "--gt", "g", "--metrics", "maxF"], "evaluate: error: unrecognized arguments"),
     ],
 )
 def test_malformed_options_are_rejected_by_the_parser(args, expected, capsys):

@@ -72,6 +72,11 @@ def test_every_command_checks_its_outputs_first(
     assert f"--output {base / 'm.pt'}" in _one_error_line(export, capsys)
     hub = ["export", "--checkpoint", checkpoint, "--format", "hub", "--output", str(base / "hub")]
     assert f"--output {base / 'hub'}" in _one_error_line(hub, capsys)
+    train = ["--data", data, "--pretrained", "none", "--backbone", "resnet18", "--crop", "32"]
+    assert f"--output-dir {base / 'run'}" in _one_error_line([*train, "--output-dir", str(base / "run")], capsys)
+    if where == "under_file":  # the file itself given as the folder
+        said = _one_error_line([*train, "--output-dir", str(base)], capsys)
+        assert f"--output-dir {base} exists and is not a folder" in said
 
 
 def test_checks_leave_nothing_behind_and_name_what_is_wrong(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     for command in sub.choices.values():
         command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -64,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
     tolerate_closed_console()
     parser = build_parser()
-    args = parser.parse_args(_with_default_command(sys.argv[1:] if argv is None else argv))
+    args, unknown = parser.parse_known_args(_with_default_command(sys.argv[1:] if argv is None else argv))
+    if unknown:  # the command's usage and --help, not the top level's
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler = args.handler
     try:
         return handler(args)

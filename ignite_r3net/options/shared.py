@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, option
 
 _RESIZED_BACK = (
-    "the saliency is resized back (bilinear) to the image's own size, where maps are scored and written; "
+    "the saliency is resized back (bilinear) to the image's own size, at which maps are written (and scored); "
     "default: full resolution, as the original"
 )
 
@@ -89,5 +89,10 @@ class InferenceOptions:
         "refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
         action="store_true",
     )
-    amp: str = option("off", "mixed precision inference", choices=INFERENCE_AMP_MODES)
+    amp: str = option(
+        "off",
+        "mixed precision inference: bf16 runs the model in bfloat16 (faster on CPUs with AVX-512 BF16/AMX and "
+        "on recent GPUs; maps may differ by a gray level); off: float32",
+        choices=INFERENCE_AMP_MODES,
+    )
     workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)

@@ -13,6 +13,7 @@ from ..checkpoint_io import list_checkpoints, remove_stale_temporaries
 from ..config import TrainConfig
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, UserError
+from ..output_paths import check_writable_folder
 from ..run_lock import LOCK_NAME, RunLock
 
 
@@ -23,6 +24,7 @@ def claimed_output_dir(config: TrainConfig) -> Iterator[None]:
     folder behind; another run's lock is one ``OptionError`` naming its holder."""
     out = Path(config.output_dir)
     created = not out.exists()
+    check_writable_folder(out, "--output-dir")  # the words every command uses for a wrong path
     try:
         out.mkdir(parents=True, exist_ok=True)
         # a private probe: under torchrun every local process runs this at the same time
