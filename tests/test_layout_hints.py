@@ -48,7 +48,8 @@ def test_half_of_a_data_set_names_the_data_set_folder(
 ) -> None:
     for half, side in (("DUTS-TE-Image", "images"), ("DUTS-TE-Mask", "masks")):
         err = _error(["evaluate", "--checkpoint", str(checkpoint), "--data", str(duts / half)], capsys)
-        assert f"is the {side} folder of the data set {duts}: give the data set folder {duts}" in err
+        assert err.startswith(f"error: --data: {duts / half} is the {side} folder of the data set {duts}: ")
+        assert f"give the data set folder {duts}" in err
     assert cli.main(["check-data", str(duts / "DUTS-TE-Image")]) == 1
     printed = capsys.readouterr().out
     assert "give the data set folder" in printed and "image without mask" not in printed
@@ -142,6 +143,9 @@ def test_an_exported_model_given_as_checkpoint_says_which_command_takes_it(
             err = _error(args, capsys)
             assert f"{path} is a model written by 'export' ({kind})" in err and f"predict --model {path}" in err
             assert "weights_only" not in err
+        compare = ["compare", "--datasets", f"V={duts}", "--methods", f"M={path}", "--out", str(tmp_path / "c")]
+        err = _error(compare, capsys)
+        assert err.startswith(f"error: --methods M: checkpoint {path} is a model written by 'export' ({kind})"), err
 
 
 def test_named_folders(tmp_path: Path) -> None:

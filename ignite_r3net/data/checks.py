@@ -138,9 +138,11 @@ def check_dataset(root: str | Path) -> list[str]:
     return scan_dataset(root).problems
 
 
-def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> list[tuple[Path, Path]]:
+def assert_dataset_ok(
+    root: str | Path, min_size: int | None = None, option: str | None = None
+) -> list[tuple[Path, Path]]:
     """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``); raise :class:`DataError`
-    listing every problem.
+    listing every problem (after ``option``, the option that named ``root``, when given).
 
     With ``min_size`` (the training crop), also fail when the crop is larger than every image:
     small images are resized up to the crop as the reference DDP script does, but a data set where *every*
@@ -152,5 +154,5 @@ def assert_dataset_ok(root: str | Path, min_size: int | None = None) -> list[tup
             w, h = max(sizes, key=lambda s: (s[0] * s[1], s))
             problems.append(f"crop {min_size} is larger than every image in {root} (largest is {w}x{h})")
     if problems:
-        raise DataError(problems)
+        raise DataError(problems) if option is None else DataError(f"{option}: {DataError(problems)}")
     return pairs

@@ -26,7 +26,7 @@ from typing import Any
 from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
-from ..errors import OptionError, listing, note, warn
+from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
 from ..model.backbone_weights import sha256_of
 from ..model.hub import is_hub_source
@@ -257,12 +257,16 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
         files = list_pairs(bench.data)
         key = scoring.inference_key(method.source, files, settings)
         if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:
-            assert_dataset_ok(bench.data)  # every problem of the images, by file name (headers only)
+            # every problem of the images, by file name (headers only)
+            assert_dataset_ok(bench.data, option=f"--datasets {bench.name}")
             stale.append((bench, key, len(files)))
     if stale:
         if options.crf:
             require_crf()
-        read_trained_weights(method.source, options.backbone)  # a one-line error now, not after hours
+        try:  # a one-line error now, not after hours
+            read_trained_weights(method.source, options.backbone)
+        except (CheckpointError, OptionError) as e:
+            raise type(e)(f"--methods {method.name}: {e}") from None
     return stale
 
 

@@ -84,7 +84,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     if options.inference.crf:
         require_crf()
     # DataError listing every problem (headers read), before any work; the listings the ranks compare
-    listings = [listing_digest(folder, assert_dataset_ok(folder)) for folder in data]
+    listings = [listing_digest(folder, assert_dataset_ok(folder, option="--data")) for folder in data]
     check_writable_file(options.json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
     check_writable_folder(options.save_maps, "--save-maps")

@@ -13,7 +13,7 @@ from filelock import FileLock
 from ..config import TrainConfig
 from ..data import assert_dataset_ok, ensure_synthetic, listing_digest
 from ..distributed.topology import LaunchSpec
-from ..errors import DataError, OptionError
+from ..errors import OptionError
 
 SYNTHETIC = "synthetic"
 
@@ -62,10 +62,7 @@ def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[s
 
 def _check(option: str, folder: str, min_size: int | None) -> list[tuple[Path, Path]]:
     """The folder's pairs, checked (``assert_dataset_ok``); a problem names ``option``."""
-    try:
-        return assert_dataset_ok(folder, min_size=min_size)
-    except DataError as e:
-        raise DataError(f"{option}: {e}") from None
+    return assert_dataset_ok(folder, min_size=min_size, option=option)
 
 
 def describe_data_set(folder: str, pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
