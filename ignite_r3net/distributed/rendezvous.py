@@ -36,7 +36,9 @@ from .topology import Endpoint
 REPORT_EVERY_S = 30.0
 POLL_S = 0.5
 STORE_OP_TIMEOUT_S = 30.0  # a store call blocks this long at most when the other end vanished
+VERDICT_READ_S = 10.0  # how long a refusing participant 0 keeps its store for the others to read why
 _COUNT, _VERDICT = "ignite_r3net/meeting/count", "ignite_r3net/meeting/verdict"
+_VERDICT_READ = "ignite_r3net/meeting/verdict_read"
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,18 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
         if refusal:
             break
     store.set(_VERDICT, json.dumps({"refusal": refusal}))
+    if refusal:
+        _let_the_others_read(store, meeting)
     return refusal
+
+
+def _let_the_others_read(store: Any, meeting: Meeting) -> None:
+    """A refusal ends participant 0's process, and with it the store the others poll for the
+    verdict: wait until each has read it (``VERDICT_READ_S`` at most), so that every participant
+    stops with the same line rather than with a lost connection."""
+    deadline = time.monotonic() + VERDICT_READ_S
+    while store.add(_VERDICT_READ, 0) < meeting.count - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _setting(source: tuple[str, str]) -> str:
@@ -243,4 +256,6 @@ def _await_verdict(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
             f"({here()} there, world size {meeting.world_size}): {meeting.causes('some are')}"
         ),
     )
-    return json.loads(store.get(_VERDICT))["refusal"]
+    refusal = json.loads(store.get(_VERDICT))["refusal"]
+    store.add(_VERDICT_READ, 1)
+    return refusal
