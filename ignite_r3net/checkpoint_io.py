@@ -195,5 +195,5 @@ def find_resume_checkpoint(
         try:
             return path, load_checkpoint(path)
         except CheckpointError as e:
-            report(f"skipping {e}")
+            report(f"{e}; passed over")
     return None

@@ -170,9 +170,26 @@ def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path, capsys)
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     capsys.readouterr()
     assert main([*args, "--resume", "auto"]) == 0
-    assert f"skipping cannot load checkpoint {newest}" in capsys.readouterr().err
-    assert f"resumed from {tmp_path / 'checkpoint_2.pt'} at iteration 2" in (tmp_path / "train.log").read_text()
+    assert f"warning: cannot load checkpoint {newest}: " in capsys.readouterr().err
+    resumed = f"resumed from {tmp_path / 'checkpoint_2.pt'} at iteration 2 (passed over checkpoint_4.pt, which could"
+    assert resumed in (tmp_path / "train.log").read_text()  # the log says why the run went back
     assert load_checkpoint(newest)["trainer"]["iteration"] == 4  # rewritten whole
+
+
+def test_resume_auto_refuses_to_start_afresh_over_checkpoints_that_do_not_load(data, tmp_path, capsys):
+    """Starting again would write over them; a disk or copy problem is for the user to look at."""
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2", *TINY_TRAIN]
+    assert main(args) == 0
+    for name in ("checkpoint_2.pt", "checkpoint_4.pt"):
+        (tmp_path / name).write_bytes(b"cut short")
+    capsys.readouterr()
+    assert main([*args, "--resume", "auto"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"error: --resume auto: none of the 2 checkpoint(s) in {tmp_path} loads (checkpoint_2.pt, checkpoint_4.pt: "
+        "see the warnings above); move them away to start a fresh run there"
+    ), err
+    assert (tmp_path / "checkpoint_4.pt").read_bytes() == b"cut short"  # nothing written over
 
 
 # ---------------------------------------------------------------- failures across ranks

@@ -92,6 +92,7 @@ def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | N
     if resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=warn)
         if found is None:
+            _refuse_unloadable_checkpoints(config)
             warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
             return dataclasses.replace(config, resume=None), None
         config, checkpoint = dataclasses.replace(config, resume=str(found[0])), found[1]
@@ -106,6 +107,17 @@ def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | N
         _refuse_newer_checkpoints(config)
     _check_training_state(config, checkpoint)
     return config, checkpoint
+
+
+def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
+    """Checkpoints that all fail to load are no reason to start afresh: the new run would write over
+    them (a disk or copy problem to look at first)."""
+    found = [path.name for _, path in list_checkpoints(config.output_dir)]
+    if found:
+        raise OptionError(
+            f"--resume auto: none of the {len(found)} checkpoint(s) in {config.output_dir} loads "
+            f"({', '.join(found)}: see the warnings above); move them away to start a fresh run there"
+        )
 
 
 def _refuse_newer_checkpoints(config: TrainConfig) -> None:

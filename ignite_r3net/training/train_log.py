@@ -18,6 +18,7 @@ from typing import IO
 
 import torch
 
+from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..console import echo
 from ..distributed.ranks import rank_zero_only
@@ -119,6 +120,10 @@ def _notes(config: TrainConfig, device: torch.device) -> list[str]:
 
 def _resumed_line(config: TrainConfig, resumed_from: Path, iteration: int) -> str:
     line = f"resumed from {resumed_from} at iteration {iteration}"
+    # newer checkpoints are left only by --resume auto, which passed over them: they did not load
+    passed_over = [path.name for it, path in list_checkpoints(config.output_dir) if it > iteration]
+    if passed_over:
+        line += f" (passed over {', '.join(passed_over)}, which could not be loaded)"
     logged = last_logged_iteration(Path(config.output_dir) / LOG_NAME)
     if logged is not None and logged > iteration:
         line += f": iterations {iteration + 1} to {logged} above are trained again below"
