@@ -41,6 +41,7 @@ def check_data(folders: list[str], decode: bool = False) -> int:
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: {len(scan.pairs)} pairs, no problems{' (every file decoded)' if decode else ''}")
+            pairs = f"{len(scan.pairs)} pair{'' if len(scan.pairs) == 1 else 's'}"
+            print(f"{folder}: {pairs}, no problems{' (every file decoded)' if decode else ''}")
     sys.stdout.flush()
     return 1 if failed else 0

@@ -92,7 +92,7 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, batch_size: int, config
         if reading.first_nonfinite_iteration is not None:
             raise NonFiniteLossError(
                 f"loss became non-finite at iteration {reading.first_nonfinite_iteration} in "
-                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (last good checkpoint kept)"
+                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (the checkpoints written so far are kept)"
             )
         now = time.perf_counter()
         iterations = engine.state.iteration - last_sync["iteration"]
