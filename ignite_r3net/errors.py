@@ -108,16 +108,12 @@ def load_error_reason(e: BaseException) -> str:
     text = str(e)
     if "global" in text.lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
         return "it contains pickled objects other than tensors (refused: it could run code)"
-    # torch's own wording advises loading with weights_only=False, which would run any code the
-    # file holds: never relayed
-    if (
-        "weights_only" in text
-        or "Weights only load failed" in text
-        or "central directory" in text
-        or type(e).__name__ in ("UnpicklingError", "SafetensorError")
-    ):
-        return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
-    return error_line(e)
+    if isinstance(e, (PermissionError, IsADirectoryError, FileNotFoundError, MemoryError)):
+        return error_line(e)  # about the file or the machine, not its content
+    # Anything else is the content: torch's unpickler meeting text raises KeyError('1'), an empty
+    # file EOFError, a cut one OSError(EINVAL) or a zip error; and torch's own wording advises
+    # weights_only=False, which would run any code the file holds: never relayed
+    return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
 
 
 def listing(names: Iterable[object], limit: int = 20) -> str:

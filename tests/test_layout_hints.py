@@ -164,3 +164,22 @@ def test_torch_advice_to_load_unsafely_never_reaches_the_user() -> None:
     advice = "Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely succeed"
     for error in (RuntimeError(advice), RuntimeError("Cannot use ``weights_only=True`` with TorchScript archives")):
         assert "weights_only" not in load_error_reason(error)
+
+
+def test_a_file_that_is_no_checkpoint_gets_a_reason_a_user_can_act_on(tmp_path: Path) -> None:
+    """torch's unpickler says ``101`` for a text file, ``EOFError`` for an empty one and ``[Errno 22]``
+    for a cut one: the user reads what the file is instead."""
+    from ignite_r3net.checkpoint_io import load_checkpoint
+    from ignite_r3net.errors import CheckpointError
+
+    whole = tmp_path / "whole.pt"
+    torch.save({"weight": torch.zeros(4000)}, whole)
+    contents = {"notes.pth": b"this is not a checkpoint\n", "empty.pt": b"", "cut.pt": whole.read_bytes()[:5000]}
+    for name, content in contents.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointError) as refused:
+            load_checkpoint(tmp_path / name)
+        assert str(refused.value) == (
+            f"cannot load checkpoint {tmp_path / name}: it is not a readable PyTorch file (corrupt, truncated, "
+            "or another format)"
+        )
