@@ -6,6 +6,7 @@ line. The damage is real: JPEGs zeroed from the middle on, and cut and re-marked
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 
 import pytest
@@ -38,6 +39,19 @@ def test_check_data_decode_names_what_the_header_scan_passes(damaged, capsys):
     assert f"{train}: 2 problem(s)" in out
     for path in (zeroed, cut):
         assert f"damaged image {path}: libjpeg: Corrupt JPEG data" in out
+
+
+def test_check_data_decode_also_decodes_where_the_headers_found_problems(damaged, tmp_path, capsys):
+    """One round of fixes: a header problem elsewhere in the folder does not hide a damaged JPEG."""
+    train, zeroed, cut = damaged
+    shutil.copytree(train, tmp_path / "set")
+    lonely = tmp_path / "set" / "lonely.jpg"
+    shutil.copy(train / "syn_00000.jpg", lonely)  # an image without its mask
+    assert main(["check-data", "--decode", str(tmp_path / "set")]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'set'}: 3 problem(s)" in out and f"image without mask: {lonely}" in out
+    for path in (zeroed, cut):
+        assert f"damaged image {tmp_path / 'set' / path.name}: libjpeg: Corrupt JPEG data" in out
 
 
 def test_the_grey_half_of_a_cut_jpeg_is_what_strict_decoding_refuses(damaged):

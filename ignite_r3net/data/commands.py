@@ -30,11 +30,13 @@ def check_data(folders: list[str], decode: bool = False) -> int:
     failed = False
     for folder in folders:
         scan = scan_dataset(folder)  # one listing of the folder for all that follows
-        problems = scan.problems
-        if decode and not problems:
+        problems = list(scan.problems)
+        if decode:
             from .decode import decode_problems
 
-            problems = decode_problems(scan.pairs)
+            # also where headers failed elsewhere: the user fixes everything in one round
+            named = " ".join(problems)
+            problems += decode_problems([p for p in scan.pairs if str(p[0]) not in named and str(p[1]) not in named])
         if problems:
             failed = True
             print(f"{folder}: {len(problems)} problem(s)")
