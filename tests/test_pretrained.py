@@ -221,6 +221,12 @@ def test_weights_of_another_backbone_are_one_short_line_naming_the_fix(data, tmp
         assert err.endswith(fix) and len(err.splitlines()) == 1, err
         assert err.count("weight") + err.count("running_") <= 12, "a few key names, not hundreds"
     assert not (tmp_path / "out").exists()
+    # the other way round: backbone weights where a whole trained R3Net goes
+    assert main([*common, "--output-dir", str(tmp_path / "out"), "--init-from", str(other)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --init-from {other} holds backbone weights (resnet34), not a whole trained R3Net: start from "
+        f"them with --pretrained {other} --backbone resnet34"
+    )
 
 
 def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, tmp_path, capsys):

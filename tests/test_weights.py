@@ -244,7 +244,10 @@ def test_missing_and_unexpected_keys_are_listed() -> None:
     sd["extra.weight"] = torch.zeros(1)
     with pytest.raises(
         ValueError,
-        match=r"1 of its \d+ keys missing \[predict3\.0\.weight\], 1 unexpected \[extra\.weight\]",
+        match=(
+            rf"1 of the model's {len(sd)} keys are not in it \[predict3\.0\.weight\]; "
+            rf"1 of its {len(sd)} keys are not the model's \[extra\.weight\]"
+        ),
     ):
         load_model_state(model, sd)
 

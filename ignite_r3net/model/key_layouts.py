@@ -146,20 +146,23 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
     PyTorch < 0.4.1 (such as the original release) predate them, and they only
     matter for BatchNorm with ``momentum=None``.
     """
+    given = set(sd)
     sd = dict(sd)
     own = module.state_dict()
     for key, value in own.items():
         if key.endswith("num_batches_tracked") and key not in sd:
             sd[key] = value
-    missing = sorted(set(own) - set(sd))
-    unexpected = sorted(set(sd) - set(own))
+    needed = [key for key in own if key in given or not key.endswith("num_batches_tracked")]
+    missing = sorted(set(needed) - given)
+    unexpected = sorted(given - set(own))
     if missing or unexpected:
         # counts and a few names: hundreds of them would hide the line's point
-        raise ValueError(
-            f"{what} does not match the model: "
-            f"{len(missing)} of its {len(own)} keys missing [{listing(missing, 3)}], "
-            f"{len(unexpected)} unexpected [{listing(unexpected, 3)}]"
-        )
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of the model's {len(needed)} keys are not in it [{listing(missing, 3)}]")
+        if unexpected:
+            parts.append(f"{len(unexpected)} of its {len(given)} keys are not the model's [{listing(unexpected, 3)}]")
+        raise ValueError(f"{what} does not match the model: {'; '.join(parts)}")
     module.load_state_dict(sd, strict=True)
 
 

@@ -4,7 +4,10 @@ before any worker starts, checked, and recorded in ``config.weights``."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+
+import torch
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
@@ -66,6 +69,22 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
     return ""
 
 
+def _refuse_backbone_only(init_from: str, state: Mapping[str, torch.Tensor]) -> None:
+    """Backbone weights (an ImageNet classifier's, say) given to ``--init-from``, which takes a whole
+    trained R3Net: the fix is ``--pretrained``, not another ``--backbone``."""
+    try:
+        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
+            return
+        found = infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(state).items()})
+    except ValueError:  # not a layout we read: check_fits's mismatch line says enough
+        return
+    named, flag = (f" ({found})", f" --backbone {found}") if found else ("", "")
+    raise OptionError(
+        f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "
+        f"with --pretrained {init_from}{flag}"
+    )
+
+
 def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
@@ -83,7 +102,11 @@ def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
             f"--init-from {init_from} holds an R3Net with backbone {found}, not {config.backbone}: "
             f"add --backbone {found}"
         )
-    check_fits(config.backbone, state, init_from)  # or one line saying why not
+    _refuse_backbone_only(init_from, state)
+    try:
+        check_fits(config.backbone, state, init_from)  # or one line saying why not
+    except OptionError as e:
+        raise OptionError(f"--init-from: {e}") from None
     # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix
     return Weights(source="init-from", file=str(path.absolute()), sha256=sha256_of(path))
 
