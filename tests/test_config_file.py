@@ -71,6 +71,11 @@ def test_options_that_choose_the_weights_drop_the_saved_record(tmp_path: Path, s
         ({"iters": 1.5}, "'iters' must be an integer, got 1.5"),
         ({"compile": 1}, "'compile' must be true or false, got 1"),
         ({"amp": "fp8"}, "'amp' must be one of off, bf16, fp16, got 'fp8'"),
+        (
+            {"backbone": "resnet99"},  # choices of the model package, not of the field
+            "'backbone' must be one of resnext101_32x4d, resnext101_32x8d, resnext50_32x4d, resnet101, resnet50, "
+            "resnet34, resnet18, got 'resnet99'",
+        ),
         ({"val_data": 3}, "'val_data' must be a string or null, got 3"),
         ([1, 2], "expected a JSON object of options, got list"),
     ],

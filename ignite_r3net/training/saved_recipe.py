@@ -8,6 +8,8 @@ from typing import Any
 
 from ..config import TrainConfig
 from ..data.synthetic import synthetic_paths
+from ..errors import OptionError
+from ..model.backbones import BACKBONES
 from ..options.fields import is_option
 from ..options.json_file import read_options
 
@@ -31,6 +33,11 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
             (one line naming the key).
     """
     saved = read_options(TrainConfig, path, "--config")
+    if "backbone" not in given and "backbone" in saved and saved["backbone"] not in BACKBONES:
+        # its choices are the model package's, not the field's: read_options cannot check them
+        raise OptionError(
+            f"--config {path}: 'backbone' must be one of {', '.join(BACKBONES)}, got {saved['backbone']!r}"
+        )
     options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
     recipe = {k: v for k, v in saved.items() if k in options and k != "resume"}
     train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
