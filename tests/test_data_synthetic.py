@@ -81,3 +81,18 @@ def test_variety_and_learnable_cue(tmp_path: Path) -> None:
     assert 3 <= soft <= 30  # some soft-edged masks, most hard
     # The salient object is clearly more saturated than its surroundings in every image.
     assert min(f - b for f, b in zip(fg_sat, bg_sat)) > 0.2
+
+
+def test_make_data_says_which_files_in_its_folders_it_did_not_write(tmp_path: Path, capsys) -> None:
+    """An --out that holds a user's own files: they stay, and would be listed with the generated pairs."""
+    from ignite_r3net.cli import main
+
+    (tmp_path / "set" / "train").mkdir(parents=True)
+    (tmp_path / "set" / "train" / "holiday.jpg").write_bytes(b"mine")
+    assert main(["make-data", "--out", str(tmp_path / "set"), "--train", "2", "--val", "1"]) == 0
+    printed = capsys.readouterr()
+    assert f"note: --out {tmp_path / 'set'}: train/ also holds 1 file(s) make-data did not write (holiday.jpg)" in (
+        printed.err
+    )
+    assert "2 training pairs to" in printed.out and "1 validation pair to" in printed.out
+    assert (tmp_path / "set" / "train" / "holiday.jpg").read_bytes() == b"mine"

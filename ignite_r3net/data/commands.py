@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import OptionError
+from ..errors import OptionError, listing, note
 from .checks import scan_dataset
 from .synthetic import make_synthetic_dataset
 
@@ -17,11 +17,29 @@ def make_data(out: str, n_train: int = 400, n_val: int = 60, seed: int = 2018) -
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise OptionError(f"--out {folder} exists and is not a folder")
+    _note_foreign_files(folder)
     try:
         train_dir, val_dir = make_synthetic_dataset(folder, n_train=n_train, n_val=n_val, seed=seed)
     except OSError as e:
         raise OptionError(f"--out {folder}: cannot write the data set: {e.strerror or e}") from None
-    print(f"wrote {n_train} training pairs to {train_dir} and {n_val} validation pairs to {val_dir}")
+    written = f"{_count(n_train, 'training pair')} to {train_dir} and {_count(n_val, 'validation pair')} to {val_dir}"
+    print(f"wrote {written}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _note_foreign_files(folder: Path) -> None:
+    """make-data writes (and replaces) only its own ``syn_*`` files: other files in its ``train`` or
+    ``val`` folder stay and would be listed with the generated pairs."""
+    for split in ("train", "val"):
+        others = [p.name for p in sorted((folder / split).glob("*")) if not p.name.startswith("syn_")]
+        if others:
+            note(
+                f"--out {folder}: {split}/ also holds {len(others)} file(s) make-data did not write "
+                f"({listing(others, 3)}); they are left as they are, beside the generated pairs"
+            )
 
 
 def check_data(folders: list[str], decode: bool = False) -> int:
