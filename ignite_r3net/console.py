@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .progress import console_print
 
@@ -22,12 +22,9 @@ def echo(line: str, stream: IO[str] | None = None) -> bool:
     """Print ``line`` to ``stream`` (stdout), above any progress bar; False when nobody reads it any
     more (``| head``)."""
     stream = sys.stdout if stream is None else stream
-    try:
-        console_print(line, stream)
-    except BrokenPipeError:
-        silence(stream)
-        return False
-    return not getattr(stream, "pipe_closed", False)
+    tolerant = stream if isinstance(stream, _PipeTolerant) else _PipeTolerant(stream)
+    console_print(line, cast(IO[str], tolerant))  # the stream's own interface, through __getattr__
+    return not tolerant.pipe_closed
 
 
 class _PipeTolerant:

@@ -110,9 +110,10 @@ def load_error_reason(e: BaseException) -> str:
         return "it contains pickled objects other than tensors (refused: it could run code)"
     if isinstance(e, (PermissionError, IsADirectoryError, FileNotFoundError, MemoryError)):
         return error_line(e)  # about the file or the machine, not its content
-    # Anything else is the content: torch's unpickler meeting text raises KeyError('1'), an empty
-    # file EOFError, a cut one OSError(EINVAL) or a zip error; and torch's own wording advises
-    # weights_only=False, which would run any code the file holds: never relayed
+    # Anything else is the content: a text file makes torch's unpickler raise whatever its first
+    # bytes lead to (IndexError, KeyError, UnpicklingError), an empty file EOFError, a cut one
+    # OSError(EINVAL) or a zip error; and torch's own wording advises weights_only=False, which
+    # would run any code the file holds: never relayed
     return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
 
 

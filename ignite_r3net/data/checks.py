@@ -106,6 +106,7 @@ class Scan(NamedTuple):
     pairs: list[tuple[Path, Path]]
     problems: list[str]
     sizes: list[tuple[int, int]]  # of the pairs whose image and mask agree
+    sound: list[tuple[Path, Path]]  # the pairs no problem names
 
 
 def scan_dataset(root: str | Path) -> Scan:
@@ -113,6 +114,7 @@ def scan_dataset(root: str | Path) -> Scan:
     ``check_dataset``), and the sizes of the pairs whose image and mask agree."""
     pairs, problems = _scan(root)
     sizes: list[tuple[int, int]] = []
+    sound: list[tuple[Path, Path]] = []
     with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
         findings = [(_cached_probe(cache, image), _cached_probe(cache, mask)) for image, mask in pairs]
     for (image, mask), ((image_size, image_problem), (mask_size, mask_problem)) in zip(pairs, findings):
@@ -125,7 +127,9 @@ def scan_dataset(root: str | Path) -> Scan:
                 )
             else:
                 sizes.append(image_size)
-    return Scan(pairs, problems, sizes)
+                if not image_problem and not mask_problem:
+                    sound.append((image, mask))
+    return Scan(pairs, problems, sizes, sound)
 
 
 def check_dataset(root: str | Path) -> list[str]:
@@ -148,7 +152,7 @@ def assert_dataset_ok(
     small images are resized up to the crop as the reference DDP script does, but a data set where *every*
     image needs that is almost certainly the wrong folder or the wrong crop.
     """
-    pairs, problems, sizes = scan_dataset(root)
+    pairs, problems, sizes, _ = scan_dataset(root)
     if min_size is not None and sizes and not problems:
         if not any(w >= min_size and h >= min_size for w, h in sizes):
             w, h = max(sizes, key=lambda s: (s[0] * s[1], s))

@@ -53,15 +53,14 @@ def check_data(folders: list[str], decode: bool = False) -> int:
             from .decode import decode_problems
 
             # also where headers failed elsewhere: the user fixes everything in one round
-            named = " ".join(problems)
-            problems += decode_problems([p for p in scan.pairs if str(p[0]) not in named and str(p[1]) not in named])
+            problems += decode_problems(scan.sound)
         if problems:
             failed = True
             print(f"{folder}: {len(problems)} problem(s)")
             for line in problems:
                 print(f"  {line}")
         else:
-            pairs = f"{len(scan.pairs)} pair{'' if len(scan.pairs) == 1 else 's'}"
-            print(f"{folder}: {pairs}, no problems{' (every file decoded)' if decode else ''}")
+            decoded = " (every file decoded)" if decode else ""
+            print(f"{folder}: {_count(len(scan.pairs), 'pair')}, no problems{decoded}")
     sys.stdout.flush()
     return 1 if failed else 0

@@ -230,7 +230,8 @@ def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
             f"--input {folder}: {len(masks)} .png file(s) beside an image of the same name taken for masks "
             f"(MSRA10K's name.jpg + name.png), not predicted: {listing((f.name for f in masks), 3)}"
         )
-    return [f for f in images if f not in set(masks)]
+    taken = set(masks)
+    return [f for f in images if f not in taken]
 
 
 def _no_images(folder: Path) -> str:

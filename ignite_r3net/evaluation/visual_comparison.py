@@ -94,7 +94,7 @@ def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, 
             why = "none of --show-stems is" if stems else "no map is"
             note(f"no figure of {figure.name}: {why} among its images")
             continue
-        _draw_or_keep(figure, chosen, figure.mae, out / "figures" / f"visual_{figure.name}")
+        _draw_or_keep(figure, chosen, out / "figures" / f"visual_{figure.name}")
 
 
 def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
@@ -113,7 +113,7 @@ def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[st
     return ranked[:count]
 
 
-def _draw_or_keep(figure: FigureData, stems: list[str], maes: Mapping[str, Mapping[str, float]], stem: Path) -> None:
+def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
     headers = (["Image"] if figure.images else []) + ["GT", *figure.maps]
     rows = [figure_row(figure, s) for s in stems]
     key = _figure_key(headers, stems, rows)
@@ -128,7 +128,7 @@ def _draw_or_keep(figure: FigureData, stems: list[str], maes: Mapping[str, Mappi
             "images beside it, or its images do not pair with its masks: see check-data)"
         )
     draw_visual_comparison(headers, rows, stem)
-    mae = {s: {m: values[s] for m, values in maes.items() if s in values} for s in stems}
+    mae = {s: {m: values[s] for m, values in figure.mae.items() if s in values} for s in stems}
     write_json({"format": FIGURE_FORMAT, "key": key, "columns": headers, "stems": stems, "mae": mae}, record)
     print(f"figure of {figure.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
 

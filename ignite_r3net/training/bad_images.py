@@ -84,18 +84,17 @@ def attach_bad_images(trainer: Engine, bad: BadImages, log: TrainLog, config: Tr
     )
     def report_bad_images(engine: Engine) -> None:
         new = bad.sync()
-        if bad.too_many():
-            # the run stops: one line on the console (below); train.log names every pair
-            for _, problem in new:
+        stopping = bad.too_many()
+        for _, problem in new:
+            if stopping:  # one line on the console (below); train.log names every pair
                 log.write(f"unreadable: {problem}", console=False)
-        else:
-            for _, problem in new:
+            else:
                 log.write(
                     f"warning: {problem}; trained on the next readable pair in its place ({len(bad.known)} of "
                     f"{bad.pairs} training pairs unreadable so far, --max-bad-images {config.max_bad_images} "
                     f"allows {bad.allowed})"
                 )
-        if bad.too_many():
+        if stopping:
             first = next(iter(bad.known.values()))
             more = f" and {len(bad.known) - 1} more (train.log names them)" if len(bad.known) > 1 else ""
             raise TooManyBadImages(

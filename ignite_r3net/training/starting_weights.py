@@ -51,19 +51,31 @@ def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | N
         )
 
 
+def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] | None:
+    """``("R3Net", backbone)`` for a whole trained R3Net, ``("backbone", backbone)`` for backbone
+    weights alone (the backbone None when no shape we build fits), None for a layout we do not read."""
+    try:
+        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
+            return "R3Net", infer_backbone(state)
+        return "backbone", infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(state).items()})
+    except ValueError:
+        return None
+
+
 def _what_the_file_fits(file: str, backbone: str) -> str:
     """Where a ``--pretrained`` file that does not fit ``backbone`` belongs, as the end of the error
     line: another backbone (``--backbone X``, as ``--init-from`` suggests), or ``--init-from`` for a
     whole trained R3Net; empty when its shapes fit no backbone we build."""
     try:
-        whole = model_state_dict(load_checkpoint(file, what="weights file"), file)
-        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(whole)):
-            found = infer_backbone(whole)
-            named = f" ({found})" if found else ""
-            return f"; it holds a whole trained R3Net{named}: start from it with --init-from {file}"
-        found = infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(whole).items()})
-    except (CheckpointError, ValueError):  # not a layout we read: the mismatch line says enough
+        held = _what_it_holds(model_state_dict(load_checkpoint(file, what="weights file"), file))
+    except CheckpointError:  # the mismatch line says enough
         return ""
+    if held is None:
+        return ""
+    kind, found = held
+    if kind == "R3Net":
+        named = f" ({found})" if found else ""
+        return f"; it holds a whole trained R3Net{named}: start from it with --init-from {file}"
     if found is not None and found != backbone:
         return f"; it holds {found} weights: add --backbone {found}"
     return ""
@@ -72,12 +84,10 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
 def _refuse_backbone_only(init_from: str, state: Mapping[str, torch.Tensor]) -> None:
     """Backbone weights (an ImageNet classifier's, say) given to ``--init-from``, which takes a whole
     trained R3Net: the fix is ``--pretrained``, not another ``--backbone``."""
-    try:
-        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
-            return
-        found = infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(state).items()})
-    except ValueError:  # not a layout we read: check_fits's mismatch line says enough
+    held = _what_it_holds(state)
+    if held is None or held[0] == "R3Net":  # a layout we do not read: check_fits's mismatch line says enough
         return
+    found = held[1]
     named, flag = (f" ({found})", f" --backbone {found}") if found else ("", "")
     raise OptionError(
         f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "

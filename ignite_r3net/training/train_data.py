@@ -24,8 +24,11 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     ``config.listings``; returns the config and the number of training pairs."""
     folders, val_data, generated = _training_folders(config)
     # the generated set's small images are resized up to any crop, as the reference DDP script does
-    checked = {folder: _check("--data", folder, None if folder in generated else config.crop) for folder in folders}
-    val_pairs = _check("--val-data", val_data, None) if val_data else None
+    checked = {
+        folder: assert_dataset_ok(folder, min_size=None if folder in generated else config.crop, option="--data")
+        for folder in folders
+    }
+    val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
     data_sets = [describe_data_set(folder, checked[folder]) for folder in folders]
     pairs = sum(d["pairs"] for d in data_sets)
     world = LaunchSpec.of(config).world_size
@@ -58,11 +61,6 @@ def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[s
             raise OptionError(f"--data {entry} is given twice: each folder's pairs would be trained on twice as often")
         folders.append(entry)
     return folders, val_data, generated
-
-
-def _check(option: str, folder: str, min_size: int | None) -> list[tuple[Path, Path]]:
-    """The folder's pairs, checked (``assert_dataset_ok``); a problem names ``option``."""
-    return assert_dataset_ok(folder, min_size=min_size, option=option)
 
 
 def describe_data_set(folder: str, pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
