@@ -17,6 +17,7 @@ from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
 from .options.shared import BACKENDS, TRACKERS
+from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
 AMP_MODES = ("off", "bf16", "fp16")
 """``--amp`` choices (the autocast dtype of each: ``inference.AMP_DTYPES``)."""
@@ -48,6 +49,7 @@ class TrainConfig:
     )
     output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/")
     # recipe
+    recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
     iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)
     batch_size: int = option(
         12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT

@@ -33,6 +33,7 @@ RESUME_FIXED = (
     "backbone",
     "seed",
     "amp",
+    "recipe",
 )
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")

@@ -12,6 +12,7 @@ from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..options.fields import is_option
 from ..options.json_file import read_options
+from .recipe_config import config_from_options
 
 # options that decide the starting weights: given anew, the saved run's record no longer applies
 _CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
@@ -47,4 +48,4 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
             recipe["val_data"] = None
     if not any(name in given for name in _CHOOSE_WEIGHTS):
         recipe["weights"] = saved.get("weights")
-    return TrainConfig(**{**recipe, **given})
+    return config_from_options(given, base=recipe)

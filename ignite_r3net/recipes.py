@@ -1,0 +1,111 @@
+"""Training recipes by name (``train --recipe NAME``): the values of the recipe options that a
+published training script used, each with where it comes from.
+
+Torch-free: ``config.py`` takes the names as the choices of ``--recipe`` and ``--help`` lists
+what each recipe sets. Options given on the command line replace a recipe's values
+(``training.recipe_config.config_from_options``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named set of ``TrainConfig`` values.
+
+    ``global_batch``, when set, is the batch of one iteration over all processes, which the
+    recipe keeps on any number of processes (``batch_size`` is then that divided by the world
+    size); otherwise ``values["batch_size"]`` is per process.
+    """
+
+    name: str
+    source: str
+    values: Mapping[str, Any]
+    global_batch: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        """What ``--help`` says the recipe sets."""
+        values = {k: v for k, v in self.values.items() if k != "batch_size"}
+        batch = (
+            f"batch {self.global_batch} over all processes"
+            if self.global_batch is not None
+            else f"batch {self.values['batch_size']} per process"
+        )
+        settings = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in values.items())
+        return f"{self.name}: {self.source}; {batch}, {settings}"
+
+
+# zijundeng/R3Net train.py (commit 93b8a34, 2019-01-07): args = {'iter_num': 6000,
+# 'train_batch_size': 14, 'lr': 1e-3, 'lr_decay': 0.9, 'weight_decay': 5e-4, 'momentum': 0.9};
+# joint_transforms RandomCrop(300), RandomHorizontallyFlip(), RandomRotate(10);
+# torch.manual_seed(2018); torch.cuda.set_device(0) (one GPU); R3Net() on ResNeXt-101 32x4d
+# from ImageNet weights (resnext/config.py). Its README: "about 70 minutes" on one GTX 1080 Ti.
+R3NET_PAPER = Recipe(
+    name="r3net-paper",
+    source="the original R3Net code's train.py (one GPU)",
+    values={
+        "iters": 6000,
+        "lr": 1e-3,
+        "lr_power": 0.9,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "crop": 300,
+        "rotate": 10.0,
+        "backbone": "resnext101_32x4d",
+        "pretrained": "imagenet",
+        "seed": 2018,
+        "amp": "off",
+    },
+    global_batch=14,
+)
+
+# the reference DDP script: 'iter_num': 8000 and batch_size = 12 per GPU, otherwise train.py's
+# values; TrainConfig's defaults are this recipe
+REFERENCE_DDP = Recipe(
+    name="reference-ddp",
+    source="the reference DDP script (the defaults)",
+    values={
+        "iters": 8000,
+        "batch_size": 12,
+        "lr": 1e-3,
+        "lr_power": 0.9,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "crop": 300,
+        "rotate": 10.0,
+        "backbone": "resnext101_32x4d",
+        "pretrained": "imagenet",
+        "seed": 2018,
+        "amp": "off",
+    },
+)
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (REFERENCE_DDP, R3NET_PAPER)}
+DEFAULT_RECIPE = REFERENCE_DDP.name
+
+
+def recipes_help() -> str:
+    """The ``--recipe`` help text: what each recipe sets."""
+    listed = "; ".join(r.summary() for r in RECIPES.values())
+    return (
+        "the training recipe, by name; options given on the command line replace its values, and "
+        f"config.json records its name and every value. {listed}. r3net-paper keeps the global "
+        "batch of 14 on N processes (14 / N per process): N must be 1, 2 or 7, or give --batch-size"
+    )
+
+
+def split_global_batch(global_batch: int, world_size: int) -> int | None:
+    """Images per process that make ``global_batch`` on ``world_size`` processes, or None when it
+    cannot be shared equally with at least 2 per process (R3Net's BatchNorm needs two)."""
+    per_process, rest = divmod(global_batch, world_size)
+    return per_process if rest == 0 and per_process >= 2 else None
+
+
+def possible_world_sizes(global_batch: int) -> list[int]:
+    """The numbers of processes that can share ``global_batch`` (``split_global_batch``)."""
+    return [n for n in range(1, global_batch + 1) if split_global_batch(global_batch, n) is not None]

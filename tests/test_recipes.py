@@ -1,0 +1,99 @@
+"""``--recipe``: the values each named recipe sets (against the numbers of the scripts they cite),
+options given on the command line replacing them, the global batch of ``r3net-paper`` shared
+among processes, the name in config.json, and ``--resume`` refusing another recipe. In-process:
+the command line is parsed by the real parser, no worker starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ignite_r3net import cli
+from ignite_r3net.cli.common import given_options
+from ignite_r3net.config import TrainConfig
+from ignite_r3net.errors import OptionError
+from ignite_r3net.training.recipe_config import config_from_options
+from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
+
+# zijundeng/R3Net train.py (commit 93b8a34): args = {'iter_num': 6000, 'train_batch_size': 14,
+# 'lr': 1e-3, 'lr_decay': 0.9, 'weight_decay': 5e-4, 'momentum': 0.9}, RandomCrop(300),
+# RandomRotate(10), torch.manual_seed(2018), one GPU; written out here, not read from the code
+ORIGINAL_TRAIN_PY = {
+    "iters": 6000,
+    "batch_size": 14,
+    "lr": 1e-3,
+    "lr_power": 0.9,
+    "weight_decay": 5e-4,
+    "momentum": 0.9,
+    "crop": 300,
+    "rotate": 10.0,
+    "seed": 2018,
+    "backbone": "resnext101_32x4d",
+    "pretrained": "imagenet",
+}
+
+
+def _config(*argv: str) -> TrainConfig:
+    args = cli.build_parser().parse_args(["train", *argv])
+    return config_from_options(given_options(TrainConfig, args))
+
+
+def test_r3net_paper_sets_the_values_of_the_original_train_py():
+    config = _config("--recipe", "r3net-paper")
+    assert {k: getattr(config, k) for k in ORIGINAL_TRAIN_PY} == ORIGINAL_TRAIN_PY
+    assert config.recipe == "r3net-paper" and config.nproc == 1
+
+
+def test_the_default_recipe_is_the_reference_ddp_scripts():
+    config = _config()
+    assert config.recipe == "reference-ddp"
+    assert (config.iters, config.batch_size) == (8000, 12)
+    assert config == TrainConfig()
+
+
+def test_options_given_replace_the_recipes_values():
+    config = _config("--recipe", "r3net-paper", "--iters", "20", "--crop", "64", "--batch-size", "3")
+    assert (config.iters, config.crop, config.batch_size) == (20, 64, 3)
+    assert (config.lr, config.seed, config.recipe) == (1e-3, 2018, "r3net-paper")
+
+
+def test_the_recipe_name_and_every_value_land_in_config_json():
+    saved = json.loads(_config("--recipe", "r3net-paper", "--iters", "20").to_json())
+    assert saved["recipe"] == "r3net-paper"
+    assert {k: saved[k] for k in ORIGINAL_TRAIN_PY} == {**ORIGINAL_TRAIN_PY, "iters": 20}
+
+
+def test_the_global_batch_of_14_is_split_among_processes(capsys):
+    assert _config("--recipe", "r3net-paper", "--nproc", "2").batch_size == 7
+    assert "global batch of 14 images split as 2 processes x 7" in capsys.readouterr().err
+    assert _config("--recipe", "r3net-paper", "--nproc", "7").batch_size == 2
+
+
+def test_a_split_that_cannot_keep_the_global_batch_is_refused_in_one_line():
+    with pytest.raises(OptionError) as refused:
+        _config("--recipe", "r3net-paper", "--nproc", "4")
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1
+    assert "global batch of 14" in message and "possible: 1, 2, 7 processes" in message
+    assert _config("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4").batch_size == 4
+
+
+def test_help_lists_what_each_recipe_sets(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "r3net-paper: the original R3Net code's train.py (one GPU); batch 14 over all processes, iters 6000" in text
+    assert "reference-ddp: the reference DDP script (the defaults); batch 12 per process, iters 8000" in text
+
+
+def test_resume_refuses_another_recipe():
+    paper = _config("--recipe", "r3net-paper", "--iters", "12", "--batch-size", "2", "--resume", "ckpt.pt")
+    checkpoint = {
+        "recipe": RunRecipe.of(paper, 1, 12).state_dict(),
+        "trainer": {"iteration": 5, "epoch_length": 6, "max_iters": 12},
+    }
+    check_resume_compatible(paper, checkpoint, 1, 12)
+    other = _config("--iters", "12", "--batch-size", "2", "--resume", "ckpt.pt")
+    with pytest.raises(OptionError, match=r"--recipe reference-ddp \(checkpoint: r3net-paper\)"):
+        check_resume_compatible(other, checkpoint, 1, 12)
