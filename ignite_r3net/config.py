@@ -16,7 +16,7 @@ from typing import Any
 from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import BACKENDS, TRACKERS
+from .options.shared import BACKENDS, TRACKERS, data_root_option
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
 AMP_MODES = ("off", "bf16", "fp16")
@@ -47,6 +47,7 @@ class TrainConfig:
         None,
         "validation data folder; default: the synthetic set's held-out split when --data synthetic, none otherwise",
     )
+    data_root: str | None = data_root_option()
     output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/")
     # recipe
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -384,3 +385,36 @@ def blocked_signals(native_id: int | None) -> set[int]:
     with open(f"/proc/self/task/{native_id}/status") as f:
         mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
     return {number for number in range(1, 65) if mask & (1 << (number - 1))}
+
+
+# the layouts standard data sets ship in, one per set of a generated data root (make_data_root):
+# folder name (an alias), images folder, masks folder ("" = flat), image extension
+STANDARD_LAYOUTS = {
+    "ECSSD": ("ecssd", "", "", ".jpg"),
+    "HKU-IS": ("hkuis", "imgs", "gt", ".png"),
+    "PASCAL-S": ("PASCAL-S", "Image", "Mask", ".jpg"),
+    "SOD": ("SOD", "images", "segmentations", ".jpg"),
+    "DUT-OMRON": ("DUT-O", "DUT-OMRON-image", "pixelwiseGT-new-PNG", ".jpg"),
+    "DUTS-TE": ("DUTS-TE", "DUTS-TE-Image", "DUTS-TE-Mask", ".jpg"),
+    "MSRA10K": ("MSRA10K_Imgs_GT/Imgs", "", "", ".jpg"),  # the zip's folders
+}
+
+
+def make_data_root(root: Path, n: int = 3, sets: tuple[str, ...] = tuple(STANDARD_LAYOUTS)) -> Path:
+    """A folder of tiny standard data sets (``n`` generated pairs each), each under an alias and in
+    one of the layouts they ship in (``STANDARD_LAYOUTS``); returns ``root``."""
+    from PIL import Image
+
+    from ignite_r3net.data import make_synthetic_dataset
+
+    for i, name in enumerate(sets):
+        folder, images, masks, image_ext = STANDARD_LAYOUTS[name]
+        train, _ = make_synthetic_dataset(root / ".gen" / name, n_train=n, n_val=0, size=(64, 90), seed=i)
+        target = root / folder
+        (target / images).mkdir(parents=True, exist_ok=True)
+        (target / masks).mkdir(parents=True, exist_ok=True)
+        for jpg in sorted(train.glob("*.jpg")):
+            Image.open(jpg).save(target / images / (jpg.stem + image_ext))
+            (train / (jpg.stem + ".png")).rename(target / masks / (jpg.stem + ".png"))
+    shutil.rmtree(root / ".gen")
+    return root

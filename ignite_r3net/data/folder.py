@@ -4,7 +4,8 @@ Two layouts are recognised:
 
 * MSRA10K style: ``name.jpg`` and ``name.png`` side by side in one folder (the ``.png`` is the mask).
 * DUTS style: an images folder and a masks folder (``images``/``masks``, ``Imgs``/``GT``,
-  ``DUTS-TR-Image``/``DUTS-TR-Mask``, ...) whose files share stems.
+  ``DUTS-TR-Image``/``DUTS-TR-Mask``, ``images``/``segmentations``, ``DUT-OMRON-image``/
+  ``pixelwiseGT-new-PNG``, ...) whose files share stems; images may be ``.png`` here too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "MASK_EXTS",
     "list_pairs",
     "listing_digest",
+    "scan",
     "split_dirs",
     "dataset_of_half",
 ]
@@ -45,6 +47,9 @@ _MASK_DIR_TOKENS = {
     "labels",
     "annotation",
     "annotations",
+    "segmentation",
+    "segmentations",
+    "pixelwisegt",
     "sal",
     "saliency",
     "target",
@@ -163,6 +168,12 @@ def _scan_folder(root: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
         problems.append(f"mask without image: {masks[stem]}")
     pairs = [(images[s], masks[s]) for s in sorted(set(images) & set(masks))]
     return pairs, problems
+
+
+def scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
+    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``) and every listing problem
+    (unmatched files, ...), without raising."""
+    return _scan(root)
 
 
 def list_pairs(root: str | Path) -> list[tuple[Path, Path]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..atomic_files import write_json, write_text
 from ..data import assert_dataset_ok, list_pairs
+from ..data.registry import resolve_names
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
@@ -82,6 +83,11 @@ class Pair:
     missing: int
 
 
+def _datasets(options: CompareOptions) -> list[str]:
+    """``--datasets`` as ``NAME=DIR`` items: standard sets given by name found in ``--data-root``."""
+    return resolve_names(options.datasets, options.data_root, "--datasets", named=True)
+
+
 def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``),
     writing everything into ``options.out``; returns the results (``{dataset: {method: {metric:
@@ -100,7 +106,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     """
     options.validate()
     _check_environment(options.out)
-    benches = [_benchmark(name, folder) for name, folder in parse_named(options.datasets, "--datasets")]
+    benches = [_benchmark(name, folder) for name, folder in parse_named(_datasets(options), "--datasets")]
     if options.show_stems:
         check_stems(options.show_stems, {b.name: b.masks for b in benches})
     entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]

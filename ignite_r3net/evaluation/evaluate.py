@@ -22,6 +22,7 @@ from ignite.engine import Engine, Events
 
 from ..atomic_files import write_text
 from ..data import assert_dataset_ok, build_eval_loader, listing_digest
+from ..data.registry import resolve_names
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
@@ -77,7 +78,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     options.validate()
     assert options.checkpoint is not None and options.data
     if options.names is None:  # NAME=DIR items, or folders named after themselves
-        named = named_folders(options.data, "--data")
+        named = named_folders(resolve_names(options.data, options.data_root, "--data", named=True), "--data")
         options = replace(options, names=[name for name, _ in named], data=[folder for _, folder in named])
     checkpoint, data = options.checkpoint, options.data
     assert checkpoint is not None and data

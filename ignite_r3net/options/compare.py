@@ -9,7 +9,7 @@ from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..metrics import METRIC_KEYS
 from ..metrics.keys import canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
-from .shared import InferenceOptions, ProcessOptions, progress_option, protocol_option
+from .shared import InferenceOptions, ProcessOptions, data_root_option, progress_option, protocol_option
 
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 
@@ -27,6 +27,7 @@ class CompareOptions:
         nargs="+",
         metavar="NAME=DIR",
     )
+    data_root: str | None = data_root_option()
     methods: list[str] = option(
         help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
         "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from .fields import check_fields, group, option
-from .shared import CHECKPOINT_HELP, InferenceOptions, ProcessOptions, progress_option, protocol_option
+from .shared import (
+    CHECKPOINT_HELP,
+    InferenceOptions,
+    ProcessOptions,
+    data_root_option,
+    progress_option,
+    protocol_option,
+)
 
 
 @dataclass(kw_only=True)
@@ -25,6 +32,7 @@ class EvaluateOptions:
         nargs="+",
         metavar="[NAME=]DIR",
     )
+    data_root: str | None = data_root_option()
     gt: str | None = option(
         None,
         "ground-truth masks matched to --maps by file stem: the masks folder, or a data set folder holding "

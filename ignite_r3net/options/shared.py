@@ -46,6 +46,17 @@ def protocol_option() -> str:
     )
 
 
+def data_root_option() -> str | None:
+    """``--data-root``: where the standard data sets are found by name (``data.registry``)."""
+    return option(
+        None,
+        "folder holding the standard data sets, which the data options then take by name (ECSSD, HKU-IS, "
+        "PASCAL-S, SOD, DUT-OMRON, DUTS-TE, MSRA10K, DUTS-TR; any alias, case and layout: hkuis, DUT-O, "
+        "pascals, ...); a count other than the published one is a warning",
+        metavar="DIR",
+    )
+
+
 def backbone_option() -> str | None:
     """``--backbone`` of a trained model: needed only when neither config.json nor the weights tell."""
     return option(None, BACKBONE_HELP)

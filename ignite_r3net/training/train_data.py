@@ -12,6 +12,7 @@ from filelock import FileLock
 
 from ..config import TrainConfig
 from ..data import assert_dataset_ok, ensure_synthetic, listing_digest
+from ..data.registry import resolve_names
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError
 
@@ -21,7 +22,15 @@ SYNTHETIC = "synthetic"
 def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     """Replace 'synthetic' by the generated folders, check every data folder's pairs and record
     them: each training folder in ``config.data_sets``, what every rank must list alike in
-    ``config.listings``; returns the config and the number of training pairs."""
+    ``config.listings``; returns the config and the number of training pairs. With ``--data-root``,
+    standard data sets given by name are its folders."""
+    if config.data_root is not None:
+        val = [config.val_data] if config.val_data else []
+        config = dataclasses.replace(
+            config,
+            data=resolve_names(config.data, config.data_root, "--data"),
+            val_data=resolve_names(val, config.data_root, "--val-data")[0] if val else None,
+        )
     folders, val_data, generated = _training_folders(config)
     # the generated set's small images are resized up to any crop, as the reference DDP script does
     checked = {
