@@ -1,5 +1,5 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``,
-``make-data``, ``check-data``.
+``reproduce``, ``make-data``, ``check-data``.
 
 Argument parsing only: each command's parser and entry call live in the module of this package
 named for it (``data`` holds both data tools). The flags of ``train`` are generated from
@@ -26,6 +26,7 @@ from .data import add_check_data, add_make_data
 from .evaluate import add_evaluate
 from .export import add_export
 from .predict import add_predict
+from .reproduce import add_reproduce
 from .train import add_train
 
 Handler = Callable[[argparse.Namespace], int]
@@ -40,7 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_train, add_evaluate, add_predict, add_compare, add_export, add_make_data, add_check_data):
+    for add in (
+        add_train,
+        add_evaluate,
+        add_predict,
+        add_compare,
+        add_export,
+        add_reproduce,
+        add_make_data,
+        add_check_data,
+    ):
         add(sub)
     for command in sub.choices.values():
         command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"

@@ -1,0 +1,43 @@
+"""``reproduce``: the paper's numbers in one command; every ``train`` option, plus its own."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import TrainConfig
+from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from .common import add_options, given_options, options_from_args
+
+
+def add_reproduce(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "reproduce",
+        help="train with the paper's recipe, evaluate as the paper did, and compare with its numbers",
+        description="Train R3Net with the original recipe (--recipe r3net-paper) on MSRA10K from --data-root "
+        "(resuming a run in OUTPUT_DIR), evaluate the final checkpoint on every test set found in --data-root "
+        "(ECSSD, HKU-IS, PASCAL-S, SOD, DUT-OMRON, DUTS-TE) with the original protocol without and with the "
+        "original CRF and with the standard protocol, and print and write OUTPUT_DIR/results.md, results.csv "
+        "and results.json: the published max F and MAE beside ours, the differences and whether each is within "
+        "the tolerance. A rerun evaluates nothing again for the same checkpoint. Any training option below "
+        "replaces the recipe's value.",
+        epilog="example: python run.py reproduce --data-root /data/saliency --nproc 1",
+    )
+    add_options(parser, ReproduceOptions)
+    add_options(
+        parser,
+        TrainConfig,
+        recipe="training recipe (default: r3net-paper; what each sets: train --help)",
+        data=f"training data (default: {' '.join(REPRODUCE_DEFAULTS['data'])}, found in --data-root)",
+        output_dir=f"folder of the training runs (seed-N/), evaluations/ and results.* "
+        f"(default: {REPRODUCE_DEFAULTS['output_dir']})",
+        resume="training checkpoint to resume from (default: auto, the newest in OUTPUT_DIR/seed-N)",
+    )
+    parser.set_defaults(handler=run_reproduce)
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    # imported when the command runs: see cli/__init__.py
+    from ..reproduce.runner import reproduce
+
+    reproduce(given_options(TrainConfig, args), options_from_args(ReproduceOptions, args))
+    return 0
