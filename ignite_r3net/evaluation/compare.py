@@ -40,6 +40,7 @@ from .crf import require_crf
 from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, match_maps
+from .paper_numbers import published_rows
 from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
@@ -326,7 +327,9 @@ def _write_outputs(
     """results.json, the three tables, and the PR and F-measure curves of each data set."""
     results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
     write_json(results, out / "results.json")
-    table = build_table(results, datasets, methods, options.metrics, options.digits, options.protocol)
+    published, notes = published_rows(options.reference or [], datasets)
+    table = build_table(results, datasets, methods, options.metrics, options.digits, options.protocol, published)
+    table.notes.extend(notes)
     markdown = table_markdown(table)
     write_text(markdown, out / "table.md")
     write_text(table_csv(table), out / "table.csv")

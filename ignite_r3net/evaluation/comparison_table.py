@@ -74,10 +74,12 @@ def build_table(
     metrics: list[str],
     digits: int = 3,
     protocol: str = "standard",
+    published: Results | None = None,
 ) -> ComparisonTable:
     """The comparison table of ``results``. A partial value (maps missing) is marked and takes no
     rank: it is not scored on the same images as the others. The columns ``protocol`` defines its
-    own way are marked, with a note."""
+    own way are marked, with a note. ``published`` adds rows of numbers published elsewhere (row
+    name -> dataset -> metric), after the methods and not ranked: another code scored them."""
     columns = [(d, m) for d in datasets for m in metrics]
     text = [[_value_text(results, d, method, m, digits) for d, m in columns] for method in methods]
     partial = [[bool(results.get(d, {}).get(method, {}).get("missing")) for d, _ in columns] for method in methods]
@@ -88,6 +90,9 @@ def build_table(
     marked = tuple(m for m in metrics if m in PROTOCOL_METRICS[protocol])
     note = protocol_note(protocol) if marked else None
     notes = _notes(results, datasets, methods) + ([note] if note else [])
+    for name, values in (published or {}).items():
+        rows.append([TableCell(_value_text({d: {name: values.get(d, {})}}, d, name, m, digits)) for d, m in columns])
+        methods = [*methods, name]
     return ComparisonTable(datasets, metrics, methods, rows, notes, marked)
 
 
@@ -104,7 +109,7 @@ def _column_ranks(texts: list[str | None], partial: list[bool], metric: str) -> 
 
 def _value_text(results: Results, dataset: str, method: str, metric: str, digits: int) -> str | None:
     entry = results.get(dataset, {}).get(method)
-    return None if entry is None else f"{entry[metric]:.{digits}f}"
+    return None if entry is None or metric not in entry else f"{entry[metric]:.{digits}f}"
 
 
 def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[str]:

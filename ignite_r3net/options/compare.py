@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
+from ..evaluation.paper_numbers import REFERENCE_NAMES
 from ..metrics import METRIC_KEYS
 from ..metrics.keys import canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
@@ -46,6 +47,16 @@ class CompareOptions:
         metavar="METRIC",
     )
     protocol: str = protocol_option()
+    reference: list[str] | None = option(
+        None,
+        "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
+        "given by a standard name or alias: r3net-paper (the paper's table) and r3net-released-maps (the "
+        "authors' released maps scored by a public evaluation); each number's source is in the table's note "
+        "and in the package's evaluation/paper_numbers.json",
+        nargs="+",
+        choices=REFERENCE_NAMES,
+        metavar="NAME",
+    )
     allow_missing: bool = option(
         False,
         "score a method that lacks some maps of a data set on the maps it has (the cell is marked "
