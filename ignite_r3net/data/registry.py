@@ -34,6 +34,7 @@ class StandardSet:
 
 # Pair counts as their distributors state them, quoted in lartpang/awesome-segmentation-saliency-dataset
 # README.md (commit 1053891e); SOD: the 300 masks of ArcherFMY/sal_eval_toolbox tools/GroundTruth/SOD.
+# Sources: the publications cited for each set in ArcherFMY/sal_eval_toolbox README.md ("benchmarks").
 STANDARD_SETS: tuple[StandardSet, ...] = (
     StandardSet("ECSSD", ("ecssd",), 1000, "test", "Yan et al., Hierarchical Saliency Detection, CVPR 2013"),
     StandardSet(
@@ -46,7 +47,14 @@ STANDARD_SETS: tuple[StandardSet, ...] = (
         "test",
         "Li et al., The Secrets of Salient Object Segmentation, CVPR 2014",
     ),
-    StandardSet("SOD", ("sod",), 300, "test", "Movahedi & Elder, Design and Perceptual Validation ..., CVPRW 2010"),
+    StandardSet(
+        "SOD",
+        ("sod",),
+        300,
+        "test",
+        "Movahedi & Elder, Design and Perceptual Validation of Performance Measures for Salient Object "
+        "Segmentation, CVPRW 2010",
+    ),
     StandardSet(
         "DUT-OMRON",
         ("dutomron", "duto", "dutomrom"),
