@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 from helpers import STANDARD_LAYOUTS, make_data_root
 
+from ignite_r3net import cli
+from ignite_r3net.config import TrainConfig
 from ignite_r3net.data import list_pairs
 from ignite_r3net.data.registry import check_count, find_in_root, found_sets, resolve_names, standard_set
 from ignite_r3net.errors import OptionError
+from ignite_r3net.training.train_data import resolve_data
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +83,17 @@ def test_paths_stay_paths_and_found_sets_lists_the_test_sets(data_root):
     assert resolve_names([folder, f"X={folder}"], str(data_root), "--data") == [folder, f"X={folder}"]
     assert list(found_sets(data_root)) == ["ECSSD", "HKU-IS", "PASCAL-S", "SOD", "DUT-OMRON", "DUTS-TE"]
     assert list(found_sets(data_root, "train")) == ["MSRA10K"]
+
+
+def test_train_takes_the_names_from_its_data_root(data_root):
+    config = TrainConfig(data=["MSRA10K"], val_data="ecssd", data_root=str(data_root), crop=32, batch_size=2)
+    resolved, pairs = resolve_data(config)
+    assert resolved.data == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and pairs == 3
+    assert resolved.val_data == str(data_root / "ecssd")
+
+
+def test_evaluate_refuses_an_unknown_name_before_any_work(data_root, capsys):
+    argv = ["evaluate", "--checkpoint", "missing.pt", "--data-root", str(data_root), "--data", "ECSSD", "ECSD"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --data ECSD: no such folder and no data set of that name (known: ECSSD,")

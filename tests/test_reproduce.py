@@ -14,7 +14,8 @@ from helpers import make_data_root, run_cli
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation.paper_numbers import reference
-from ignite_r3net.options.reproduce import ReproduceOptions
+from ignite_r3net.options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ignite_r3net.reproduce.runner import _training_configs
 from ignite_r3net.reproduce.table import Model, build_results, to_csv, to_markdown
 
 # SOD left out: the table must name it as missing
@@ -135,3 +136,16 @@ def test_wrong_options_are_one_error_line(argv, message, capsys, tmp_path, monke
     assert cli.main(["reproduce", *argv, "--output-dir", str(tmp_path / "out"), *SMALL]) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and len(err.strip().splitlines()) == 1, err
+
+
+def test_seeds_train_one_run_each_with_the_papers_recipe(tmp_path):
+    given = {**REPRODUCE_DEFAULTS, "output_dir": str(tmp_path), "iters": 20}
+    configs = _training_configs(given, [2018, 7])
+    assert [(c.seed, c.output_dir) for c in configs] == [
+        (2018, str(tmp_path / "seed-2018")),
+        (7, str(tmp_path / "seed-7")),
+    ]
+    assert all(
+        (c.recipe, c.iters, c.batch_size, c.resume, c.data) == ("r3net-paper", 20, 14, "auto", ["MSRA10K"])
+        for c in configs
+    )
