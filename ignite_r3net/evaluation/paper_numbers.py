@@ -15,7 +15,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..data.registry import standard_set
 from ..errors import warn
 
 REFERENCE_NAMES = ("r3net-paper", "r3net-released-maps")
@@ -62,6 +61,10 @@ def published_rows(names: Sequence[str], datasets: Sequence[str]) -> tuple[dict[
     """``compare --reference``: a table row per reference (``"R3Net (paper) ‡"`` -> dataset ->
     metric -> value) on the ``datasets`` that name a standard set (any alias), and the notes
     giving each reference's source. A reference without a number for any of them warns."""
+    # imported here: the data package loads numpy, and compare's options (this module's
+    # REFERENCE_NAMES) must not, so that --help answers at once
+    from ..data.registry import standard_set
+
     rows: dict[str, Results] = {}
     notes = []
     for name in names:
