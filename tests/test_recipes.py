@@ -97,3 +97,9 @@ def test_resume_refuses_another_recipe():
     other = _config("--iters", "12", "--batch-size", "2", "--resume", "ckpt.pt")
     with pytest.raises(OptionError, match=r"--recipe reference-ddp \(checkpoint: r3net-paper\)"):
         check_resume_compatible(other, checkpoint, 1, 12)
+
+
+def test_a_saved_recipe_keeps_its_batch_size_unless_the_recipe_is_given_anew():
+    saved = json.loads(_config("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4").to_json())
+    assert config_from_options({}, base=saved).batch_size == 4
+    assert config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved).batch_size == 7

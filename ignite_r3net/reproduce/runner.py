@@ -57,7 +57,8 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
         train(config)
         models.append(Model(f"seed {config.seed}", str(_final_checkpoint(config))))
     processes = ProcessOptions(nproc=given.get("nproc", 1), backend=given.get("backend"))
-    inference = InferenceOptions(workers=given.get("workers", 2))
+    # the backbone of --checkpoint from its config.json or weights, unless --backbone is given
+    inference = InferenceOptions(backbone=given.get("backbone"), workers=given.get("workers", 2))
     progress = given.get("progress", True)
     evaluations = out / "evaluations"
     variants = _variants()

@@ -18,7 +18,8 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     ``given`` itself: only the options the user gave replace a recipe's values.
 
     A recipe with a global batch (``r3net-paper``: 14) sets ``--batch-size`` to its share per process
-    unless ``--batch-size`` is given, and says how it was split.
+    unless ``--batch-size`` is given, and says how it was split. A saved recipe (``base``) keeps its
+    batch size unless ``given`` names the recipe anew.
 
     Raises:
         OptionError: the global batch cannot be shared equally by the job's processes.
@@ -26,11 +27,12 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     values = dict(base or {})
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
-    if recipe is not None and ("recipe" in given or not values):
+    applied = recipe is not None and ("recipe" in given or not values)
+    if recipe is not None and applied:
         values.update(recipe.values, recipe=name)
     values.update(given)
     config = TrainConfig(**values)
-    if recipe is None or recipe.global_batch is None or "batch_size" in given:
+    if recipe is None or not applied or recipe.global_batch is None or "batch_size" in given:
         return config
     return _share_global_batch(config, recipe.global_batch)
 
