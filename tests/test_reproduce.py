@@ -149,3 +149,11 @@ def test_seeds_train_one_run_each_with_the_papers_recipe(tmp_path):
         (c.recipe, c.iters, c.batch_size, c.resume, c.data) == ("r3net-paper", 20, 14, "auto", ["MSRA10K"])
         for c in configs
     )
+
+
+def test_help_shows_the_papers_recipe_as_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "total training iterations (default: 6000, the recipe's)" in text
+    assert "(default: 14 / the number of processes: the recipe's global batch)" in text

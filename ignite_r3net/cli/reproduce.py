@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..config import TrainConfig
+from ..options.fields import is_option
 from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..recipes import R3NET_PAPER
 from .common import add_options, given_options, options_from_args
 
 
@@ -26,6 +29,7 @@ def add_reproduce(sub: argparse._SubParsersAction) -> None:
     add_options(
         parser,
         TrainConfig,
+        **_recipe_defaults(),
         recipe="training recipe (default: r3net-paper; what each sets: train --help)",
         data=f"training data (default: {' '.join(REPRODUCE_DEFAULTS['data'])}, found in --data-root)",
         output_dir=f"folder of the training runs (seed-N/), evaluations/ and results.* "
@@ -33,6 +37,21 @@ def add_reproduce(sub: argparse._SubParsersAction) -> None:
         resume="training checkpoint to resume from (default: auto, the newest in OUTPUT_DIR/seed-N)",
     )
     parser.set_defaults(handler=run_reproduce)
+
+
+def _recipe_defaults() -> dict[str, str]:
+    """The help of each option the paper's recipe sets, with the recipe's value as its default."""
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig) if is_option(f)}
+    texts = {
+        name: f"{helps[name]} (default: {value}, the recipe's)"
+        for name, value in R3NET_PAPER.values.items()
+        if "default" not in helps[name]  # a text that says its default already says this one
+    }
+    texts["batch_size"] = (
+        f"{helps['batch_size']} (default: {R3NET_PAPER.global_batch} / the number of processes: the recipe's "
+        "global batch)"
+    )
+    return texts
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
