@@ -157,3 +157,32 @@ def test_help_shows_the_papers_recipe_as_the_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "total training iterations (default: 6000, the recipe's)" in text
     assert "(default: 14 / the number of processes: the recipe's global batch)" in text
+
+
+def test_seeds_each_train_and_evaluate_one_model(tmp_path, monkeypatch, capsys):
+    """The steps' wiring, with training and evaluation stood in for (each has its own tests)."""
+    from ignite_r3net.reproduce import runner
+
+    root = make_data_root(tmp_path / "root", n=3, sets=("ECSSD",))
+    trained = []
+
+    def fake_train(config):
+        trained.append(config.seed)
+        Path(config.output_dir).mkdir(parents=True)
+        (Path(config.output_dir) / f"checkpoint_{config.iters}.pt").write_text(str(config.seed))
+
+    def fake_evaluate(checkpoint, test_sets, *args):
+        maxf = {"2018": 0.92, "2019": 0.94}[Path(checkpoint).read_text()]
+        row = {"images": 3, "maxF": maxf, "mae": 0.05}
+        return {v: {"ECSSD": {"r3net": row, "standard": row}} for v in ("no-crf", "crf")}
+
+    monkeypatch.setattr(runner, "train", fake_train)
+    monkeypatch.setattr(runner, "evaluate_model", fake_evaluate)
+    given = {"data_root": str(root), "output_dir": str(tmp_path / "out"), "iters": 2}
+    results = runner.reproduce(given, ReproduceOptions(seeds=[2018, 2019]))
+    assert trained == [2018, 2019]
+    assert [m["label"] for m in results["models"]] == ["seed 2018", "seed 2019"]
+    spread = results["sets"]["ECSSD"]["crf"]["r3net"]["maxF"]
+    assert spread == pytest.approx({"mean": 0.93, "std": 0.014142135, "min": 0.92, "max": 0.94})
+    assert results["missing"] == ["HKU-IS", "PASCAL-S", "SOD", "DUT-OMRON", "DUTS-TE"]
+    assert "0.930 ± 0.014" in capsys.readouterr().out
