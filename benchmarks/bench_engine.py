@@ -34,8 +34,10 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, collate_train, sample_seed
-from ignite_r3net.model import R3Net
+from ignite_r3net.data.loader import SaliencyTrainSet, collate_train
+from ignite_r3net.data.sampler import ResumableDistributedSampler, sample_seed
+from ignite_r3net.data.transforms import DeviceAugment
+from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.handlers import attach_checkpointing
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses

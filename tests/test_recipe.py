@@ -18,8 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import ResumableDistributedSampler
-from ignite_r3net.model import R3Net
+from ignite_r3net.data.sampler import ResumableDistributedSampler
+from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.handlers import attach_poly_lr, attach_sampler_epoch
 from ignite_r3net.training.meters import LossMeter
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr

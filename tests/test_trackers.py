@@ -184,7 +184,7 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     import torch
     from ignite.engine import Engine
 
-    from ignite_r3net.metrics import METRIC_KEYS
+    from ignite_r3net.metrics.keys import METRIC_KEYS
     from ignite_r3net.training.meters import LOSS_NAMES
     from ignite_r3net.training.tracker_loggers import attach_trackers
     from ignite_r3net.training.validation import ValidationEvents

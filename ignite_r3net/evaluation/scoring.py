@@ -40,12 +40,13 @@ import ignite.distributed as idist
 
 from .. import __version__
 from ..atomic_files import write_json
-from ..data import load_mask
+from ..data.decode import load_mask
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec
-from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..metrics.keys import METRIC_KEYS
+from ..metrics.saliency import SaliencyMetrics
 from ..progress import Progress
 from .maps import load_saliency_map, score_maps
 

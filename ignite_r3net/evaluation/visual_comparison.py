@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic_files import write_json
-from ..data import list_pairs
+from ..data.folder import list_pairs
 from ..errors import DataError, OptionError, listing, note
 from . import scoring, visual_figure
 from .maps import files_by_stem

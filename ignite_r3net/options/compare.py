@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
-from ..metrics import METRIC_KEYS
-from ..metrics.keys import canonical_metric
+from ..metrics.keys import METRIC_KEYS, canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
 from .shared import InferenceOptions, ProcessOptions, progress_option, protocol_option
 

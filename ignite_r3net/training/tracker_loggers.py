@@ -17,7 +17,7 @@ from ignite.engine import Engine, Events
 from ..checkpoint_io import BEST_PATTERN, saved_files
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
-from ..metrics import METRIC_KEYS
+from ..metrics.keys import METRIC_KEYS
 from .handlers import every_or_last
 from .meters import LOSS_NAMES
 from .optim import GROUP_NAMES

@@ -14,10 +14,11 @@ from torchvision.utils import make_grid
 
 from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
-from ..data import normalize_image
+from ..data.transforms import normalize_image
 from ..distributed.ranks import all_gather_items, broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
-from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..metrics.keys import METRIC_KEYS
+from ..metrics.saliency import SaliencyMetrics
 from ..model.r3net import R3Net
 from ..progress import Progress
 from .handlers import every_or_last

@@ -16,7 +16,7 @@ from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
+from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
 from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
