@@ -14,9 +14,9 @@ from ignite.engine import Events
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import build_train_loader
 from ignite_r3net.model.r3net import R3Net
-from ignite_r3net.training.handlers import TrainLog
+from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
-from ignite_r3net.training.worker import create_trainer
+from ignite_r3net.training.train_log import TrainLog
 
 pytestmark = pytest.mark.timeout(240)
 
