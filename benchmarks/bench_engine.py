@@ -34,13 +34,14 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DeviceAugment, ResumableDistributedSampler, SaliencyTrainSet, collate_train, sample_seed
-from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import attach_checkpointing
+from ignite_r3net.data.loader import SaliencyTrainSet, collate_train
+from ignite_r3net.data.sampler import ResumableDistributedSampler, sample_seed
+from ignite_r3net.data.transforms import DeviceAugment
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch, side_output_losses
 from ignite_r3net.training.train_log import TrainLog
-from ignite_r3net.training.worker import create_trainer
 
 __all__ = ["bench_engine", "preload_batches"]
 
@@ -72,9 +73,8 @@ def _ignite_run(
     )
     log = TrainLog(Path(config.output_dir) / "train.log")
     log.open(["configuration: benchmark"], [])
-    # exactly the handlers trainer.training attaches per iteration, plus checkpointing
-    trainer, to_save, *_ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
-    attach_checkpointing(trainer, to_save, config)
+    # exactly the handlers trainer.training attaches per iteration, checkpointing included
+    trainer, *_ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
 
     marks: dict[int, float] = {}
     in_step = [0.0]

@@ -35,7 +35,7 @@ __all__ = ["bench_evaluate", "format_evaluate"]
 
 def _subset(data_dir: Path, images: int, dest: Path) -> int:
     """The first ``images`` (image, mask) pairs of ``data_dir`` linked into ``dest``."""
-    from ignite_r3net.data import list_pairs
+    from ignite_r3net.data.folder import list_pairs
 
     pairs = list_pairs(data_dir)[:images]
     dest.mkdir(parents=True)
@@ -48,7 +48,7 @@ def _subset(data_dir: Path, images: int, dest: Path) -> int:
 def _checkpoint(path: Path, backbone: str, seed: int) -> Path:
     import torch
 
-    from ignite_r3net.model import R3Net
+    from ignite_r3net.model.r3net import R3Net
 
     torch.manual_seed(seed)
     torch.save(R3Net(backbone).state_dict(), path)
@@ -60,7 +60,7 @@ def _forward_seconds(backbone: str, size: tuple[int, int], threads: int, repeats
     torch threads (after one warm-up pass)."""
     import torch
 
-    from ignite_r3net.model import R3Net
+    from ignite_r3net.model.r3net import R3Net
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -82,7 +82,7 @@ def _forward_seconds(backbone: str, size: tuple[int, int], threads: int, repeats
 def _first_image_size(data: Path) -> tuple[int, int]:
     from PIL import Image
 
-    from ignite_r3net.data import list_pairs
+    from ignite_r3net.data.folder import list_pairs
 
     with Image.open(list_pairs(data)[0][0]) as image:
         return image.height, image.width

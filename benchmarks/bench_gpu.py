@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ignite_r3net.config import TrainConfig  # noqa: E402
-from ignite_r3net.model import R3Net  # noqa: E402
+from ignite_r3net.model.r3net import R3Net  # noqa: E402
 from ignite_r3net.training.optim import build_optimizer  # noqa: E402
 from ignite_r3net.training.step import create_train_step  # noqa: E402
 

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ignite_r3net.metrics import METRIC_KEYS, SaliencyMetrics
+from ignite_r3net.metrics.keys import METRIC_KEYS
+from ignite_r3net.metrics.saliency import SaliencyMetrics
 
 __all__ = ["bench_metrics", "make_maps"]
 

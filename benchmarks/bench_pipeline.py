@@ -47,16 +47,11 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision import transforms
 
-from ignite_r3net.data import (
-    DeviceAugment,
-    SaliencyTrainSet,
-    collate_train,
-    list_pairs,
-    load_image,
-    load_mask,
-    sample_seed,
-)
-from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD, draw_angle
+from ignite_r3net.data.decode import load_image, load_mask
+from ignite_r3net.data.folder import list_pairs
+from ignite_r3net.data.loader import SaliencyTrainSet, collate_train
+from ignite_r3net.data.sampler import sample_seed
+from ignite_r3net.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, draw_angle
 
 __all__ = [
     "ReferenceRandomCrop",

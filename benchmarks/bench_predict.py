@@ -23,7 +23,7 @@ import torch
 from bench_scaling import one_thread_cpu_env
 
 from ignite_r3net.evaluation.predict import collect_inputs
-from ignite_r3net.model import R3Net
+from ignite_r3net.model.r3net import R3Net
 
 REPO = Path(__file__).resolve().parents[1]
 _RATE = re.compile(r"^wrote (\d+) map\(s\) to .* in ([0-9.]+) s, ([0-9.e+]+) images/s$", re.M)

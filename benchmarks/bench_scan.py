@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ignite_r3net.data import assert_dataset_ok, listing_digest
+from ignite_r3net.data.checks import assert_dataset_ok
+from ignite_r3net.data.folder import listing_digest
 
 __all__ = ["bench_scan", "write_pairs"]
 

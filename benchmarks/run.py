@@ -100,7 +100,7 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
 
 def default_data(tiny: bool) -> Path:
     """The synthetic benchmark set (MSRA10K layout), generated once and cached."""
-    from ignite_r3net.data import make_synthetic_dataset
+    from ignite_r3net.data.synthetic import make_synthetic_dataset
 
     cache = Path(os.environ.get("IGNITE_R3NET_BENCH_CACHE", Path.home() / ".cache" / "ignite_r3net" / "bench"))
     if tiny:  # tests: a handful of small images

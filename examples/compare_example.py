@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from ignite_r3net.cli import main as cli_main  # noqa: E402
-from ignite_r3net.data import list_pairs, make_synthetic_dataset  # noqa: E402
+from ignite_r3net.data.folder import list_pairs  # noqa: E402
+from ignite_r3net.data.synthetic import make_synthetic_dataset  # noqa: E402
 
 DATASETS = {"SynthA": 1, "SynthB": 2}  # name: generator seed
 METHODS = ("blur-2", "blur-6", "noisy")

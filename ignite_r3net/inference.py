@@ -21,7 +21,7 @@ from ignite.engine import Engine, Events
 from ignite.metrics import Metric
 from torch import nn
 
-from .data import normalize_image
+from .data.transforms import normalize_image
 from .progress import Progress
 
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}

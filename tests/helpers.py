@@ -126,7 +126,7 @@ def start_cli(args: list[str], stderr_to_stdout: bool = False) -> subprocess.Pop
 
 def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
     """A few real .jpg/.png pairs (the synthetic generator at small sizes): (train_dir, val_dir)."""
-    from ignite_r3net.data import make_synthetic_dataset
+    from ignite_r3net.data.synthetic import make_synthetic_dataset
 
     return make_synthetic_dataset(root, n_train=n, n_val=n_val, size=(64, 90), seed=seed)
 
@@ -261,7 +261,7 @@ def save_spread_r3net(path: Path, seed: int = 1) -> Path:
     import torch
     from torch import nn
 
-    from ignite_r3net.model import R3Net
+    from ignite_r3net.model.r3net import R3Net
 
     torch.manual_seed(seed)
     model = R3Net("resnet18")
@@ -405,7 +405,7 @@ def make_data_root(root: Path, n: int = 3, sets: tuple[str, ...] = tuple(STANDAR
     one of the layouts they ship in (``STANDARD_LAYOUTS``); returns ``root``."""
     from PIL import Image
 
-    from ignite_r3net.data import make_synthetic_dataset
+    from ignite_r3net.data.synthetic import make_synthetic_dataset
 
     for i, name in enumerate(sets):
         folder, images, masks, image_ext = STANDARD_LAYOUTS[name]

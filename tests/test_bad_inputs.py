@@ -170,7 +170,7 @@ def test_check_data_on_a_good_set(data, capsys):
 
 
 def test_other_commands_refuse_bad_inputs_in_one_line_before_any_work(data, tmp_path, capsys):
-    from ignite_r3net.model import R3Net
+    from ignite_r3net.model.r3net import R3Net
 
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

@@ -19,8 +19,8 @@ from PIL import Image
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation.plots import method_style
-from ignite_r3net.metrics import METRIC_KEYS
-from ignite_r3net.model import R3Net
+from ignite_r3net.metrics.keys import METRIC_KEYS
+from ignite_r3net.model.r3net import R3Net
 
 DATASETS = {"SetA": [(40, 52), (36, 44), (48, 40), (44, 56), (38, 38)], "SetB": [(42, 50), (50, 34), (40, 46)]}
 NOISE = {"M1": 45.0, "M2": 80.0, "M3": 60.0}  # M3 has maps of SetA only

@@ -13,7 +13,7 @@ import torch
 
 from ignite_r3net import cli, training
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.model import build_backbone
+from ignite_r3net.model.r3net import build_backbone
 from ignite_r3net.training.starting_weights import resolve_initial_weights
 
 WEIGHTS = {"source": "imagenet", "file": "/cache/resnet18.pth", "sha256": "ab" * 32}

@@ -15,7 +15,9 @@ from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_
 
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import SaliencyTrainSet, build_train_loader, load_image, sample_seed
+from ignite_r3net.data.decode import load_image
+from ignite_r3net.data.loader import SaliencyTrainSet, build_train_loader
+from ignite_r3net.data.sampler import sample_seed
 from ignite_r3net.errors import DataError
 
 pytestmark = pytest.mark.timeout(240)

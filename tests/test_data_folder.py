@@ -10,14 +10,10 @@ import pytest
 import torch
 from PIL import Image, ImageFile, ImageOps
 
-from ignite_r3net.data import (
-    DataError,
-    assert_dataset_ok,
-    check_dataset,
-    list_pairs,
-    load_image,
-    load_mask,
-)
+from ignite_r3net.data.checks import assert_dataset_ok, check_dataset
+from ignite_r3net.data.decode import load_image, load_mask
+from ignite_r3net.data.folder import list_pairs
+from ignite_r3net.errors import DataError
 
 
 def _rgb(h: int = 24, w: int = 32, seed: int = 0) -> np.ndarray:

@@ -9,19 +9,18 @@ import torch
 from torch.utils.data import default_collate
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import (
-    DataError,
-    DeviceAugment,
+from ignite_r3net.data.loader import (
     SaliencyEvalSet,
     SaliencyTrainSet,
     build_eval_loader,
     build_train_loader,
     collate_train,
-    make_synthetic_dataset,
-    normalize_image,
-    sample_seed,
     stop_workers,
 )
+from ignite_r3net.data.sampler import sample_seed
+from ignite_r3net.data.synthetic import make_synthetic_dataset
+from ignite_r3net.data.transforms import DeviceAugment, normalize_image
+from ignite_r3net.errors import DataError
 from ignite_r3net.training.step import prepare_batch
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from ignite_r3net.data import EvalShardSampler, ResumableDistributedSampler, sample_seed
+from ignite_r3net.data.sampler import EvalShardSampler, ResumableDistributedSampler, sample_seed
 
 
 class _Sized:

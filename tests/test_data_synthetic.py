@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ignite_r3net.data import check_dataset, ensure_synthetic, list_pairs, make_synthetic_dataset, synthetic_paths
 from ignite_r3net.data import synthetic as synthetic_module
+from ignite_r3net.data.checks import check_dataset
+from ignite_r3net.data.folder import list_pairs
+from ignite_r3net.data.synthetic import ensure_synthetic, make_synthetic_dataset, synthetic_paths
 
 
 def _digest(folder: Path) -> dict[str, bytes]:

@@ -10,15 +10,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ignite_r3net.data import (
+from ignite_r3net.data.loader import SaliencyTrainSet
+from ignite_r3net.data.sampler import sample_seed
+from ignite_r3net.data.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     DeviceAugment,
     JointCropFlip,
-    SaliencyTrainSet,
     draw_angle,
     normalize_image,
-    sample_seed,
 )
 
 

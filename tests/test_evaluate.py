@@ -16,8 +16,10 @@ from PIL import Image
 from ignite_r3net import cli
 from ignite_r3net.errors import OptionError
 from ignite_r3net.evaluation.maps import dataset_names
-from ignite_r3net.metrics import METRIC_KEYS
-from ignite_r3net.model import BACKBONES, R3Net, infer_backbone, read_trained_weights
+from ignite_r3net.metrics.keys import METRIC_KEYS
+from ignite_r3net.model.backbones import BACKBONES
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.model.trained_model import infer_backbone, read_trained_weights
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = [(64, 80), (70, 50), (48, 64), (66, 66), (40, 72)]  # (H, W); odd count on purpose

@@ -20,10 +20,11 @@ from helpers import REPO
 from PIL import Image
 
 from ignite_r3net import cli
-from ignite_r3net.data import normalize_image
+from ignite_r3net.data.transforms import normalize_image
 from ignite_r3net.export import writer as export
 from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING
-from ignite_r3net.model import R3Net, build_model, read_trained_weights
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.model.trained_model import build_model, read_trained_weights
 
 # both differ from the size traced (64x96) and checked at export (45x71); the first is below the
 # backbone's stride of 32, where its last feature map is 1x1

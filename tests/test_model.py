@@ -7,8 +7,9 @@ import torch
 from torchvision.models import resnet18, resnet34
 
 from ignite_r3net.errors import OptionError
-from ignite_r3net.model import BACKBONES, R3Net, build_backbone, load_backbone_weights, resolve_weights
-from ignite_r3net.model.r3net import NUM_PARAMETERS
+from ignite_r3net.model.backbone_weights import load_backbone_weights, resolve_weights
+from ignite_r3net.model.backbones import BACKBONES
+from ignite_r3net.model.r3net import NUM_PARAMETERS, R3Net, build_backbone
 
 # The authors' release (ResNeXt-101 32x4d backbone) has exactly this many trainable parameters.
 ORIGINAL_PARAMETER_COUNT = 56_156_126

@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ignite_r3net.data import DeviceAugment, SaliencyTrainSet, sample_seed
+from ignite_r3net.data.loader import SaliencyTrainSet
+from ignite_r3net.data.sampler import sample_seed
+from ignite_r3net.data.transforms import DeviceAugment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_pipeline import ReferenceImageFolder, ReferenceJointTransform  # noqa: E402

@@ -15,7 +15,7 @@ from PIL import Image, ImageOps
 from ignite_r3net import cli
 from ignite_r3net.evaluation import crf
 from ignite_r3net.evaluation.maps import output_path, safe_stem
-from ignite_r3net.model import R3Net
+from ignite_r3net.model.r3net import R3Net
 
 
 @pytest.fixture(scope="module")

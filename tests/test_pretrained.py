@@ -101,7 +101,8 @@ def test_torchvision_weights_come_from_torchs_cache(tmp_path, monkeypatch):
     cache.mkdir(parents=True)
     torch.save(reference.state_dict(), cache / "resnet18-f37072fd.pth")  # torchvision's file name
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "torch" / "hub"))
-    from ignite_r3net.model import R3Net, load_backbone_weights, resolve_weights
+    from ignite_r3net.model.backbone_weights import load_backbone_weights, resolve_weights
+    from ignite_r3net.model.r3net import R3Net
 
     for name in ("imagenet", "IMAGENET1K_V1", "DEFAULT"):
         weights = resolve_weights(name, "resnet18")
@@ -176,7 +177,7 @@ def test_without_a_network_a_hub_source_stops_after_one_request(tmp_path, monkey
     import huggingface_hub.constants
 
     from ignite_r3net.errors import OptionError
-    from ignite_r3net.model import resolve_weights
+    from ignite_r3net.model.backbone_weights import resolve_weights
 
     attempts = []
     with socket.create_server(("127.0.0.1", 0)) as server:

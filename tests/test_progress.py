@@ -11,7 +11,7 @@ import pytest
 from ignite.engine import Engine
 
 from ignite_r3net.progress import Clock, Progress, format_duration
-from ignite_r3net.training.handlers import attach_progress_bar
+from ignite_r3net.training.engine import RunClock, attach_progress_bar
 
 
 class Terminal(io.StringIO):
@@ -34,7 +34,7 @@ def _resumed_run(iteration: int, iters: int, stream: io.StringIO, progress: bool
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Progress, "__init__", to_stream)
-        attach_progress_bar(trainer, config, images_per_iteration=8)
+        attach_progress_bar(trainer, RunClock(images_per_iteration=8), config)
         trainer.run(range(3))
 
 

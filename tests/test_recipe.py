@@ -18,9 +18,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import ResumableDistributedSampler
-from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import attach_poly_lr, attach_sampler_epoch
+from ignite_r3net.data.sampler import ResumableDistributedSampler
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.training.engine import attach_poly_lr, attach_sampler_epoch
 from ignite_r3net.training.meters import LossMeter
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import side_output_losses
@@ -156,7 +156,7 @@ def test_loss_meter_averages_over_every_rank_and_iteration(monkeypatch):
     world = ThreadWorld(monkeypatch)
     rank0 = [_losses(1, 2, 3, 4, 5, 6, 7), _losses(3, 2, 1, 0, 1, 2, 3)]
     rank1 = [_losses(5, 6, 7, 8, 9, 10, 11), _losses(7, 6, 5, 4, 3, 2, 1)]
-    readings = world.run(lambda: _meter_after(rank0).sync(), lambda: _meter_after(rank1).sync())
+    readings = world.run(lambda: _meter_after(rank0).sync(iteration=1), lambda: _meter_after(rank1).sync(iteration=1))
     for reading in readings:  # every rank reads the same numbers
         assert reading.images == 8 and reading.first_nonfinite_iteration is None
         assert reading.averages["loss0"] == (1 + 3 + 5 + 7) / 4
@@ -170,7 +170,8 @@ def test_loss_meter_averages_over_every_rank_and_iteration(monkeypatch):
     assert torch.equal(states[0]["sums"], states[1]["sums"])
     third = [_losses(0, 0, 0, 0, 0, 0, 0)], [_losses(6, 6, 6, 6, 6, 6, 6)]
     readings = world.run(
-        lambda: _meter_after(third[0], start=states[0]).sync(), lambda: _meter_after(third[1], start=states[1]).sync()
+        lambda: _meter_after(third[0], start=states[0]).sync(iteration=1),
+        lambda: _meter_after(third[1], start=states[1]).sync(iteration=1),
     )
     for reading in readings:
         assert reading.images == 12
@@ -185,7 +186,7 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_at_the_same_iteration(mo
     good = _losses(1, 1, 1, 1, 1, 1, 1)
     rank0 = [good, good, _losses(math.inf, 1, 1, 1, 1, 1, 1)]
     rank1 = [good, _losses(1, 1, 1, 1, math.nan, 1, 1), good]
-    readings = world.run(lambda: _meter_after(rank0).sync(), lambda: _meter_after(rank1).sync())
+    readings = world.run(lambda: _meter_after(rank0).sync(iteration=1), lambda: _meter_after(rank1).sync(iteration=1))
     for reading in readings:
         assert reading.first_nonfinite_iteration == 2
         assert reading.nonfinite_outputs == ["total", "loss4"]

@@ -26,11 +26,11 @@ from ignite_r3net.checkpoint_io import (
 )
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import DataError, stop_workers
+from ignite_r3net.data.loader import stop_workers
 from ignite_r3net.distributed.launch import launch
 from ignite_r3net.distributed.topology import LaunchSpec
-from ignite_r3net.errors import CheckpointError, Terminated, WorkerFailed, error_line
-from ignite_r3net.training.handlers import attach_checkpointing, attach_stop_on_sigterm
+from ignite_r3net.errors import CheckpointError, DataError, Terminated, WorkerFailed, error_line
+from ignite_r3net.training.engine import attach_checkpointing, attach_stop_on_sigterm
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ignite_r3net.data import assert_dataset_ok, check_dataset, checks
+from ignite_r3net.data import checks
+from ignite_r3net.data.checks import assert_dataset_ok, check_dataset
 from ignite_r3net.data.scan_cache import cache_folder
 
 

@@ -183,10 +183,12 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
 
     import torch
     from ignite.engine import Engine
+    from ignite.handlers import LRScheduler
+    from torch.optim.lr_scheduler import LambdaLR
 
-    from ignite_r3net.metrics import METRIC_KEYS
+    from ignite_r3net.metrics.keys import METRIC_KEYS
     from ignite_r3net.training.meters import LOSS_NAMES
-    from ignite_r3net.training.tracker_loggers import attach_trackers
+    from ignite_r3net.training.tracker_loggers import attach_loggers
     from ignite_r3net.training.validation import ValidationEvents
 
     calls: list[tuple] = []
@@ -213,7 +215,9 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
     biases, weights = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([{"params": [biases], "lr": 0.02}, {"params": [weights], "lr": 0.01}])
-    assert len(attach_trackers(trainer, evaluator, optimizer, config)) == 1
+    scheduler = LRScheduler(LambdaLR(optimizer, lambda _: 1.0))  # the rates stay those set above
+    tb = types.SimpleNamespace(attach_output_handler=lambda *args, **kwargs: None, close=lambda: None)
+    assert [run.name for run in attach_loggers(trainer, evaluator, tb, scheduler, config)] == ["tensorboard", "wandb"]
     trainer.run(range(3))
 
     init = calls[0]

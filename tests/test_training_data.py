@@ -16,7 +16,8 @@ from helpers import TINY_TRAIN, log_lines, make_tiny_dataset
 from ignite_r3net.cli import build_parser, main
 from ignite_r3net.cli.common import options_from_args
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import SaliencyEvalSet, SaliencyTrainSet, list_pairs
+from ignite_r3net.data.folder import list_pairs
+from ignite_r3net.data.loader import SaliencyEvalSet, SaliencyTrainSet
 from ignite_r3net.training.train_log import header_lines
 
 pytestmark = pytest.mark.timeout(240)

@@ -12,11 +12,11 @@ from helpers import make_tiny_dataset, training_conv_outputs
 from ignite.engine import Events
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import build_train_loader
-from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import TrainLog
+from ignite_r3net.data.loader import build_train_loader
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
-from ignite_r3net.training.worker import create_trainer
+from ignite_r3net.training.train_log import TrainLog
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -11,11 +11,11 @@ from helpers import ThreadWorld, make_tiny_dataset, save_spread_r3net
 from ignite.engine import Engine
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data import build_eval_loader
+from ignite_r3net.data.loader import build_eval_loader
 from ignite_r3net.inference import attach_scoring, create_evaluator, score_shard
-from ignite_r3net.metrics import SaliencyMetrics
-from ignite_r3net.model import R3Net
-from ignite_r3net.training.handlers import TrainLog
+from ignite_r3net.metrics.saliency import SaliencyMetrics
+from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.training.train_log import TrainLog
 from ignite_r3net.training.validation import GRID_TILE, _best_checkpointer, attach_validation, side_output_grid
 
 

@@ -7,15 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ignite_r3net.model import (
-    R3Net,
-    build_backbone,
+from ignite_r3net.model.backbone_weights import load_backbone_weights
+from ignite_r3net.model.key_layouts import (
+    backbone_state_dict_from_any,
     convert_original_backbone_state_dict,
     convert_original_r3net_state_dict,
-    load_backbone_weights,
     load_model_state,
 )
-from ignite_r3net.model.key_layouts import backbone_state_dict_from_any
+from ignite_r3net.model.r3net import R3Net, build_backbone
 
 # ---------------------------------------------------------------- reference: original layout
 # A re-creation of the module *structure* of the authors' torch7-converted

@@ -1,11 +1,10 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``,
 ``reproduce``, ``make-data``, ``check-data``.
 
-Argument parsing only: each command's parser and entry call live in the module of this package
-named for it (``data`` holds both data tools). The flags of ``train`` are generated from
-``TrainConfig`` and those of ``evaluate``, ``predict``, ``compare`` and ``export`` from their options
-dataclasses (``ignite_r3net.options``) by ``common.add_options``, so every option's ``--help`` shows
-its default. A ``UserError`` from any command becomes one ``error: ...`` line.
+Argument parsing only: ``train`` (``train.py``: its flags generated from ``TrainConfig``), the
+commands whose flags come from their options dataclasses (``commands.py``: ``evaluate``, ``predict``,
+``compare``, ``export``) and the data tools (``data.py``); ``common.add_options`` makes the flags, so
+every option's ``--help`` shows its default. A ``UserError`` from any command becomes one ``error: ...`` line.
 
 The options need no torch (their choices come from torch-free modules) and each entry function
 imports its command's code, so ``--help`` answers at once and a process imports only what its
@@ -21,11 +20,8 @@ from pathlib import Path
 
 from ..console import echo, tolerate_closed_console
 from ..errors import Terminated, UserError, ending_line
-from .compare import add_compare
+from .commands import COMMANDS
 from .data import add_check_data, add_make_data
-from .evaluate import add_evaluate
-from .export import add_export
-from .predict import add_predict
 from .reproduce import add_reproduce
 from .train import add_train
 
@@ -41,20 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (
-        add_train,
-        add_evaluate,
-        add_predict,
-        add_compare,
-        add_export,
-        add_reproduce,
-        add_make_data,
-        add_check_data,
-    ):
-        add(sub)
-    for command in sub.choices.values():
-        command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
-        command.set_defaults(command_parser=command)
+    add_train(sub)
+    for command in COMMANDS:
+        command.add_to(sub)
+    add_reproduce(sub)
+    add_make_data(sub)
+    add_check_data(sub)
+    for parser_of_command in sub.choices.values():
+        parser_of_command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
+        parser_of_command.set_defaults(command_parser=parser_of_command)
     return parser
 
 

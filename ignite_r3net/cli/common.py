@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import importlib
 import types
 import typing
 from collections.abc import Callable
@@ -90,18 +88,3 @@ def options_from_args(cls: type[T], args: argparse.Namespace) -> T:
         if is_group(f):
             values[f.name] = options_from_args(typing.cast(type, f.default_factory), args)
     return cls(**values)
-
-
-def add_command(sub: argparse._SubParsersAction, name: str, cls: type, entry: str, **parser_kwargs: Any) -> None:
-    """The subcommand ``name``: its flags come from the options dataclass ``cls``, and it calls
-    ``entry`` (``"module:function"``, imported only when the command runs, so that ``--help`` and
-    the other commands never import it) with the options the command line describes."""
-    parser = sub.add_parser(name, **parser_kwargs)
-    add_options(parser, cls)
-    parser.set_defaults(handler=functools.partial(_run_entry, cls, entry))
-
-
-def _run_entry(cls: type, entry: str, args: argparse.Namespace) -> int:
-    module, function = entry.split(":")
-    getattr(importlib.import_module(module), function)(options_from_args(cls, args))
-    return 0

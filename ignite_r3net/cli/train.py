@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ..config import TrainConfig
-from ..model import BACKBONES
+from ..model.backbones import BACKBONES
 from .common import add_options, given_options
 
 

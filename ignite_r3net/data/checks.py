@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-import PIL
 from PIL import Image
 
+from ..content_key import ContentKey
 from ..errors import DataError
 from .folder import _scan
 from .scan_cache import Finding, ScanCache, collector_paused
@@ -83,7 +82,7 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
 
 def _code_version() -> str:
     """What decides a header check's finding: this module's code and Pillow's version."""
-    return hashlib.sha256(Path(__file__).read_bytes() + PIL.__version__.encode()).hexdigest()
+    return ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
 
 
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_files import write_text
+from ..content_key import ContentKey
 from ..errors import note
 
 FORMAT = "ignite_r3net scan cache"
@@ -153,4 +154,4 @@ class ScanCache:
 
 
 def _checksum(entries: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return ContentKey("scan entries", VERSION).add_values(entries).hexdigest()

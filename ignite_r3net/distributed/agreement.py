@@ -9,7 +9,6 @@ line that names what differs, also used by the rendezvous for what the nodes tel
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -20,6 +19,7 @@ import ignite.distributed as idist
 import torch
 
 from .. import __version__
+from ..content_key import ContentKey
 from ..errors import RanksDisagree
 from .ranks import all_gather_strings
 
@@ -29,11 +29,9 @@ def installed_software() -> dict[str, str]:
     """What must be installed alike on every node: this package (its version and a digest of its
     sources: a checkout's version does not change with its code), torch and ignite."""
     package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(f"{path.relative_to(package)}\0".encode() + path.read_bytes())
+    sources = ContentKey("sources", 1).add_sources(sorted(package.rglob("*.py")), root=package)
     return {
-        "ignite_r3net": f"{__version__} (sources {digest.hexdigest()[:12]})",
+        "ignite_r3net": f"{__version__} (sources {sources.hexdigest(12)})",
         "torch": torch.__version__,
         "ignite": ignite.__version__,
     }

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_files import write_json, write_text
-from ..data import assert_dataset_ok, list_pairs
+from ..data.checks import assert_dataset_ok
+from ..data.folder import list_pairs
 from ..data.registry import resolve_names
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import dataset_of_half, split_dirs
+from ..data.folder import dataset_of_half, split_dirs
 from ..errors import OptionError
 from .maps import dataset_names
 

@@ -21,7 +21,9 @@ import torch
 from ignite.engine import Engine, Events
 
 from ..atomic_files import write_text
-from ..data import assert_dataset_ok, build_eval_loader, listing_digest
+from ..data.checks import assert_dataset_ok
+from ..data.folder import listing_digest
+from ..data.loader import SaliencyEvalSet, build_eval_loader
 from ..data.registry import resolve_names
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
@@ -30,7 +32,8 @@ from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
-from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..metrics.keys import METRIC_KEYS
+from ..metrics.saliency import SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file, check_writable_folder
@@ -142,7 +145,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
         workers = options.inference.workers
         # a damaged JPEG is scored as decoded, as other toolboxes would, but named (libjpeg names no file)
         loaders = [build_eval_loader(f, world, rank, workers, warn_damaged=True) for f in options.data]
-        total = sum(len(loader.dataset) for loader in loaders)
+        total = sum(len(cast(SaliencyEvalSet, loader.dataset)) for loader in loaders)
         desc = "inference" if options.quiet else "evaluate"  # quiet: compare making a checkpoint's maps
         with Progress(total, desc, "image", enabled=options.progress and is_rank_zero()) as progress:
             scored = {
@@ -181,7 +184,7 @@ def _evaluate_dataset(
     attach_scoring(evaluator, metric)
     values = score_shard(evaluator, loader, metric, progress)
     images = metric.per_image_scores() if options.per_image else []
-    return {"images": len(loader.dataset), **{k: float(values[k]) for k in METRIC_KEYS}}, images
+    return {"images": len(cast(SaliencyEvalSet, loader.dataset)), **{k: float(values[k]) for k in METRIC_KEYS}}, images
 
 
 def _refine_with_crf(engine: Engine) -> None:

@@ -21,7 +21,6 @@ vouches for a file another model wrote. Failed images are never listed: a rerun 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,7 @@ import torch
 from .. import __version__
 from ..atomic_files import write_json
 from ..checkpoint_io import remove_stale_temporaries
+from ..content_key import ContentKey
 from ..model.backbone_weights import sha256_of
 
 RECORD_DIR = ".predict"
@@ -52,7 +52,7 @@ def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict
 def run_key(description: Mapping[str, Any]) -> str:
     """The key of a run: everything in ``description`` but where the model file lies."""
     decisive = {k: v for k, v in description.items() if k != "model"}
-    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:32]
+    return ContentKey("predict run", 1).add_values(decisive).hexdigest(32)
 
 
 class MapRecord:

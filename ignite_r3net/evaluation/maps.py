@@ -19,9 +19,10 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..atomic_files import atomic_output
-from ..data import IMAGE_EXTS, load_mask
+from ..data.decode import load_mask
+from ..data.folder import IMAGE_EXTS
 from ..errors import DataError, OptionError
-from ..metrics import SaliencyMetrics
+from ..metrics.saliency import SaliencyMetrics
 
 __all__ = [
     "MAP_EXTS",
@@ -137,7 +138,7 @@ def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> l
         mask = load_mask(mask_path)[0]
         saliency = load_saliency_map(map_path)
         if saliency.shape != mask.shape:
-            saliency = resize_map(saliency, tuple(mask.shape))
+            saliency = resize_map(saliency, (mask.shape[0], mask.shape[1]))
             resized.append(Path(map_path).name)
         metric.update(([saliency], [mask], [Path(mask_path).stem]))
     return resized

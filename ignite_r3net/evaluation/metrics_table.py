@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..atomic_files import write_json
-from ..metrics import METRIC_KEYS
-from ..metrics.keys import PROTOCOL_MARK, PROTOCOL_METRICS, protocol_fields, protocol_note
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, protocol_fields, protocol_note
 
 
 def format_table(rows: Mapping[str, Mapping[str, float]], protocol: str = "standard") -> str:

@@ -9,10 +9,7 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 
-from ..metrics import METRIC_KEYS
-from ..metrics.keys import PROTOCOL_METRICS
-
-ImageScores = tuple[str, Mapping[str, float]]  # (image stem, {metric: value})
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_METRICS, ImageScores
 
 
 def column_name(metric: str, protocol: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..console import echo
-from ..data import IMAGE_EXTS, dataset_of_half, split_dirs
+from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note

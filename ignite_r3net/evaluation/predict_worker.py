@@ -21,7 +21,9 @@ import ignite.distributed as idist
 import torch
 
 from ..atomic_files import write_json
-from ..data import image_size, init_loader_worker, load_image, worker_context
+from ..data.checks import image_size
+from ..data.decode import load_image
+from ..data.loader import init_loader_worker, worker_context
 from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zero, rank_zero_only

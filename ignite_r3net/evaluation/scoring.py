@@ -25,8 +25,6 @@ the maps, written after the last map, so an interrupted inference is redone.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import inspect
 import json
 import os
@@ -40,12 +38,14 @@ import ignite.distributed as idist
 
 from .. import __version__
 from ..atomic_files import write_json
-from ..data import load_mask
+from ..content_key import ContentKey
+from ..data.decode import load_mask
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec
-from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..metrics.keys import METRIC_KEYS
+from ..metrics.saliency import SaliencyMetrics
 from ..progress import Progress
 from .maps import load_saliency_map, score_maps
 
@@ -53,7 +53,6 @@ __all__ = [
     "CACHE_FORMAT",
     "score_cells",
     "code_version",
-    "files_digest",
     "pair_key",
     "read_entry",
     "write_entry",
@@ -71,45 +70,23 @@ def code_version() -> str:
     """Digest of the sources and library versions that decide a score."""
     metric_dir = Path(inspect.getsourcefile(SaliencyMetrics) or "").parent
     readers = {Path(inspect.getsourcefile(f) or "") for f in (load_mask, load_saliency_map)}
-    digest = hashlib.sha256()
-    for path in sorted(metric_dir.glob("*.py")) + sorted(readers):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    for name in _LIBRARIES:
-        digest.update(f"{name}={_library_version(name)}\n".encode())
-    return digest.hexdigest()
-
-
-def _library_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
-def files_digest(digest: Any, paths: Iterable[Path]) -> None:
-    """Feed each file's absolute path, size and modification time (ns) to ``digest``."""
-    for path in paths:
-        st = path.stat()
-        digest.update(f"{os.fspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    sources = sorted(metric_dir.glob("*.py")) + sorted(readers)
+    return ContentKey("score code", CACHE_FORMAT).add_sources(sources).add_libraries(_LIBRARIES).hexdigest()
 
 
 def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> str:
     """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code``
     (``code_version()``)."""
-    digest = hashlib.sha256(f"scores {CACHE_FORMAT}\0{protocol}\0{code}\n".encode())
-    files_digest(digest, (p for pair in pairs for p in pair))
-    return digest.hexdigest()
+    key = ContentKey("scores", CACHE_FORMAT).add_values([protocol, code])
+    return key.add_files(p for pair in pairs for p in pair).hexdigest()
 
 
 def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: Mapping[str, Any]) -> str:
     """The key of a checkpoint's maps of a data set: the checkpoint file, every (image, mask) file,
     the inference ``options`` (backbone, CRF, AMP; a Hub checkpoint's source and sha256) and the
     versions of this package and torch."""
-    version = f"{__version__} torch={_library_version('torch')}"
-    digest = hashlib.sha256(f"maps {CACHE_FORMAT}\0{version}\0{json.dumps(options, sort_keys=True)}\n".encode())
-    files_digest(digest, [checkpoint])
-    files_digest(digest, (p for pair in data for p in pair))
-    return digest.hexdigest()
+    key = ContentKey("maps", CACHE_FORMAT).add_values([__version__, dict(options)]).add_libraries(["torch"])
+    return key.add_files([checkpoint]).add_files(p for pair in data for p in pair).hexdigest()
 
 
 def read_entry(cache_dir: Path, key: str) -> dict[str, Any] | None:

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import inspect
 import json
 from collections.abc import Mapping
@@ -22,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic_files import write_json
-from ..data import list_pairs
+from ..content_key import ContentKey
+from ..data.folder import list_pairs
 from ..errors import DataError, OptionError, listing, note
-from . import scoring, visual_figure
+from . import visual_figure
 from .maps import files_by_stem
 from .visual_figure import Cell, draw_visual_comparison
 
@@ -143,17 +142,10 @@ def figure_row(figure: FigureData, stem: str) -> list[Cell]:
 def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) -> str:
     """SHA-256 over the columns, the stems, every shown file (path, size, mtime; "missing" for an
     empty cell) and the drawing code and the versions of the libraries it draws with."""
-    code = Path(inspect.getsourcefile(visual_figure) or "").read_bytes()
-    versions = [importlib.metadata.version(name) for name in ("matplotlib", "pillow", "numpy")]
-    digest = hashlib.sha256(f"figure {FIGURE_FORMAT}\0{json.dumps([headers, stems, versions])}\n".encode())
-    digest.update(hashlib.sha256(code).digest())
-    for row in rows:
-        for cell in row:
-            if cell.path is None:
-                digest.update(b"missing\n")
-            else:
-                scoring.files_digest(digest, [cell.path])
-    return digest.hexdigest()
+    code = Path(inspect.getsourcefile(visual_figure) or "")
+    key = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([code])
+    key.add_libraries(["matplotlib", "pillow", "numpy"])
+    return key.add_files(cell.path for row in rows for cell in row).hexdigest()
 
 
 def _recorded_key(record: Path) -> str | None:

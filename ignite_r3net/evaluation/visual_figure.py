@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from ..atomic_files import atomic_output
-from ..data import load_image, load_mask
+from ..data.decode import load_image, load_mask
 from .maps import load_saliency_map
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from torch import nn
 
 from .. import __version__
 from ..atomic_files import atomic_output
-from ..data import IMAGENET_MEAN, IMAGENET_STD
+from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions

@@ -11,20 +11,5 @@
 * :mod:`.saliency`: the ``Metric``: input handling, exact sums, ``compute`` / ``curves``;
 * :mod:`.keys`: ``METRIC_KEYS``, the names of its numbers.
 
-``SaliencyMetrics`` (torch, ignite, scipy) is imported when first used (PEP 562): the command line
-lists ``METRIC_KEYS`` without it.
+Import from the submodule that defines a name (``keys`` needs no torch).
 """
-
-from typing import Any
-
-from .keys import METRIC_KEYS
-
-__all__ = ["METRIC_KEYS", "SaliencyMetrics"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "SaliencyMetrics":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .saliency import SaliencyMetrics
-
-    return SaliencyMetrics

@@ -5,11 +5,16 @@ Plain data, without torch: the command line lists them in ``compare --help``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 #: Keys of the dict returned by :meth:`SaliencyMetrics.compute`, in reporting order.
 METRIC_KEYS = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
 
 #: The metrics a protocol computes its own way; the others keep the standard (PySODMetrics) definitions.
 PROTOCOL_METRICS: dict[str, tuple[str, ...]] = {"standard": (), "r3net": ("mae", "maxF")}
+
+#: One image's own scores: (image stem, {metric: value of that image alone}).
+ImageScores = tuple[str, Mapping[str, float]]
 
 #: The mark of a column whose values follow the protocol's own definition.
 PROTOCOL_MARK = "†"

@@ -16,12 +16,11 @@ from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
 from . import histogram
-from .keys import METRIC_KEYS
+from .keys import METRIC_KEYS, ImageScores
 from .structure import smeasure
 from .weighted_f import weighted_fmeasure
 
 Maps = torch.Tensor | Sequence[torch.Tensor]
-ImageScores = tuple[str, dict[str, float]]  # (image name, {metric: value of that image alone})
 
 # Per-image values summed into one float64 vector: name -> length (256: one per threshold t).
 _SLOTS = (

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..evaluation.paper_numbers import REFERENCE_NAMES
-from ..metrics import METRIC_KEYS
-from ..metrics.keys import canonical_metric
+from ..metrics.keys import METRIC_KEYS, canonical_metric
 from .fields import NOT_NEGATIVE, Rule, check_fields, group, option
 from .shared import InferenceOptions, ProcessOptions, data_root_option, progress_option, protocol_option
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..atomic_files import write_json
 from ..config import TrainConfig
-from ..data import listing_digest
+from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
 from ..errors import OptionError, warn
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps

@@ -16,10 +16,10 @@ from typing import Any, cast
 
 import ignite.distributed as idist
 from ignite.engine import Engine, Events
+from ignite.engine.events import CallableEventWithFilter
 
 from ..config import TrainConfig
 from ..distributed.ranks import all_gather_items
-from .handlers import every_or_last
 from .train_log import TrainLog
 
 
@@ -71,17 +71,17 @@ class BadImages:
         self.known = dict(state["known"])
 
 
-def attach_bad_images(trainer: Engine, bad: BadImages, log: TrainLog, config: TrainConfig) -> None:
-    """Note each batch's replaced pairs; at the loss meter's sync iterations report the new ones
-    (rank 0) and stop every rank when there are more than ``--max-bad-images`` allows."""
+def attach_bad_images(
+    trainer: Engine, bad: BadImages, log: TrainLog, sync_iterations: CallableEventWithFilter, config: TrainConfig
+) -> None:
+    """Note each batch's replaced pairs; at ``sync_iterations`` (the loss meter's) report the new
+    ones (rank 0) and stop every rank when there are more than ``--max-bad-images`` allows."""
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def note_replaced_pairs(engine: Engine) -> None:
         bad.note(cast(dict[str, Any], engine.state.batch).get("bad", ()))  # collate_train's batch
 
-    @trainer.on(
-        Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every))
-    )
+    @trainer.on(sync_iterations)
     def report_bad_images(engine: Engine) -> None:
         new = bad.sync()
         stopping = bad.too_many()

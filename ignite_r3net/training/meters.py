@@ -40,6 +40,7 @@ class LossMeter:
         self._sums = torch.zeros(n, dtype=torch.float64, device=self.device)
         self._count = torch.zeros(1, dtype=torch.float64, device=self.device)
         self._first_bad = torch.full((n,), _NEVER, dtype=torch.float64, device=self.device)
+        self._reading: tuple[int, MeterReading] | None = None  # the last sync's iteration and result
 
     def reset(self) -> None:
         """Start new averages (the reference DDP script resets its meters every epoch)."""
@@ -55,12 +56,19 @@ class LossMeter:
         # clamp with a Python number: no host-to-device copy (and so no sync) per iteration
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
-    def sync(self) -> MeterReading:
+    def sync(self, iteration: int) -> MeterReading:
         """All-reduce across ranks and read the averages on the host (a collective: call on all ranks).
 
-        One all-reduce in the usual case: a non-finite loss on any rank makes the summed vector
-        non-finite on every rank, and only then do all ranks ask which iteration was first.
+        Once per ``iteration``: a second call at the same iteration (the log line's, after the loss
+        meter handler's) returns the same reading. One all-reduce in the usual case: a non-finite
+        loss on any rank makes the summed vector non-finite on every rank, and only then do all
+        ranks ask which iteration was first.
         """
+        if self._reading is None or self._reading[0] != iteration:
+            self._reading = (iteration, self._sync())
+        return self._reading[1]
+
+    def _sync(self) -> MeterReading:
         values = all_reduce_tensor(torch.cat([self._sums, self._count])).tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}

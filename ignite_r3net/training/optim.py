@@ -3,6 +3,9 @@ decay, poly LR decay."""
 
 from __future__ import annotations
 
+import warnings
+from typing import cast
+
 import torch
 from ignite.handlers import LRScheduler
 from torch import nn
@@ -44,7 +47,22 @@ def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRSc
     reference DDP script has it.
 
     ``LambdaLR`` evaluates the closed form from each group's base lr (torch's ``PolynomialLR`` is
-    chained and drifts when driven by ignite); ignite's ``LRScheduler``, attached to
-    ``ITERATION_STARTED``, applies the value after i - 1 steps before iteration i.
+    chained and drifts when driven by ignite). ignite's ``LRScheduler(use_legacy=True)`` is the
+    variant for ``ITERATION_COMPLETED``: the optimiser starts at ``lr_1`` (the base) and each call
+    after iteration i sets ``lr_{i+1}``.
     """
-    return LRScheduler(LambdaLR(optimizer, lr_lambda=PolyFactor(config.iters, config.lr_power)))
+    with warnings.catch_warnings():
+        # ignite warns that use_legacy needs ITERATION_COMPLETED, where engine.attach_poly_lr puts it
+        warnings.filterwarnings("ignore", message="Please make sure to attach scheduler")
+        return LRScheduler(LambdaLR(optimizer, lr_lambda=PolyFactor(config.iters, config.lr_power)), use_legacy=True)
+
+
+def learning_rates(scheduler: LRScheduler, iteration: int) -> dict[str, float]:
+    """The rate of each parameter group by name (``biases``, ``weights``) that ``iteration`` trains
+    with, from the scheduler's closed form: right also after the poly LR handler has set the next
+    iteration's rate."""
+    poly = cast(LambdaLR, scheduler.lr_scheduler)
+    return {
+        name: float(base) * factor(iteration - 1)
+        for name, base, factor in zip(GROUP_NAMES, poly.base_lrs, poly.lr_lambdas)
+    }

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..checkpoint_io import find_resume_checkpoint, list_checkpoints, load_checkpoint
 from ..config import TrainConfig
-from ..data import ResumableDistributedSampler
+from ..data.sampler import ResumableDistributedSampler
 from ..errors import CheckpointError, OptionError, warn
 from ..options.fields import flag_named
 

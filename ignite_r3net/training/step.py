@@ -9,7 +9,7 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
-from ..data import DeviceAugment
+from ..data.transforms import DeviceAugment
 from ..inference import AMP_DTYPES
 
 

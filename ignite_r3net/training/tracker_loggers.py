@@ -1,7 +1,8 @@
-"""Experiment trackers, rank 0's part: ignite's ``MLflowLogger``, ``WandBLogger`` or ``ClearMLLogger``
-attached to the trainer and the validation evaluator, logging into the runs ``trackers`` opened in
-the launching process what TensorBoard gets (losses, the LR of each parameter group by name,
-images/s, validation metrics), and the best checkpoint as an artifact at the end.
+"""Experiment loggers, rank 0's part: ignite's ``TensorboardLogger`` (always) and the trackers'
+``MLflowLogger``, ``WandBLogger`` or ``ClearMLLogger`` (the runs ``trackers`` opened in the launching
+process), each attached alike to the trainer and the validation evaluator: losses and images/s, the
+LR of each parameter group by name, validation metrics; the trackers get the best checkpoint as an
+artifact at the end.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 from ignite.engine import Engine, Events
+from ignite.handlers import LRScheduler
 
 from ..checkpoint_io import BEST_PATTERN, saved_files
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
-from ..metrics import METRIC_KEYS
-from .handlers import every_or_last
+from ..metrics.keys import METRIC_KEYS
+from .engine import log_iterations
 from .meters import LOSS_NAMES
-from .optim import GROUP_NAMES
+from .optim import learning_rates
 from .trackers import recipe_params
 from .validation import ValidationEvents
 
@@ -33,7 +34,7 @@ class TrackerRun:
 
     def finish(self, _: Engine) -> None:
         best = saved_files(self.config.output_dir, BEST_PATTERN)  # by score, lowest first
-        if best:
+        if best and self.name in _UPLOAD:
             _UPLOAD[self.name](self.logger, best[-1][1])
         self.close(failed=False)
 
@@ -46,25 +47,33 @@ class TrackerRun:
             self.logger.close()
 
 
-def named_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """The learning rate of each parameter group by its name (``biases``, ``weights``)."""
-    return {name: float(group["lr"]) for name, group in zip(GROUP_NAMES, optimizer.param_groups)}
+@rank_zero_only
+def open_tensorboard(config: TrainConfig) -> Any:
+    """TensorBoard's logger writing to ``OUTPUT_DIR/tb`` (rank 0; None elsewhere)."""
+    from ignite.handlers.tensorboard_logger import TensorboardLogger
+
+    return TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
 
 
 @rank_zero_only
-def attach_trackers(
-    trainer: Engine, evaluator: Engine | None, optimizer: torch.optim.Optimizer, config: TrainConfig
+def attach_loggers(
+    trainer: Engine, evaluator: Engine | None, tb: Any, scheduler: LRScheduler, config: TrainConfig
 ) -> list[TrackerRun]:
-    """Log to every tracker ``prepare_trackers`` opened: losses and images/s (tag ``train``), the LR
-    of each group (``lr``) at the log lines, validation metrics (``val``) at each validation; the
-    best checkpoint at the end. Returns the runs (for closing on a failure; none on other ranks)."""
-    runs = []
-    when = Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
-    for name, record in (config.tracking or {}).items():
-        logger = _OPEN[name](record, config)
+    """Log to TensorBoard (``tb``) and to every tracker ``prepare_trackers`` opened: losses and
+    images/s (tag ``train``) and the LR of each group (``lr``) at the log lines, validation metrics
+    (``val``) at each validation; the trackers' best checkpoint at the end. Returns the runs (for
+    closing on a failure; none on other ranks)."""
+    runs = [TrackerRun("tensorboard", tb, config)]
+    runs += [TrackerRun(name, _OPEN[name](record, config), config) for name, record in (config.tracking or {}).items()]
+    when = log_iterations(config)
+    for run in runs:
+        logger = run.logger
         logger.attach_output_handler(trainer, event_name=when, tag="train", metric_names=[*LOSS_NAMES, "images_per_s"])
         logger.attach_output_handler(
-            trainer, event_name=when, tag="lr", output_transform=lambda _: named_lrs(optimizer)
+            trainer,
+            event_name=when,
+            tag="lr",
+            output_transform=lambda _: learning_rates(scheduler, trainer.state.iteration),
         )
         if evaluator is not None:
             logger.attach_output_handler(
@@ -74,9 +83,7 @@ def attach_trackers(
                 metric_names=list(METRIC_KEYS),
                 global_step_transform=lambda *_: trainer.state.iteration,
             )
-        run = TrackerRun(name, logger, config)
         trainer.add_event_handler(Events.COMPLETED, run.finish)
-        runs.append(run)
     return runs
 
 

@@ -11,8 +11,10 @@ from typing import Any
 from filelock import FileLock
 
 from ..config import TrainConfig
-from ..data import assert_dataset_ok, ensure_synthetic, listing_digest
+from ..data.checks import assert_dataset_ok
+from ..data.folder import listing_digest
 from ..data.registry import resolve_names
+from ..data.synthetic import ensure_synthetic
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError
 

@@ -14,13 +14,14 @@ from torchvision.utils import make_grid
 
 from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
-from ..data import normalize_image
+from ..data.transforms import normalize_image
 from ..distributed.ranks import all_gather_items, broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
-from ..metrics import METRIC_KEYS, SaliencyMetrics
+from ..metrics.keys import METRIC_KEYS
+from ..metrics.saliency import SaliencyMetrics
 from ..model.r3net import R3Net
 from ..progress import Progress
-from .handlers import every_or_last
+from .engine import every_or_last
 from .train_log import TrainLog
 
 GRID_IMAGES, GRID_TILE = 4, 96
@@ -143,9 +144,8 @@ def log_validation_to_tensorboard(
     dataset: Any,
     iteration: int,
 ) -> None:
-    """Scalars, the mean precision-recall curve and a grid of side outputs (rank 0)."""
-    for key in METRIC_KEYS:
-        tb.writer.add_scalar(f"val/{key}", values[key], iteration)
+    """The mean precision-recall curve and a grid of side outputs (rank 0); the scalars come from
+    the loggers' loop (``tracker_loggers``), as for every tracker."""
     zeros = torch.zeros_like(precision)
     # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
     tb.writer.add_pr_curve_raw(

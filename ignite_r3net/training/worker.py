@@ -4,52 +4,26 @@ restores a checkpoint when resuming, and runs to ``config.iters``."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from ignite.engine import Engine
-from ignite.handlers import Checkpoint, LRScheduler
+from ignite.handlers import Checkpoint
 from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
+from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
 from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
-from .bad_images import BadImages, attach_bad_images
-from .handlers import (
-    attach_checkpointing,
-    attach_close_on_failure,
-    attach_loss_meter,
-    attach_poly_lr,
-    attach_progress_bar,
-    attach_sampler_epoch,
-    attach_stop_on_sigterm,
-    attach_tensorboard,
-    attach_train_log,
-)
-from .meters import LossMeter
+from .engine import attach_stop_on_sigterm, create_trainer
 from .optim import build_optimizer, build_poly_lr
-from .resume import RunRecipe
-from .step import create_train_step
-from .tracker_loggers import attach_trackers
+from .tracker_loggers import attach_loggers, open_tensorboard
 from .train_log import LOG_NAME, TrainLog, header_lines
 from .validation import attach_validation
-
-
-class TrainerParts(NamedTuple):
-    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, the TensorBoard logger,
-    and what a failure closes (add to it what is attached later)."""
-
-    trainer: Engine
-    to_save: dict[str, Any]
-    tb: Any
-    closables: list[Any]
 
 
 def training(local_rank: int, config: TrainConfig) -> None:
@@ -68,14 +42,12 @@ def training(local_rank: int, config: TrainConfig) -> None:
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
-    trainer, to_save, tb, closables = create_trainer(
-        model, optimizer, lr_scheduler, sampler, log, config, device, scaler
-    )
+    trainer, to_save, closables = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
     log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device))
-    attach_checkpointing(trainer, to_save, config)
+    tb = open_tensorboard(config)
     loaders, evaluator = [loader], None
     if config.val_data:
         # persistent: a validation does not fork its workers again, and they are stopped below
@@ -94,7 +66,7 @@ def training(local_rank: int, config: TrainConfig) -> None:
         _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
         evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
         loaders.append(val_loader)
-    closables += attach_trackers(trainer, evaluator, optimizer, config) or []
+    closables += attach_loggers(trainer, evaluator, tb, lr_scheduler, config) or []
     attach_stop_on_sigterm(trainer)
 
     try:
@@ -116,49 +88,6 @@ def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: T
         )
 
 
-def create_trainer(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    lr_scheduler: LRScheduler,
-    sampler: Any,
-    log: TrainLog,
-    config: TrainConfig,
-    device: torch.device,
-    scaler: torch.amp.GradScaler | None = None,
-) -> TrainerParts:
-    """The training Engine with its per-iteration handlers (sampler epoch, poly LR, loss meters,
-    log line, TensorBoard), the ``to_save`` dict that checkpoints and resume use, and the
-    TensorBoard logger (rank 0; None elsewhere)."""
-    trainer = Engine(
-        create_train_step(_maybe_compile(model, config), optimizer, device, config.amp, scaler, config.channels_last)
-    )
-    # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
-    trainer.logger.setLevel(logging.CRITICAL)
-    meter = LossMeter(device)
-    bad = BadImages(sampler.dataset_len, config.max_bad_images)
-    to_save: dict[str, Any] = {
-        "trainer": trainer,
-        "model": model,
-        "optimizer": optimizer,
-        "lr_scheduler": lr_scheduler,
-        "loss_meter": meter,
-        "bad_images": bad,
-        "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len),
-    }
-    if scaler is not None:
-        to_save["scaler"] = scaler
-    attach_sampler_epoch(trainer, sampler)
-    attach_poly_lr(trainer, lr_scheduler)
-    attach_loss_meter(trainer, meter, config.batch_size, config)
-    attach_train_log(trainer, log, optimizer, config)
-    attach_bad_images(trainer, bad, log, config)
-    tb = attach_tensorboard(trainer, optimizer, config)
-    progress = attach_progress_bar(trainer, config, config.batch_size * idist.get_world_size())
-    closables = [progress, log, tb]
-    attach_close_on_failure(trainer, closables)
-    return TrainerParts(trainer, to_save, tb, closables)
-
-
 def _configure_backend(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -178,11 +107,6 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
     return idist.auto_model(model, sync_bn=False)
-
-
-def _maybe_compile(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
-    # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
-    return cast(torch.nn.Module, torch.compile(model)) if config.compile else model
 
 
 def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:

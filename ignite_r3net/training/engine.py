@@ -1,0 +1,317 @@
+"""The training Engine and its handlers: ``create_trainer`` attaches, in the design's order, the
+ITERATION_COMPLETED handlers that apply the poly LR, update the loss meters, write the log line and
+save checkpoints (rank 0 writes), then the rest.
+
+Every ``attach_*`` is called on every rank (collectives inside handlers need all ranks); work that
+only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_zero_only``. Which
+iterations make collectives is decided in one place, ``sync_iterations``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, cast
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events
+from ignite.engine.events import CallableEventWithFilter
+from ignite.handlers import Checkpoint, LRScheduler
+
+from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
+from ..config import TrainConfig
+from ..distributed.ranks import rank_zero_only
+from ..distributed.signals import raise_if_terminated
+from ..progress import Clock, Progress, format_duration
+from .bad_images import BadImages, attach_bad_images
+from .meters import LOSS_NAMES, LossMeter
+from .optim import learning_rates
+from .resume import RunRecipe
+from .step import create_train_step
+from .train_log import TrainLog
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss went NaN/inf on some rank; raised on every rank at the same iteration."""
+
+
+class TrainerParts(NamedTuple):
+    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, and what a failure closes
+    (add to it what is attached later)."""
+
+    trainer: Engine
+    to_save: dict[str, Any]
+    closables: list[Any]
+
+
+def create_trainer(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: LRScheduler,
+    sampler: Any,
+    log: TrainLog,
+    config: TrainConfig,
+    device: torch.device,
+    scaler: torch.amp.GradScaler | None = None,
+) -> TrainerParts:
+    """The training Engine: each iteration trains one batch, then its ITERATION_COMPLETED handlers,
+    in this order, apply the poly LR, update the loss meters, write the log line and save a
+    checkpoint every ``--checkpoint-every`` iterations (rank 0 writes); below them, the rest."""
+    trainer = Engine(
+        create_train_step(_maybe_compile(model, config), optimizer, device, config.amp, scaler, config.channels_last)
+    )
+    # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
+    trainer.logger.setLevel(logging.CRITICAL)
+    meter = LossMeter(device)
+    bad = BadImages(sampler.dataset_len, config.max_bad_images)
+    clock = RunClock(config.batch_size * idist.get_world_size())
+    to_save: dict[str, Any] = {
+        "trainer": trainer,
+        "model": model,
+        "optimizer": optimizer,
+        "lr_scheduler": lr_scheduler,
+        "loss_meter": meter,
+        "bad_images": bad,
+        "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len),
+    }
+    if scaler is not None:
+        to_save["scaler"] = scaler
+
+    attach_poly_lr(trainer, lr_scheduler)
+    attach_loss_meter(trainer, meter, clock, config)
+    attach_train_log(trainer, log, meter, clock, lr_scheduler, config)
+    attach_checkpointing(trainer, to_save, config)
+
+    attach_sampler_epoch(trainer, sampler)
+    attach_bad_images(trainer, bad, log, sync_iterations(config), config)
+    progress = attach_progress_bar(trainer, clock, config)
+    closables: list[Any] = [progress, log]
+    attach_close_on_failure(trainer, closables)
+    return TrainerParts(trainer, to_save, closables)
+
+
+def log_iterations(config: TrainConfig) -> CallableEventWithFilter:
+    """The iterations that write a log line and feed TensorBoard and the trackers: every
+    ``--log-every`` and the last."""
+    return Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
+
+
+def sync_iterations(config: TrainConfig) -> CallableEventWithFilter:
+    """The iterations at which the ranks synchronise (loss meters, damaged images): the log
+    iterations and every checkpoint. The only iterations with a collective or a host sync."""
+    return Events.ITERATION_COMPLETED(
+        event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every)
+    )
+
+
+class RunClock:
+    """The run's one clock, started at the first iteration this process trains (a resumed run's
+    first, after the first validation): images/s between synchronised iterations, the ETA to
+    ``--iters``, and the progress bar's rate."""
+
+    def __init__(self, images_per_iteration: int) -> None:
+        self.images_per_iteration = images_per_iteration
+        self.clock: Clock | None = None
+        self._lap: tuple[float, int] = (0.0, 0)
+        self._speeds: dict[int, float] = {}
+
+    def start(self, engine: Engine) -> Clock:
+        """Start at the iteration ``engine`` is starting, unless already started; the clock."""
+        if self.clock is None:
+            done = engine.state.iteration - 1  # state.iteration already counts the one starting
+            self.clock = Clock(done)
+            self._lap = (time.perf_counter(), done)
+        return self.clock
+
+    def images_per_s(self, iteration: int) -> float:
+        """Images per second (all ranks) since the previous synchronised iteration; the same value
+        for every caller at ``iteration``."""
+        if iteration not in self._speeds:
+            now, (then, done) = time.perf_counter(), self._lap
+            images = (iteration - done) * self.images_per_iteration
+            self._speeds = {iteration: images / max(now - then, 1e-9)}
+            self._lap = (now, iteration)
+        return self._speeds[iteration]
+
+    def eta(self, iteration: int, iters: int) -> float | None:
+        """Seconds left to ``iters`` at the rate so far (None before the clock started)."""
+        return None if self.clock is None else self.clock.eta(iteration, iters)
+
+
+def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
+    """After each iteration, set the next one's poly LR (the first iteration trains with the base
+    rate; ``optim.build_poly_lr``). A checkpoint saved after it resumes with the next rate."""
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, scheduler)
+
+
+def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config: TrainConfig) -> None:
+    """Accumulate losses every iteration (on the device); at the synchronised iterations average
+    them over the ranks into ``state.metrics`` (with images/s) and stop every rank together if any
+    loss went non-finite."""
+
+    @trainer.on(Events.EPOCH_STARTED)
+    def reset_meter(engine: Engine) -> None:
+        # a run resumed mid-epoch keeps the sums restored from the checkpoint
+        if _done_in_epoch(engine) == 0:
+            meter.reset()
+
+    trainer.add_event_handler(Events.ITERATION_STARTED, clock.start)
+
+    @trainer.on(Events.ITERATION_COMPLETED)
+    def update_meter(engine: Engine) -> None:
+        meter.update(cast(torch.Tensor, engine.state.output), config.batch_size, engine.state.iteration)
+
+    @trainer.on(sync_iterations(config))
+    def sync_meter(engine: Engine) -> None:
+        iteration = engine.state.iteration
+        reading = meter.sync(iteration)
+        if reading.first_nonfinite_iteration is not None:
+            raise NonFiniteLossError(
+                f"loss became non-finite at iteration {reading.first_nonfinite_iteration} in "
+                f"{', '.join(reading.nonfinite_outputs)}; stopping all ranks (the checkpoints written so far are kept)"
+            )
+        engine.state.metrics.update(reading.averages, images_per_s=clock.images_per_s(iteration))
+
+
+def attach_train_log(
+    trainer: Engine, log: TrainLog, meter: LossMeter, clock: RunClock, scheduler: LRScheduler, config: TrainConfig
+) -> None:
+    """One line per ``--log-every`` iterations: the rank-averaged losses (equal in a resumed and an
+    uninterrupted run), the iteration's LR, then images/s and the ETA to ``--iters``."""
+
+    @trainer.on(log_iterations(config))
+    def write_log_line(engine: Engine) -> None:
+        iteration = engine.state.iteration
+        metrics = {**meter.sync(iteration).averages, "images_per_s": clock.images_per_s(iteration)}
+        eta = clock.eta(iteration, config.iters) if iteration < config.iters else None
+        log.write(format_log_line(iteration, metrics, learning_rates(scheduler, iteration)["weights"], eta))
+
+    trainer.add_event_handler(Events.COMPLETED, lambda _: log.close())
+
+
+def format_log_line(iteration: int, metrics: dict[str, float], lr: float, eta: float | None = None) -> str:
+    """The reference DDP script's log line: iteration, total and per-output running losses, lr;
+    then this run's speed and the time left to ``--iters`` (``eta``, seconds), which differ between
+    a resumed run and an uninterrupted one, unlike the rest."""
+    parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
+    parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
+    parts.append(f"[lr {lr:.13f}]")
+    if "images_per_s" in metrics:
+        parts.append(f"[images/s {metrics['images_per_s']:.1f}]")
+    if eta is not None:
+        parts.append(f"[eta {format_duration(eta)}]")
+    return ", ".join(parts)
+
+
+def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:
+    """Periodic and final checkpoints (rank 0 writes; every rank gathers state), the last ``keep`` kept.
+
+    Files already in the output directory from before a resume count towards ``keep``.
+    """
+    saver = SafeDiskSaver(config.output_dir)
+    checkpointer = Checkpoint(
+        to_save, saver, n_saved=config.keep, global_step_transform=lambda engine, _: engine.state.iteration
+    )
+    continue_rotation(checkpointer, saver, CHECKPOINT_PATTERN)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpointer)
+
+    @trainer.on(Events.COMPLETED)
+    def save_final(engine: Engine) -> None:
+        if engine.state.iteration % config.checkpoint_every != 0:
+            checkpointer(engine)
+
+    return checkpointer
+
+
+def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
+    """Engine never calls ``set_epoch``; do it so that every epoch has its own order. ignite creates
+    the epoch's data iterator after this event, so an epoch resumed half-way skips the batches the
+    checkpoint already trained on."""
+
+    @trainer.on(Events.EPOCH_STARTED)
+    def set_sampler_epoch(engine: Engine) -> None:
+        sampler.set_epoch(engine.state.epoch - 1, skip_batches=_done_in_epoch(engine))
+
+
+def _done_in_epoch(engine: Engine) -> int:
+    """Iterations of the current epoch already trained (non-zero when a resume starts mid-epoch)."""
+    return engine.state.iteration % cast(int, engine.state.epoch_length)  # set by Engine.run
+
+
+def every_or_last(every: int, last: int, *extra_every: int) -> Callable[[Engine, int], bool]:
+    """Event filter: iterations divisible by ``every`` (or any of ``extra_every``), and the last one."""
+    periods = [p for p in (every, *extra_every) if p > 0]
+
+    def event_filter(_: Engine, iteration: int) -> bool:
+        return iteration == last or any(iteration % p == 0 for p in periods)
+
+    return event_filter
+
+
+class RunProgress:
+    """The bar over the whole run (``--iters``), from the iteration this process starts at, with
+    images/s, elapsed time and ETA; opened at the first iteration, so that the first validation
+    is not part of the rate."""
+
+    def __init__(self, config: TrainConfig, clock: RunClock) -> None:
+        self.config, self.clock = config, clock
+        self.bar: Progress | None = None
+
+    def open(self, engine: Engine) -> None:
+        if self.bar is None:
+            start, config, per_iteration = engine.state.iteration - 1, self.config, self.clock.images_per_iteration
+            self.bar = Progress(
+                config.iters, "train", "iteration", start, "image", per_iteration, enabled=config.progress
+            )
+            self.bar.clock = self.clock.start(engine)
+
+    def update(self, _: Engine) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+    def close(self, *_: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@rank_zero_only
+def attach_progress_bar(trainer: Engine, clock: RunClock, config: TrainConfig) -> RunProgress:
+    """The run's progress on rank 0 (``progress.Progress`` decides: bar, plain lines or nothing);
+    returns it, for ``attach_close_on_failure`` (None on other ranks)."""
+    progress = RunProgress(config, clock)
+    trainer.add_event_handler(Events.ITERATION_STARTED, progress.open)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, progress.update)
+    trainer.add_event_handler(Events.COMPLETED, progress.close)
+    return progress
+
+
+def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
+    """On a failure, flush and close ``closables`` (the log, TensorBoard, trackers; None entries are
+    skipped) so that the last lines before it are on disk, then let the failure go on.
+
+    One handler for all, over a list that may grow after this call: ignite stops calling
+    EXCEPTION_RAISED handlers at the first that raises, and swallows the exception if none does."""
+
+    def on_exception(engine: Engine, e: BaseException) -> None:
+        for closable in closables:
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001 - the original failure is the one to report
+                    pass
+        raise e
+
+    trainer.add_event_handler(Events.EXCEPTION_RAISED, on_exception)
+
+
+def attach_stop_on_sigterm(trainer: Engine) -> None:
+    """End the run at the next iteration when SIGTERM's ``Terminated`` was swallowed where it arrived
+    (a ``__del__``); else a scheduler's stop would go unheard until its SIGKILL."""
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda _: raise_if_terminated())
+
+
+def _maybe_compile(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
+    # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
+    return cast(torch.nn.Module, torch.compile(model)) if config.compile else model
