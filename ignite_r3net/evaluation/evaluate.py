@@ -23,6 +23,7 @@ from ignite.engine import Engine, Events
 from ..atomic_files import write_text
 from ..data import assert_dataset_ok, build_eval_loader, listing_digest
 from ..distributed.agreement import refuse_unless_ranks_agree
+from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
@@ -75,6 +76,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
         WorkerFailed: a rank failed during the run (one line naming it).
     """
     options.validate()
+    options = replace(options, processes=processes_on_device(options.processes))
     assert options.checkpoint is not None and options.data
     if options.names is None:  # NAME=DIR items, or folders named after themselves
         named = named_folders(options.data, "--data")
