@@ -12,7 +12,7 @@ from pathlib import Path
 import fake_gpus
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, make_tiny_dataset
+from helpers import REPO, TINY_TRAIN, free_port, make_tiny_dataset
 from test_slurm import _free_port_for_slurm, srun_env
 
 from ignite_r3net import cli
@@ -153,6 +153,24 @@ def test_tasks_on_this_node(monkeypatch, tasks, node, count):
     assert tasks_on_this_node() == count
 
 
+def test_a_launched_rank_that_sees_one_gpu_uses_it(gpus, monkeypatch):
+    """A launcher that binds one GPU to each rank and sets torch's variables (local rank 1 of 2):
+    the rank joins its group (here alone) on cuda:0 instead of failing with "invalid device ordinal"."""
+    import ignite.distributed as idist
+
+    from ignite_r3net.distributed.launch import launch
+    from ignite_r3net.distributed.topology import LaunchSpec
+
+    gpus(1)
+    env = dict(RANK="0", LOCAL_RANK="1", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    seen = []
+    launch(lambda local_rank, arg: seen.append(str(idist.device())), None, LaunchSpec(backend="gloo"))
+    assert seen == ["cuda:0"]
+
+
+@pytest.mark.slow
 def test_srun_tasks_that_each_see_one_gpu_use_it(tmp_path):
     """srun --gpus-per-task 1: each task sees only cuda:0, while its SLURM_LOCALID is 0 or 1."""
     port = _free_port_for_slurm()
