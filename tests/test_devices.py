@@ -123,6 +123,12 @@ def test_more_processes_than_gpus_is_refused_before_any_worker(
     assert not (tmp_path / "run").exists() and not (tmp_path / "maps").exists()
 
 
+def test_cpu_processes_are_not_counted_against_the_gpus(gpus, no_worker_starts, tmp_path, capsys):
+    gpus(2)
+    assert cli.main(_evaluate(tmp_path, "--nproc", "3", "--device", "cpu")) == 2
+    assert capsys.readouterr().err.startswith("error: --data: no images")  # the next check: the GPUs passed
+
+
 def test_torchrun_with_more_ranks_than_gpus_is_refused(gpus, monkeypatch, tmp_path, capsys):
     gpus(2)
     for key, value in dict(
