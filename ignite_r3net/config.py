@@ -16,7 +16,7 @@ from typing import Any
 from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import BACKENDS, TRACKERS, data_root_option
+from .options.shared import BACKEND_HELP, BACKENDS, DEVICE_HELP, DEVICES, TRACKERS, data_root_option
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
 AMP_MODES = ("off", "bf16", "fp16")
@@ -155,12 +155,16 @@ class TrainConfig:
     # distribution
     nproc: int = option(
         1,
-        "processes to spawn on this node (one per GPU with NCCL, CPU processes with gloo); under srun, "
+        "processes to spawn on this node (on GPUs at most one per GPU; see --device); under srun, "
         "per task (with one task per node); under torchrun, leave it out",
         rule=POSITIVE_COUNT,
     )
-    backend: str | None = option(
-        None, "distributed backend; default: nccl when CUDA is available, else gloo", choices=BACKENDS
+    backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
+    device: str = option(
+        "auto",
+        f"{DEVICE_HELP}; config.json records the device the run used (--config does not take it); a resumed run "
+        "may change it: where a run computes is no part of its recipe (the numbers differ in rounding only)",
+        choices=DEVICES,
     )
     nnodes: int = option(
         1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)", rule=POSITIVE_COUNT

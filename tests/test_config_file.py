@@ -56,6 +56,14 @@ def test_the_saved_recipe_with_the_given_options_in_its_place(tmp_path: Path, st
     assert started == [expected]
 
 
+def test_the_saved_device_is_where_that_run_computed_not_an_order(tmp_path: Path, started: list[TrainConfig]) -> None:
+    """A run saved on GPUs reruns with --config on a machine without: the device is chosen anew."""
+    saved = _saved(tmp_path, lr=0.007, device="cuda")
+    assert cli.main(["train", "--config", str(saved)]) == 0
+    assert cli.main(["train", "--config", str(saved), "--device", "cpu"]) == 0
+    assert [config.device for config in started] == ["auto", "cpu"]
+
+
 def test_options_that_choose_the_weights_drop_the_saved_record(tmp_path: Path, started: list[TrainConfig]) -> None:
     saved = _saved(tmp_path, backbone="resnet18", data="mydata", weights=WEIGHTS)
     assert cli.main(["--config", str(saved), "--pretrained", "none"]) == 0

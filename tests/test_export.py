@@ -22,7 +22,7 @@ from PIL import Image
 from ignite_r3net import cli
 from ignite_r3net.data.transforms import normalize_image
 from ignite_r3net.export import writer as export
-from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING
+from ignite_r3net.export.runtime import METADATA_FILE, ONNXRUNTIME_MISSING, onnx_providers
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.model.trained_model import build_model, read_trained_weights
 
@@ -296,3 +296,39 @@ def test_predict_model_errors_are_one_line_before_any_work(
     code = cli.main(["export", "--checkpoint", str(spread_checkpoint), "--format", "onnx", "--output", "m.onnx"])
     assert code == 2 and capsys.readouterr().err.strip() == f"error: {export.ONNX_EXPORT_MISSING}"
     assert not out.exists() and not Path("m.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"],
+            [("CUDAExecutionProvider", {"device_id": 3}), "CPUExecutionProvider"],
+        ),
+        (["CPUExecutionProvider"], ["CPUExecutionProvider"]),
+    ],
+)
+def test_onnx_runs_on_the_ranks_own_gpu(monkeypatch, installed, expected):
+    monkeypatch.setattr(ort, "get_available_providers", lambda: installed)
+    assert onnx_providers(torch.device("cuda", 3)) == expected
+    assert onnx_providers(torch.device("cpu")) == ["CPUExecutionProvider"]
+
+
+def test_onnx_on_a_gpu_host_with_the_cpu_onnxruntime_says_so(exported_onnx, monkeypatch, capsys):
+    """Each rank of 2 on 8 cores gets 4 onnxruntime threads, not all 8, and predict says why."""
+    import ignite.distributed as idist
+
+    from ignite_r3net.distributed import process_setup
+    from ignite_r3net.evaluation.predict_worker import map_function
+    from ignite_r3net.options import PredictOptions
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(process_setup, "available_cpus", lambda: 8)
+    monkeypatch.setattr(idist, "get_nproc_per_node", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    options = PredictOptions(model=str(exported_onnx), inputs=["x"], output="out")
+    map_function(options, torch.device("cuda", 1), None, threads=8)
+    assert capsys.readouterr().out == (
+        "onnxruntime runs the model with CPUExecutionProvider, 4 thread(s) per rank (only the CPU onnxruntime "
+        "is installed: pip install onnxruntime-gpu for the GPUs)\n"
+    )

@@ -4,6 +4,7 @@
   ``idist.Parallel``;
 * ``topology``: ``LaunchSpec`` (how many processes, where the rendezvous is) and what torchrun or
   srun already decided for this process;
+* ``devices``: ``--device``, and no more processes on a node than its GPUs (checked before spawning);
 * ``slurm``: what ``srun`` tells a task;
 * ``torchrun``: whether torchrun started this process, and its restarts' shared store;
 * ``signals``: SIGTERM and Ctrl-C stop the whole job;

@@ -22,6 +22,7 @@ import torch
 
 from ..console import quiet_library_logs
 from ..errors import RanksDisagree, WorkerFailed
+from .devices import local_rank_on_its_gpu
 from .failures import run_reporting_failures, spawn_failure
 from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
 from .rendezvous import Meeting, meet
@@ -98,6 +99,7 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
     task = spec.slurm
     if task is not None:
         set_rank_variables_from_slurm(task, endpoint)
+    local_rank_on_its_gpu()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
     torchrun = started_by_torchrun()

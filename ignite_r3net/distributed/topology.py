@@ -26,8 +26,12 @@ def rank_set_by_launcher() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def default_backend(device: str = "auto") -> str:
+    """nccl for processes on GPUs (``--device cuda``, or ``auto`` where CUDA is available), else gloo.
+    ``--device cpu`` asks nothing of CUDA (``devices.use_device`` hides it)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "nccl" if device == "cuda" else "gloo"
 
 
 def free_port() -> int:
@@ -51,6 +55,7 @@ class LaunchSpec:
     dist_timeout: int = 600
     traceback_dir: str | None = None
     verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
+    device: str = "auto"  # --device: auto, cuda or cpu (devices.use_device resolves it)
 
     @classmethod
     def of(cls, config: TrainConfig) -> LaunchSpec:
@@ -64,6 +69,7 @@ class LaunchSpec:
             config.dist_timeout,
             config.output_dir,
             config.verbose,
+            config.device,
         )
 
     @classmethod
@@ -72,7 +78,13 @@ class LaunchSpec:
         on a free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
         training run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet
         where those say."""
-        return cls(processes.nproc, processes.backend, master_port=processes.master_port, verbose=processes.verbose)
+        return cls(
+            processes.nproc,
+            processes.backend,
+            master_port=processes.master_port,
+            verbose=processes.verbose,
+            device=processes.device,
+        )
 
     @property
     def slurm(self) -> SlurmTask | None:
@@ -99,8 +111,8 @@ class LaunchSpec:
 
     @property
     def resolved_backend(self) -> str:
-        """``--backend``, else nccl when CUDA is available, else gloo."""
-        return self.backend or default_backend()
+        """``--backend``, else nccl for processes on GPUs, else gloo."""
+        return self.backend or default_backend(self.device)
 
     def node(self) -> tuple[int, int]:
         """``(node rank, number of nodes)`` of a spawning process: SLURM's task, else the options."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..atomic_files import write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import list_pairs
 from ..data.registry import resolve_names
+from ..distributed.devices import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
@@ -108,6 +109,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     """
     options.validate()
     _check_environment(options.out)
+    options = replace(options, processes=processes_on_device(options.processes))
     benches = [_benchmark(name, folder) for name, folder in parse_named(_datasets(options), "--datasets")]
     if options.show_stems:
         check_stems(options.show_stems, {b.name: b.masks for b in benches})

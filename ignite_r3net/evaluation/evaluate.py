@@ -26,6 +26,7 @@ from ..data.folder import listing_digest
 from ..data.loader import SaliencyEvalSet, build_eval_loader
 from ..data.registry import resolve_names
 from ..distributed.agreement import refuse_unless_ranks_agree
+from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
@@ -79,6 +80,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
         WorkerFailed: a rank failed during the run (one line naming it).
     """
     options.validate()
+    options = replace(options, processes=processes_on_device(options.processes))
     assert options.checkpoint is not None and options.data
     if options.names is None:  # NAME=DIR items, or folders named after themselves
         named = named_folders(resolve_names(options.data, options.data_root, "--data", named=True), "--data")

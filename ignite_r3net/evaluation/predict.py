@@ -22,6 +22,7 @@ from typing import Any
 
 from ..console import echo
 from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
+from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
@@ -39,7 +40,7 @@ from .predict_worker import PredictJob, predict_worker
 # options that decide where and how fast the maps are made, not their pixels: left out of the key
 # that says whether a map in the output folder was made by the same model (``map_record``)
 _NOT_PIXELS = {"checkpoint", "model", "inputs", "output", "workers", "batch_size", "overwrite", "progress"}
-_NOT_PIXELS |= {"nproc", "backend", "master_port"}
+_NOT_PIXELS |= {"nproc", "backend", "master_port", "device"}  # float32 on a CPU or a GPU: rounding only
 _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.predict/failed.txt
 
 
@@ -61,6 +62,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         WorkerFailed: a rank failed (one line naming it).
     """
     options.validate()
+    options = replace(options, processes=processes_on_device(options.processes))
     out = _check_options(options)
     pairs = plan_outputs(collect_inputs(options.inputs), out)
     weights = _check_model(options)

@@ -21,14 +21,15 @@ import ignite.distributed as idist
 import torch
 
 from ..atomic_files import write_json
+from ..console import echo
 from ..data.checks import image_size
 from ..data.decode import load_image
 from ..data.loader import init_loader_worker, worker_context
 from ..distributed.agreement import refuse_unless_ranks_agree
-from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
+from ..distributed.process_setup import freeze_long_lived_objects, worker_thread_count, worker_threads
 from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zero, rank_zero_only
 from ..errors import DataError
-from ..export.runtime import load_exported
+from ..export.runtime import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..options import PredictOptions
@@ -107,11 +108,28 @@ def map_function(
     (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
     size, max_side = options.inference.size, options.inference.max_side
     if options.model is not None:
+        if is_onnx(options.model) and onnx_providers(device)[0] == "CPUExecutionProvider":
+            threads = worker_thread_count(torch.device("cpu"))  # this rank's share of the cores, not all of them
         run = load_exported(options.model, device, threads)
+        if isinstance(run, OnnxModel):
+            _say_onnx_provider(run.provider, device, threads)
         return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
     assert options.checkpoint is not None
     model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
     return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+
+
+@rank_zero_only
+def _say_onnx_provider(provider: str, device: torch.device, threads: int) -> None:
+    """Which onnxruntime provider runs the model (rank 0's; each rank has its own GPU's or the CPU's)."""
+    if provider == "CUDAExecutionProvider":
+        echo("onnxruntime runs the model with CUDAExecutionProvider, each rank on its own GPU")
+        return
+    missing = " (only the CPU onnxruntime is installed: pip install onnxruntime-gpu for the GPUs)"
+    echo(
+        f"onnxruntime runs the model with {provider}, {threads} thread(s) per rank"
+        + (missing if device.type == "cuda" else "")
+    )
 
 
 def _predict_batches(

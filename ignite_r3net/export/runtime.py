@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -30,9 +32,11 @@ __all__ = [
     "METADATA_FILE",
     "ONNXRUNTIME_MISSING",
     "ExportedModel",
+    "OnnxModel",
     "contract",
     "is_onnx",
     "load_exported",
+    "onnx_providers",
     "quiet_torchscript",
     "require_onnxruntime",
 ]
@@ -93,18 +97,47 @@ def load_exported(path: str | Path, device: torch.device | str = "cpu", threads:
     return _load_torchscript(path, torch.device(device))
 
 
-def _load_onnx(path: Path, device: torch.device, threads: int | None) -> ExportedModel:
+def onnx_providers(device: torch.device) -> list[Any]:
+    """onnxruntime's execution providers for a process computing on ``device``, first choice first: on
+    a GPU, the CUDA provider on that GPU when onnxruntime-gpu is installed (``device_id``: without it
+    every process runs on GPU 0), then the CPU's."""
+    ort = require_onnxruntime()
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": index}))
+    return providers
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    """An exported ``.onnx`` model in an onnxruntime session: call it on a uint8 batch."""
+
+    session: Any  # onnxruntime.InferenceSession
+    input_name: str
+    output_name: str
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the model (``CUDAExecutionProvider``, ...): the first of
+        those onnxruntime could set up (it falls back to the CPU's, silently, when CUDA fails)."""
+        return str(self.session.get_providers()[0])
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        array = images.detach().to("cpu", torch.uint8).contiguous().numpy()
+        saliency = self.session.run([self.output_name], {self.input_name: array})[0]
+        return torch.from_numpy(saliency).to(images.device)
+
+
+def _load_onnx(path: Path, device: torch.device, threads: int | None) -> OnnxModel:
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise here
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    providers = ["CPUExecutionProvider"]
-    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():  # onnxruntime-gpu
-        providers.insert(0, "CUDAExecutionProvider")
     try:
-        session = ort.InferenceSession(str(path), options, providers=providers)
+        session = ort.InferenceSession(str(path), options, providers=onnx_providers(device))
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
         raise OptionError(f"cannot load ONNX model {path}: {error_line(e)}") from None
     inputs, outputs = session.get_inputs(), session.get_outputs()
@@ -114,14 +147,7 @@ def _load_onnx(path: Path, device: torch.device, threads: int | None) -> Exporte
             f"--model {path} does not take one uint8 (N, 3, H, W) image batch (its inputs: {found}); "
             "export it with `python run.py export`"
         )
-    input_name, output_name = inputs[0].name, outputs[0].name
-
-    def run(images: torch.Tensor) -> torch.Tensor:
-        array = images.detach().to("cpu", torch.uint8).contiguous().numpy()
-        saliency = session.run([output_name], {input_name: array})[0]
-        return torch.from_numpy(saliency).to(images.device)
-
-    return run
+    return OnnxModel(session, inputs[0].name, outputs[0].name)
 
 
 def _load_torchscript(path: Path, device: torch.device) -> ExportedModel:

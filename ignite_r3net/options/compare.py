@@ -83,7 +83,8 @@ class CompareOptions:
     inference: InferenceOptions = group(InferenceOptions)
     processes: ProcessOptions = group(
         ProcessOptions,
-        nproc="processes for scoring (and for checkpoint inference); the numbers are those of one process",
+        nproc="processes for scoring (and for checkpoint inference): on GPUs one per GPU, at most as many as the "
+        "GPUs (--device cpu: CPU processes); the numbers are those of one process",
     )
     progress: bool = progress_option()
 

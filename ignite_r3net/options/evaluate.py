@@ -56,8 +56,8 @@ class EvaluateOptions:
     save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
     processes: ProcessOptions = group(
         ProcessOptions,
-        nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo, which divide the cores "
-        "among them unless OMP_NUM_THREADS is set)",
+        nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
+        "divide the cores among them unless OMP_NUM_THREADS is set)",
     )
     progress: bool = progress_option()
     # not options: set by ``compare``, which names the data sets itself and prints its own tables

@@ -59,8 +59,8 @@ class PredictOptions:
     )
     processes: ProcessOptions = group(
         ProcessOptions,
-        nproc="processes to spawn (one per GPU with NCCL, CPU processes with gloo); the images are dealt to "
-        "them and the maps are those of one process; under torchrun or srun, leave it out",
+        nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; see --device); the images "
+        "are dealt to them and the maps are those of one process; under torchrun or srun, leave it out",
     )
     progress: bool = progress_option()
 

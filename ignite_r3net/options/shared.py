@@ -22,6 +22,16 @@ BACKBONE_HELP = (
     "inferred from its weights"
 )
 BACKENDS = ("nccl", "gloo")
+DEVICES = ("auto", "cuda", "cpu")
+BACKEND_HELP = (
+    "the collective library the processes talk through (it does not choose where they compute: see --device); "
+    "default: nccl when the processes run on GPUs, else gloo"
+)
+DEVICE_HELP = (
+    "where each process computes: cuda = one GPU per process (at most as many processes per node as GPUs; a "
+    "process that sees one GPU uses it), cpu = the CPU only, even on a GPU host (the GPUs are hidden from the "
+    "processes), auto = cuda when a GPU is visible, else cpu"
+)
 PROTOCOLS = ("standard", "r3net")
 INFERENCE_AMP_MODES = ("off", "bf16")
 TRACKERS = ("mlflow", "wandb", "clearml")
@@ -64,12 +74,12 @@ def backbone_option() -> str | None:
 
 @dataclass(kw_only=True)
 class ProcessOptions:
-    """``--nproc``, ``--backend`` and ``--master-port`` of the commands that spread work over processes."""
+    """``--nproc``, ``--device``, ``--backend`` and ``--master-port`` of the commands that spread work
+    over processes."""
 
-    nproc: int = option(1, "processes to spawn", rule=POSITIVE_COUNT)
-    backend: str | None = option(
-        None, "distributed backend; default: nccl when CUDA is available, else gloo", choices=BACKENDS
-    )
+    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
+    device: str = option("auto", DEVICE_HELP, choices=DEVICES)
+    backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
     master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
     verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
 

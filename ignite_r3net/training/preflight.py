@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from ..config import TrainConfig
-from ..distributed.topology import LaunchSpec, default_backend
+from ..distributed.topology import LaunchSpec
 from ..distributed.torchrun import started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
@@ -25,18 +23,12 @@ from .train_data import resolve_data
 
 
 def check_environment(config: TrainConfig) -> None:
-    """Options that depend on this machine or its launcher: the backbone name, GPUs for NCCL, SLURM,
-    torchrun."""
+    """Options that depend on this machine or its launcher: the backbone name, SLURM, torchrun (the
+    device and the GPUs: ``distributed.devices.use_device``, called next)."""
     check_slurm(LaunchSpec.of(config))
     check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
-    if (config.backend or default_backend()) == "nccl":
-        gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise OptionError("--backend nccl needs CUDA GPUs, and none is visible; use --backend gloo")
-        if config.nproc > gpus:
-            raise OptionError(f"--nproc {config.nproc} is more than the {gpus} GPU(s) visible on this node")
 
 
 def check_slurm(spec: LaunchSpec) -> None:

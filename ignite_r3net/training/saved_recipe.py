@@ -22,6 +22,8 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
     """The recipe saved in ``path``, with ``given`` (the options of the command line) in its place.
 
     * ``resume`` records which checkpoint that run continued: not taken (give ``--resume``).
+    * ``device`` records where that run computed (``cuda`` or ``cpu``): not taken, so the rerun
+      computes where ``--device`` (default: auto) says, on this machine.
     * what start-up records (``listings``) is recorded anew, except ``weights``: it is kept as the
       expected starting weights unless ``given`` chooses them anew; start-up fetches
       ``--pretrained`` / ``--init-from`` again, warns if their sha256 differs from the record, and
@@ -40,7 +42,7 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
             f"--config {path}: 'backbone' must be one of {', '.join(BACKBONES)}, got {saved['backbone']!r}"
         )
     options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
-    recipe = {k: v for k, v in saved.items() if k in options and k != "resume"}
+    recipe = {k: v for k, v in saved.items() if k in options and k not in ("resume", "device")}
     train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
     if train_dir in recipe.get("data", []):
         recipe["data"] = ["synthetic" if folder == train_dir else folder for folder in recipe["data"]]

@@ -3,11 +3,13 @@ config once they agree."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
 from ..distributed.agreement import refuse_unless_ranks_agree
+from ..distributed.devices import use_device
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
@@ -41,6 +43,8 @@ def train(config: TrainConfig) -> None:
     """
     config.validate()
     check_environment(config)
+    # before anything else asks torch about CUDA: --device cpu hides it
+    config = dataclasses.replace(config, device=use_device(LaunchSpec.of(config)))
     with claimed_output_dir(config):
         config, start = preflight(config)
         if start >= config.iters:

@@ -106,7 +106,9 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     model = model.to(device)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    return idist.auto_model(model, sync_bn=False)
+    # one process computes on one device: auto_model alone would wrap a lone process on a host with
+    # several GPUs in nn.DataParallel (ignite 0.5.5, auto.py), splitting each batch over them
+    return idist.auto_model(model, sync_bn=False) if idist.get_world_size() > 1 else model
 
 
 def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
