@@ -117,3 +117,9 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     _fsync_directory(path.parent)
+
+
+def remove_stale_temporaries(dirname: str | Path) -> None:
+    """Delete temporary files left by a save that was killed half-way."""
+    for p in Path(dirname).glob(TEMP_PREFIX + "*"):
+        p.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ import torch
 from ignite.handlers import Checkpoint
 from ignite.handlers.checkpoint import BaseSaveHandler
 
-from .atomic_files import TEMP_PREFIX, atomic_output
+from .atomic_files import atomic_output
 from .distributed.ranks import rank_zero_only
 from .errors import CheckpointError, error_line, load_error_reason
 
@@ -76,12 +76,6 @@ class SafeDiskSaver(BaseSaveHandler):
     @rank_zero_only  # other ranks never write, so never remove
     def remove(self, filename: str) -> None:
         self._pending_removal.append(filename)
-
-
-def remove_stale_temporaries(dirname: str | Path) -> None:
-    """Delete temporary files left by a save that was killed half-way."""
-    for p in Path(dirname).glob(TEMP_PREFIX + "*"):
-        p.unlink(missing_ok=True)
 
 
 def saved_files(dirname: str | Path, pattern: re.Pattern[str]) -> list[tuple[float, Path]]:

@@ -17,14 +17,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .atomic_files import remove_stale_temporaries
 from .distributed.signals import threads_leave_signals_to_main
 from .distributed.torchrun import started_by_torchrun
-from .errors import OptionError, note
+from .errors import OptionError, UserError, note
+from .output_paths import check_writable_folder
 
 LOCK_NAME = ".run.lock"
 HEARTBEAT_S = 30.0
@@ -191,3 +196,46 @@ def _process_exists(pid: object) -> bool:
     except OSError:
         return True  # no /proc: trust kill()
     return "\nState:\tZ" not in status
+
+
+@contextmanager
+def claimed_folder(out: Path, option: str, leader: bool) -> Iterator[None]:
+    """The output folder ``out`` (given as ``option``) of a train or predict job, created and proven
+    writable, held by the job while the block runs: its leading process (``leader``) holds the run
+    lock and removes the temporaries an interrupted job left. A job refused inside the block leaves
+    no empty folder behind; another job's lock is one ``OptionError`` naming its holder."""
+    created = not out.exists()
+    check_writable_folder(out, option)  # the words every command uses for a wrong path
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        # a private probe: under torchrun every local process runs this at the same time
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OptionError(f"{option} {out} is not writable: {e.strerror or e}") from None
+    lock = RunLock(out, option=option) if leader else None
+    try:
+        if lock is not None:
+            lock.acquire()
+            remove_stale_temporaries(out)  # only now: a running job could be writing them
+        yield
+    except UserError:
+        if lock is not None:
+            lock.release()
+            lock = None
+        if created:
+            _remove_if_unused(out)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _remove_if_unused(out: Path) -> None:
+    """A run refused at start-up leaves no empty output directory behind."""
+    try:
+        for leftover in (".synthetic.lock", LOCK_NAME):
+            (out / leftover).unlink(missing_ok=True)
+        out.rmdir()  # only if empty: e.g. a generated synthetic set stays for the next attempt
+    except OSError:
+        pass

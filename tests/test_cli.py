@@ -61,12 +61,12 @@ def test_training_launcher_imports_nothing_only_workers_need(tmp_path) -> None:
     code = (
         "import json, pickle, sys\n"
         "from ignite_r3net import cli\n"
-        "import ignite_r3net.training\n"
+        "import ignite_r3net.training.start\n"
         "seen = {}\n"
         "def launch(fn, arg, spec):\n"
         "    pickle.dumps((fn, arg))\n"
         f"    seen.update(fn=fn.__qualname__, heavy=[m for m in {WORKER_ONLY!r} if m in sys.modules])\n"
-        "sys.modules['ignite_r3net.training.train'].launch = launch\n"
+        "sys.modules['ignite_r3net.training.start'].launch = launch\n"
         "code = cli.main(sys.argv[1:])\n"
         "print(json.dumps({'code': code, **seen}))\n"
     )

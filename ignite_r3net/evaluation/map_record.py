@@ -31,7 +31,6 @@ import torch
 
 from .. import __version__
 from ..atomic_files import write_json
-from ..checkpoint_io import remove_stale_temporaries
 from ..content_key import ContentKey
 from ..model.backbone_weights import sha256_of
 
@@ -75,13 +74,12 @@ class MapRecord:
 
     def begin(self, description: Mapping[str, Any]) -> None:
         """Before any map is written (the job's leading process): forget other keys' journals and
-        describe this key; remove temporaries an interrupted run left."""
+        describe this key (``run_lock.claimed_folder`` removed the temporaries an interrupted run left)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         for path in self.folder.iterdir():
             if not path.name.startswith(self.key + "."):
                 path.unlink(missing_ok=True)
         write_json(dict(description), self.folder / f"{self.key}.json")
-        remove_stale_temporaries(self.out)
 
     def journal(self, rank: int) -> Journal:
         """Rank ``rank``'s journal, open for appending."""

@@ -14,8 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields
 from ..output_paths import check_writable_folder
-from ..run_lock import RunLock
+from ..run_lock import claimed_folder
 from .crf import require_crf
 from .map_record import RECORD_DIR, MapRecord, run_description, run_key
 from .maps import output_path
@@ -73,7 +72,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     description = run_description(model_file, _pixel_settings(options))
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
-    with _claimed(out, spec):
+    with claimed_folder(out, "--output", spec.is_leader()):
         kept = set() if options.overwrite else record.done(dst.name for _, dst in pairs)
         todo = [(src, dst) for src, dst in pairs if dst.name not in kept]
         if spec.is_leader():
@@ -84,18 +83,6 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     if spec.is_leader() and todo:
         _report(outcome, len(todo), out, "cutout" if options.cutout else "map")
     return outcome
-
-
-@contextmanager
-def _claimed(out: Path, spec: LaunchSpec) -> Iterator[None]:
-    """The output folder, created and held by this job's leading process (one predict per folder:
-    two would write the same maps and record them under different models)."""
-    if not spec.is_leader():
-        yield
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out, option="--output"):
-        yield
 
 
 def _predict_on_workers(

@@ -23,8 +23,8 @@ from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
 from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
-from ..training import train
 from ..training.recipe_config import config_from_options
+from ..training.start import train
 from .table import Model, build_results, write_results
 
 # the evaluations of one model: variant -> data set -> {"listing", "r3net": row, "standard": row}

@@ -1,5 +1,2 @@
-"""Training: the ``train`` entry (checks, then workers), the Engine and its handlers."""
-
-from .train import train
-
-__all__ = ["train"]
+"""Training: start-up (``start``: checks, then the workers), the worker (``worker``), the Engine
+and its handlers (``engine``)."""

@@ -9,14 +9,16 @@ output folder (``output_dir``), the resume checkpoint (``resume``), the starting
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
+from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..distributed.topology import LaunchSpec
 from ..distributed.torchrun import started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..model.r3net import num_parameters
-from .output_dir import check_disk_space, check_fresh_output_dir
 from .resume import check_resume_compatible, resolve_resume
 from .starting_weights import resolve_initial_weights
 from .train_data import resolve_data
@@ -77,3 +79,26 @@ def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:
         return config, 0
     check_resume_compatible(config, checkpoint, LaunchSpec.of(config).world_size, pairs)
     return config, int(checkpoint["trainer"].get("iteration", 0))
+
+
+def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
+    """Refuse to start when the checkpoints kept (weights + momentum, fp32) cannot fit."""
+    per_checkpoint = num_parameters * 4 * 2 + (1 << 20)
+    needed = per_checkpoint * (config.keep + 2)  # kept + best + the one being written
+    free = shutil.disk_usage(config.output_dir).free
+    if free < needed:
+        raise OptionError(
+            f"--output-dir {config.output_dir} has {free / 2**20:.0f} MiB free; "
+            f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB"
+        )
+
+
+def check_fresh_output_dir(config: TrainConfig) -> None:
+    """A fresh run must not mix its checkpoints (periodic or best) with an earlier run's."""
+    if config.resume:
+        return
+    if list_checkpoints(config.output_dir) or any(Path(config.output_dir).glob("best_model_*.pt")):
+        raise OptionError(
+            f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
+            "with --resume auto, or choose another --output-dir"
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
@@ -15,9 +16,9 @@ from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec
 from ..errors import ending_line
-from .agreement import options_every_rank_shares
-from .output_dir import claimed_output_dir
+from ..run_lock import claimed_folder
 from .preflight import check_environment, preflight
+from .shared_options import options_every_rank_shares
 from .trackers import prepare_trackers
 from .train_log import record_ending
 
@@ -45,7 +46,7 @@ def train(config: TrainConfig) -> None:
     check_environment(config)
     # before anything else asks torch about CUDA: --device cpu hides it
     config = dataclasses.replace(config, device=use_device(LaunchSpec.of(config)))
-    with claimed_output_dir(config):
+    with claimed_folder(Path(config.output_dir), "--output-dir", LaunchSpec.of(config).is_leader()):
         config, start = preflight(config)
         if start >= config.iters:
             echo(f"run already complete: {config.resume} is at iteration {start} of {config.iters}; nothing to do")
