@@ -118,10 +118,8 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (preflight), never loaded; checkpoints older than the list of
-    # unreadable pairs start it empty
-    skipped = {"recipe"} | ({"bad_images"} - checkpoint.keys())
-    to_load = {k: v for k, v in to_load.items() if k not in skipped}
+    # the recipe is only compared (preflight), never loaded
+    to_load = {k: v for k, v in to_load.items() if k != "recipe"}
     Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
     return path
 
