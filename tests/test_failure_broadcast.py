@@ -1,0 +1,109 @@
+"""A rank that fails ends every rank of the job, on every node, with its line: its peers may be
+blocked in something that never notices a dead peer (NCCL's kernel waiting for a rank on another
+node), so the line reaches them through the job's store, not through the collective."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, make_tiny_dataset
+
+from ignite_r3net.distributed.failure_board import publish, published
+
+pytestmark = pytest.mark.timeout(300)
+
+FAULTY = REPO / "tests" / "fail_rank_one.py"  # rank 1 raises; rank 0 waits in a store wait of 600 s
+ENDS_WITHIN_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=8, n_val=0)[0]
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with log.open("w") as f:  # a file, not a pipe: nobody reads while both run
+        return subprocess.Popen([sys.executable, str(FAULTY), *args], env=env, cwd=REPO, stdout=f, stderr=f)
+
+
+def _ends(procs: list[subprocess.Popen], within: float = 240) -> list[float]:
+    """When each process ended (monotonic seconds); kills them all and fails past ``within``."""
+    ended: dict[int, float] = {}
+    deadline = time.monotonic() + within
+    try:
+        while len(ended) < len(procs):
+            assert time.monotonic() < deadline, f"still running after {within} s: {sorted(set(range(2)) - set(ended))}"
+            for i, p in enumerate(procs):
+                if i not in ended and p.poll() is not None:
+                    ended[i] = time.monotonic()
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [ended[i] for i in range(len(procs))]
+
+
+def _check_every_process_ends_with_rank_1_s_line(procs, logs, out: Path) -> None:
+    ended = _ends(procs)
+    line = (
+        f"error: rank 1 failed on {socket.gethostname()}: OSError: cannot read image /data/broken.jpg "
+        f"(traceback in {out / 'error-rank1.log'})"
+    )
+    for p, log in zip(procs, logs):
+        said = log.read_text()
+        assert p.returncode == 1, said[-3000:]
+        assert said.strip().splitlines()[-1] == line, said[-3000:]
+        assert "Traceback" not in said, said[-3000:]
+    assert "raise OSError" in (out / "error-rank1.log").read_text()
+    assert ended[0] - ended[1] < ENDS_WITHIN_S, f"rank 0 ended {ended[0] - ended[1]:.0f} s after rank 1"
+
+
+def test_the_job_ends_with_its_first_failure_and_a_restart_starts_clean(monkeypatch):
+    """Two ranks failing at once both end with the first one's line; a torchrun restart (whose
+    agent keeps its store) does not read the failure that ended the attempt before it."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert published(store) is None
+    assert publish(store, "rank 1 failed on a: OSError: x", readers=0) == "rank 1 failed on a: OSError: x"
+    assert publish(store, "rank 0 failed on b: OSError: y", readers=0) == "rank 1 failed on a: OSError: x"
+    assert published(store) == "rank 1 failed on a: OSError: x"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert published(store) is None
+
+
+def _train_args(data, out, *extra: str) -> list[str]:
+    return ["--data", str(data), "--output-dir", str(out), "--iters", "2", *TINY_TRAIN, *extra]
+
+
+@pytest.mark.slow
+def test_ranks_started_separately_end_with_the_failed_rank_s_line(data, tmp_path):
+    """Ranks as torchrun or srun start them, each its own process: no launcher of ours stops the
+    survivor, which ends within seconds of rank 1's failure, not at --dist-timeout (600 s)."""
+    out, port = tmp_path / "out", free_port()
+    logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
+    procs = [
+        _start(
+            _train_args(data, out),
+            cpu_env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
+            logs[r],
+        )
+        for r in (0, 1)
+    ]
+    _check_every_process_ends_with_rank_1_s_line(procs, logs, out)
+
+
+@pytest.mark.slow
+def test_a_rank_failing_on_one_node_ends_the_other_node_with_its_line(data, tmp_path):
+    """Two launchers on the loopback, one spawned rank each: node 1's rank fails; node 0's rank
+    ends although it does not notice, and node 0's launcher reports rank 1's line (exit code 1)."""
+    out, port = tmp_path / "out", str(free_port())
+    node = ["--nnodes", "2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", port]
+    logs = [tmp_path / f"node{rank}.log" for rank in (0, 1)]
+    procs = [_start(_train_args(data, out, *node, "--node-rank", str(r)), cpu_env(), logs[r]) for r in (0, 1)]
+    _check_every_process_ends_with_rank_1_s_line(procs, logs, out)
