@@ -11,10 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, make_tiny_dataset
 
+from ignite_r3net.distributed import failure_board
 from ignite_r3net.distributed.failure_board import publish, published
+from ignite_r3net.distributed.failures import spawn_failure
+from ignite_r3net.distributed.launch import _job_failure
+from ignite_r3net.distributed.topology import LaunchSpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,6 +80,26 @@ def test_the_job_ends_with_its_first_failure_and_a_restart_starts_clean(monkeypa
     assert published(store) == "rank 1 failed on a: OSError: x"
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert published(store) is None
+
+
+def _killed(local_index: int) -> torch.multiprocessing.ProcessExitedException:
+    return torch.multiprocessing.ProcessExitedException(
+        f"process {local_index} terminated with signal SIGKILL", local_index, 4242, -9, "SIGKILL"
+    )
+
+
+def test_a_node_s_launcher_ends_with_the_job_s_first_failure(monkeypatch):
+    """A worker killed without a word (the out-of-memory killer) is named by its rank and host,
+    and its launcher tells the other nodes; a node whose worker ended because another node's rank
+    failed reports that rank's line."""
+    monkeypatch.setattr(failure_board, "SEEN_WAIT_S", 0.1)  # nobody reads: no rank runs
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    spec = LaunchSpec(nproc=2, nnodes=2, node_rank=1)
+    killed = _job_failure(spawn_failure(_killed(1), first_rank=2), store, spec)
+    line = f"rank 3 failed on {socket.gethostname()}: its process exited unexpectedly (process 1 terminated with "
+    assert str(killed) == line + "signal SIGKILL)"
+    assert published(store) == str(killed)
+    assert str(_job_failure(spawn_failure(_killed(0)), store, LaunchSpec(nproc=2, nnodes=2))) == str(killed)
 
 
 def _train_args(data, out, *extra: str) -> list[str]:

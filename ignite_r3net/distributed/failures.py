@@ -96,15 +96,17 @@ def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
         return ""
 
 
-def spawn_failure(e: Exception) -> UserError:
+def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
     """The error a spawned worker's failure is reported as, from the exception torch's spawn
-    re-raised (which holds the worker's traceback as text)."""
-    rank = getattr(e, "error_index", None)
+    re-raised (which holds the worker's traceback as text); ``first_rank``: the rank of this
+    node's first worker."""
+    rank = first_rank + getattr(e, "error_index", 0)
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
     for kind in (WorkerFailed, RanksDisagree):
         if f"{kind.__name__}: " in last:
             return kind(last.split(f"{kind.__name__}: ", 1)[1])
     if isinstance(e, torch.multiprocessing.ProcessExitedException):
-        return WorkerFailed(f"process {rank} exited unexpectedly ({last})")
-    return WorkerFailed(f"process {rank} failed: {last}")
+        # killed without a word (SIGKILL, the kernel's out-of-memory killer): torch says how
+        return WorkerFailed(f"rank {rank} failed on {host()}: its process exited unexpectedly ({last})")
+    return WorkerFailed(f"rank {rank} failed on {host()}: {last}")

@@ -81,7 +81,7 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
             try:
                 parallel.run(run_reporting_failures, fn, arg, spec.traceback_dir, spec.spawns())
             except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
-                raise _job_failure(spawn_failure(e), store, spec) from None
+                raise _job_failure(spawn_failure(e, spec.node()[0] * spec.nproc), store, spec) from None
     except KeyboardInterrupt:
         stop_children()
         raise
