@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ignite.distributed as idist  # noqa: E402
+import torch  # noqa: E402
 from torch.distributed import distributed_c10d  # noqa: E402
 
 import ignite_r3net.training.worker as worker  # noqa: E402
@@ -20,6 +21,9 @@ from ignite_r3net.cli import main  # noqa: E402
 def fail_or_wait(local_rank: int, config: object) -> None:
     if idist.get_rank() == 1:
         raise OSError("cannot read image /data/broken.jpg")
+    # a DataLoader worker process runs beside this rank, as in training: it must end with it
+    batches = iter(torch.utils.data.DataLoader(range(4), num_workers=1, persistent_workers=True))
+    next(batches)
     distributed_c10d._get_default_store().wait(["a key nobody sets"], datetime.timedelta(seconds=600))
 
 

@@ -4,6 +4,8 @@ node), so the line reaches them through the job's store, not through the collect
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, make_tiny_dataset
+from test_reliability import _descendants_alive
 
 from ignite_r3net.distributed import failure_board
 from ignite_r3net.distributed.failure_board import publish, published
@@ -34,28 +37,39 @@ def data(tmp_path_factory):
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as f:  # a file, not a pipe: nobody reads while both run
-        return subprocess.Popen([sys.executable, str(FAULTY), *args], env=env, cwd=REPO, stdout=f, stderr=f)
+        return subprocess.Popen(
+            [sys.executable, str(FAULTY), *args], env=env, cwd=REPO, stdout=f, stderr=f, start_new_session=True
+        )
 
 
 def _ends(procs: list[subprocess.Popen], within: float = 240) -> list[float]:
-    """When each process ended (monotonic seconds); kills them all and fails past ``within``."""
+    """When each process ended (monotonic seconds); fails past ``within``."""
     ended: dict[int, float] = {}
     deadline = time.monotonic() + within
-    try:
-        while len(ended) < len(procs):
-            assert time.monotonic() < deadline, f"still running after {within} s: {sorted(set(range(2)) - set(ended))}"
-            for i, p in enumerate(procs):
-                if i not in ended and p.poll() is not None:
-                    ended[i] = time.monotonic()
-            time.sleep(0.1)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    while len(ended) < len(procs):
+        assert time.monotonic() < deadline, f"still running after {within} s: {sorted(set(range(2)) - set(ended))}"
+        for i, p in enumerate(procs):
+            if i not in ended and p.poll() is not None:
+                ended[i] = time.monotonic()
+        time.sleep(0.1)
     return [ended[i] for i in range(len(procs))]
 
 
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    """Each process runs in a session of its own, which its DataLoader workers share."""
+    for p in procs:
+        if _descendants_alive(p.pid):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def _check_every_process_ends_with_rank_1_s_line(procs, logs, out: Path) -> None:
+    try:
+        _check_ends(procs, logs, out)
+    finally:
+        _kill_all(procs)
+
+
+def _check_ends(procs, logs, out: Path) -> None:
     ended = _ends(procs)
     line = (
         f"error: rank 1 failed on {socket.gethostname()}: OSError: cannot read image /data/broken.jpg "
@@ -68,6 +82,10 @@ def _check_every_process_ends_with_rank_1_s_line(procs, logs, out: Path) -> None
         assert "Traceback" not in said, said[-3000:]
     assert "raise OSError" in (out / "error-rank1.log").read_text()
     assert ended[0] - ended[1] < ENDS_WITHIN_S, f"rank 0 ended {ended[0] - ended[1]:.0f} s after rank 1"
+    deadline = time.monotonic() + 10  # helpers such as multiprocessing's resource tracker exit last
+    while _descendants_alive(procs[0].pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _descendants_alive(procs[0].pid), "rank 0's DataLoader worker was left running"
 
 
 def test_the_job_ends_with_its_first_failure_and_a_restart_starts_clean(monkeypatch):
