@@ -45,13 +45,13 @@ def _key(name: str) -> str:
 
 def job_store() -> Any | None:
     """The TCP store of this process's group (unprefixed: the launcher of a multi-node job reads
-    it too), or None outside a process group."""
+    it too), or None outside a process group or for a group formed on another kind of store."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     store = distributed_c10d._get_default_store()
     while isinstance(store, dist.PrefixStore):
         store = store.underlying_store
-    return store
+    return store if isinstance(store, dist.TCPStore) else None
 
 
 def published(store: Any) -> str | None:
