@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 
 import pytest
@@ -133,8 +134,8 @@ def test_more_damaged_images_than_allowed_stop_the_run_in_one_line(damaged, tmp_
     printed = capsys.readouterr()
     err = printed.err.strip().splitlines()
     assert err[-1].startswith(
-        "error: rank 0 failed: TooManyBadImages: 2 of 6 training pairs are unreadable, more than "
-        "--max-bad-images 0.2 allows (1): damaged image "
+        f"error: rank 0 failed on {socket.gethostname()}: TooManyBadImages: 2 of 6 training pairs are unreadable, "
+        "more than --max-bad-images 0.2 allows (1): damaged image "
     ), err
     assert "check-data --decode" in err[-1]
     lines = log_lines(tmp_path / "train.log")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -204,7 +205,7 @@ def test_one_rank_raising_ends_the_job_naming_rank_and_cause(tmp_path):
     with pytest.raises(WorkerFailed) as failure:  # rather than hanging until the test's timeout
         launch(raise_on_rank_one, None, spec)
     message = str(failure.value)
-    assert "rank 1 failed: OSError: cannot read image /data/broken.jpg" in message
+    assert f"rank 1 failed on {socket.gethostname()}: OSError: cannot read image /data/broken.jpg" in message
     assert "Traceback" not in message and len(message.splitlines()) == 1
     assert "raise OSError" in (tmp_path / "error-rank1.log").read_text()
 
@@ -244,15 +245,23 @@ def _lose_a_peer(local_rank, arg) -> None:
     )
 
 
-def test_a_rank_that_lost_a_peer_says_so_in_words(tmp_path):
-    """What a torchrun or srun rank reports when another rank died under it: gloo's message for it
-    names a source file and an address; the line names what happened."""
+def _lose_a_peer_quietly(local_rank, arg) -> None:
+    raise torch.distributed.DistNetworkError("failed to recv, got 0 bytes")  # any backend's wording
+
+
+@pytest.mark.parametrize("worker, kind", [(_lose_a_peer, "RuntimeError"), (_lose_a_peer_quietly, "DistNetworkError")])
+def test_a_rank_that_lost_a_peer_says_so_in_words(tmp_path, worker, kind):
+    """What a torchrun or srun rank reports when another rank died under it without a word (no
+    line in the job's store: it was killed): gloo's message for it names a source file and an
+    address, and a network error may use other words; the line names what happened."""
     with pytest.raises(WorkerFailed) as failure:
-        launch(_lose_a_peer, None, LaunchSpec(nproc=1, traceback_dir=str(tmp_path)))
+        launch(worker, None, LaunchSpec(nproc=1, traceback_dir=str(tmp_path)))
     assert str(failure.value).startswith(
-        "rank 0 failed: RuntimeError: lost the connection to another rank, which failed or was stopped"
+        f"rank 0 failed on {socket.gethostname()}: {kind}: lost the connection to another rank, which failed or "
+        "was stopped"
     )
-    assert "pair.cc" not in str(failure.value) and "pair.cc:545" in (tmp_path / "error-rank0.log").read_text()
+    assert "pair.cc" not in str(failure.value)
+    assert ("pair.cc:545" if kind == "RuntimeError" else "got 0 bytes") in (tmp_path / "error-rank0.log").read_text()
 
 
 LAUNCH_SCRIPT = """

@@ -8,7 +8,8 @@
 * ``slurm``: what ``srun`` tells a task;
 * ``torchrun``: whether torchrun started this process, and its restarts' shared store;
 * ``signals``: SIGTERM and Ctrl-C stop the whole job;
-* ``failures``: a failed worker becomes one ``error: rank N failed: ...`` line;
+* ``failures``: a failed worker becomes one ``error: rank N failed on HOST: ...`` line;
+* ``failure_board``: that line reaches every rank of the job through its store, and ends them;
 * ``process_setup``: per-process settings every launcher and worker applies;
 * ``ranks``: ``rank_zero_only``, the one place rank-0-only work is decided, and the collectives'
   typed forms.

@@ -5,7 +5,8 @@ by torchrun or srun, or runs ``fn`` in this process, as ``spec`` and the environ
 started separately first meet in Python (``rendezvous.meet``), announcing where and waiting at
 most ``--dist-timeout``. A failure in any worker becomes one ``WorkerFailed`` line naming the rank
 and the cause (the traceback goes to ``<traceback_dir>/error-rank<N>.log``); spawned siblings are
-stopped, so the job ends with a non-zero exit code instead of hanging in a collective.
+stopped, and the ranks of the other nodes end with the same line (``failure_board``), so the job
+ends with a non-zero exit code instead of hanging in a collective.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import ignite.distributed as idist
 import torch
 
 from ..console import quiet_library_logs
-from ..errors import RanksDisagree, WorkerFailed
+from ..errors import UserError, WorkerFailed
 from .devices import local_rank_on_its_gpu
+from .failure_board import publish_quietly
 from .failures import run_reporting_failures, spawn_failure
 from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
 from .rendezvous import Meeting, meet
@@ -76,17 +78,26 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
                 run_reporting_failures(idist.get_local_rank(), fn, arg, spec.traceback_dir)
             return
         children = spec.slurm if spec.spawns() else None
-        with nodes_met(spec), parallel_for(spec) as parallel, slurm_hidden_from_children(children):
-            parallel.run(run_reporting_failures, fn, arg, spec.traceback_dir, spec.spawns())
+        with nodes_met(spec) as store, parallel_for(spec) as parallel, slurm_hidden_from_children(children):
+            try:
+                parallel.run(run_reporting_failures, fn, arg, spec.traceback_dir, spec.spawns())
+            except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
+                raise _job_failure(spawn_failure(e, spec.node()[0] * spec.nproc), store, spec) from None
     except KeyboardInterrupt:
         stop_children()
         raise
-    except (WorkerFailed, RanksDisagree):
-        raise
-    except (torch.multiprocessing.ProcessRaisedException, torch.multiprocessing.ProcessExitedException) as e:
-        raise spawn_failure(e) from None
     finally:
         restore_sigterm(previous)
+
+
+def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> UserError:
+    """The error this node's launcher ends with: the job's first failure as the store of a
+    multi-node job records it (this node's worker may have ended for another node's failed rank),
+    else what this node's worker raised; a worker that died without a word (SIGKILL, the kernel's
+    out-of-memory killer) is announced to the other nodes here."""
+    if store is None or not isinstance(failure, WorkerFailed):
+        return failure
+    return WorkerFailed(publish_quietly(store, str(failure), spec.world_size - 1))
 
 
 @contextmanager
@@ -123,11 +134,12 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
 
 
 @contextmanager
-def nodes_met(spec: LaunchSpec) -> Iterator[None]:
+def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
     """For the nodes of a multi-node launch (``--nnodes``, or one srun task per node): meet before
-    spawning, node 0 serving the store that every node's workers then use."""
+    spawning, node 0 serving the store that every node's workers then use; the block gets the
+    store (None for a launch on one node)."""
     if not spec.spawns() or spec.spawns_alone():
-        yield
+        yield None
         return
     node_rank, nnodes = spec.node()
     backend = spec.resolved_backend
@@ -138,6 +150,6 @@ def nodes_met(spec: LaunchSpec) -> Iterator[None]:
     store = meet(meeting)
     try:
         with environment(_USE_MEETING_STORE):
-            yield
+            yield store
     finally:
         del store
