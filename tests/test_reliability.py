@@ -19,11 +19,11 @@ from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_li
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from ignite_r3net.atomic_files import remove_stale_temporaries
 from ignite_r3net.checkpoint_io import (
     SafeDiskSaver,
     find_resume_checkpoint,
     load_checkpoint,
-    remove_stale_temporaries,
 )
 from ignite_r3net.cli import main
 from ignite_r3net.config import TrainConfig
