@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ignite_r3net import cli, training
+from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.model.r3net import build_backbone
+from ignite_r3net.training import start
 from ignite_r3net.training.starting_weights import resolve_initial_weights
 
 WEIGHTS = {"source": "imagenet", "file": "/cache/resnet18.pth", "sha256": "ab" * 32}
@@ -23,7 +24,7 @@ WEIGHTS = {"source": "imagenet", "file": "/cache/resnet18.pth", "sha256": "ab" *
 def started(monkeypatch: pytest.MonkeyPatch) -> list[TrainConfig]:
     """The configs ``train`` would have started (the command line is all these tests check)."""
     seen: list[TrainConfig] = []
-    monkeypatch.setattr(training, "train", seen.append)
+    monkeypatch.setattr(start, "train", seen.append)
     return seen
 
 
