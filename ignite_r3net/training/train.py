@@ -13,6 +13,7 @@ from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec
 from ..errors import ending_line
+from ..numerics import set_deterministic_environment
 from .agreement import options_every_rank_shares
 from .output_dir import claimed_output_dir
 from .preflight import check_environment, preflight
@@ -40,6 +41,8 @@ def train(config: TrainConfig) -> None:
         KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
     """
     config.validate()
+    if config.deterministic:  # before any CUDA work here; spawned workers inherit it
+        set_deterministic_environment()
     check_environment(config)
     with claimed_output_dir(config):
         config, start = preflight(config)
@@ -60,6 +63,8 @@ def train(config: TrainConfig) -> None:
 def train_worker(local_rank: int, config: TrainConfig) -> None:
     """What every worker runs: refuse ranks started differently, save ``config.json`` (rank 0),
     then ``worker.training``."""
+    if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
+        set_deterministic_environment()
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
     _save_config(config)
     # imported in the workers only: the launching process checks and spawns, and the Engine's

@@ -19,6 +19,7 @@ from ..distributed.ranks import all_gather_items, broadcast_tensor, is_rank_zero
 from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics import METRIC_KEYS, SaliencyMetrics
 from ..model.r3net import R3Net
+from ..numerics import no_autotuning
 from ..progress import Progress
 from .handlers import every_or_last
 from .train_log import TrainLog
@@ -62,6 +63,11 @@ def attach_validation(
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
+        # validation images keep their own sizes: autotuning would tune again for each
+        with no_autotuning():
+            validate_and_report(engine)
+
+    def validate_and_report(engine: Engine) -> None:
         use_rank0_buffers(plain)
         iteration = engine.state.iteration
         shown = config.progress and is_rank_zero()

@@ -21,6 +21,7 @@ from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
+from ..numerics import configure_training
 from .bad_images import BadImages, attach_bad_images
 from .handlers import (
     attach_checkpointing,
@@ -55,7 +56,8 @@ class TrainerParts(NamedTuple):
 def training(local_rank: int, config: TrainConfig) -> None:
     """Train R3Net on this worker (one of ``idist.get_world_size()``)."""
     device = idist.device()
-    _configure_backend(device)
+    configure_training(device, config.deterministic, config.tf32 == "on")
+    set_worker_threads(device)
     rank, world_size = idist.get_rank(), idist.get_world_size()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -157,12 +159,6 @@ def create_trainer(
     closables = [progress, log, tb]
     attach_close_on_failure(trainer, closables)
     return TrainerParts(trainer, to_save, tb, closables)
-
-
-def _configure_backend(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    set_worker_threads(device)
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
