@@ -29,7 +29,7 @@ TRACKERS = ("mlflow", "wandb", "clearml")
 TF32_HELP = (
     "TensorFloat-32 on Ampere and newer GPUs: on (the default, as torch does for convolutions, which are "
     "nearly all of R3Net's work): float32 convolutions and matrix products round their inputs to a 10-bit "
-    "mantissa and accumulate in float32, several times faster; off: full float32, as on the CPU. No effect "
+    "mantissa and accumulate in float32 on the tensor cores, faster; off: full float32, as on the CPU. No effect "
     "on the CPU, nor on what --amp runs in bf16/fp16"
 )
 PROGRESS_HELP = (
