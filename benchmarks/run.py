@@ -82,6 +82,7 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "quick": {"n_maps": 40, "repeats": 2},
         "tiny": {"n_maps": 6, "size": (60, 80), "rows": 2, "repeats": 1},
     },
+    # the speed modes of gpu_check.py on one GPU (its other checks: python benchmarks/gpu_check.py)
     "gpu": {"full": {"iters": 50}, "quick": {"iters": 20, "warmup": 5}, "tiny": {"iters": 2, "warmup": 1}},
     # the 10,000 pairs (a relaunch must scan them in at most 1 s)
     "scan": {
@@ -188,9 +189,9 @@ def run_figure(data: Path, s: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_gpu(data: Path, s: dict[str, Any]) -> dict[str, Any]:
-    from bench_gpu import bench_gpu
+    from gpu_check import gpu_speed
 
-    return bench_gpu(**s)
+    return gpu_speed(**s)
 
 
 def run_scan(data: Path, s: dict[str, Any]) -> dict[str, Any]:
@@ -278,9 +279,9 @@ def format_line(name: str, r: dict[str, Any]) -> str:
         from bench_figure import format_figure
 
         return format_figure(r)
-    from bench_gpu import format_gpu
+    from gpu_check import format_speed
 
-    return format_gpu(r)
+    return format_speed(r)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,16 @@ from typing import Any
 from .atomic_files import write_text
 from .errors import OptionError
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import BACKEND_HELP, BACKENDS, DEVICE_HELP, DEVICES, TRACKERS, data_root_option
+from .options.shared import (
+    BACKEND_HELP,
+    BACKENDS,
+    DEVICE_HELP,
+    DEVICES,
+    TF32_HELP,
+    TF32_MODES,
+    TRACKERS,
+    data_root_option,
+)
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
 AMP_MODES = ("off", "bf16", "fp16")
@@ -147,8 +156,16 @@ class TrainConfig:
         "mixed precision: the model's forward pass autocast to bfloat16 (bf16: CPUs with AVX-512 BF16/AMX, "
         "Ampere or newer GPUs) or float16 (fp16: GPUs, with a gradient scaler saved in the checkpoints; "
         "emulated and slow on a CPU); the losses, weights and optimiser stay float32; off: float32 throughout, "
-        "as the original",
+        "as the original (on a GPU, TF32 convolutions unless --tf32 off)",
         choices=AMP_MODES,
+    )
+    tf32: str = option("on", TF32_HELP, choices=TF32_MODES)
+    deterministic: bool = option(
+        False,
+        "train the same bits on every run of the same command, machine and software: deterministic cuDNN "
+        "algorithms without autotuning, torch.use_deterministic_algorithms (R3Net's bilinear upsampling and "
+        "global pooling then run as matrix products) and CUBLAS_WORKSPACE_CONFIG=:4096:8; slower on a GPU. "
+        "Without it a GPU run varies in the last bits from run to run (a CPU run does not)",
     )
     channels_last: bool = option(False, "use channels_last memory format for the model and inputs")
     compile: bool = option(False, "torch.compile the model")

@@ -133,3 +133,61 @@ def test_figure_tiny() -> None:
         assert result[key] > 0, (key, result)
     assert result["rows"] == 2 and result["png_ours_bytes"] > 0 and result["png_default_bytes"] > 0
     assert bench_run.format_line("figure", result).startswith("figure: 3 methods x 6 maps of 60x80, 2-row figure")
+
+
+def test_gpu_check_writes_each_result_as_soon_as_it_has_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpu_check.py --device cpu --only unwrapped speed_fp32`` in this process: the machine line
+    and each check are in the JSON before the next check starts (a run stopped at its time limit
+    keeps them), the model of ``--nproc 1`` is R3Net itself, and the speed mode has its figure.
+    ``benchmarks/run.py --only gpu`` (its speed modes) is skipped without CUDA."""
+    bench_run = _bench_run()
+    import gpu_check
+
+    out = tmp_path / "check.json"
+    on_disk: list[set[str]] = []
+    speed = gpu_check.train_speed
+    monkeypatch.setattr(
+        gpu_check, "train_speed", lambda *a: on_disk.append(set(json.loads(out.read_text()))) or speed(*a)
+    )
+    argv = ["--device", "cpu", "--only", "unwrapped", "speed_fp32", "--json", str(out), "--work-dir", str(tmp_path)]
+    assert gpu_check.main(argv) == 0
+    assert on_disk == [{"command", "machine", "unwrapped"}]
+    report = json.loads(out.read_text())
+    assert report["machine"]["torch"] == torch.__version__ and report["machine"]["sizes"]["backbone"] == "resnet18"
+    assert report["unwrapped"]["model"] == "R3Net"
+    assert report["speed_fp32"]["images_per_s"] > 0 and report["speedup_vs_fp32"] == {"fp32": 1.0}
+    assert set(report) == {"command", "machine", "unwrapped", "speed_fp32", "speedup_vs_fp32"}
+    skipped = bench_run.RUNNERS["gpu"](Path(), dict(bench_run.SETTINGS["gpu"]["tiny"]))
+    assert "skipped" in skipped and bench_run.format_line("gpu", skipped).startswith("gpu: skipped")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1300)
+def test_gpu_check_runs_every_check_on_the_cpu(tmp_path: Path) -> None:
+    """The whole ``gpu_check.py --device cpu``, as a CI machine runs it: every check passes (the
+    deterministic resume equals the uninterrupted run in every tensor, the maps compare, the
+    export works) and each is in the JSON. Meant to take under 2 minutes; the limit here allows
+    for a loaded machine."""
+    out = tmp_path / "check.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--json", str(out)]
+        + ["--max-seconds", "1200", "--work-dir", str(tmp_path / "work")],
+        cwd=str(tmp_path),
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=1260,  # 746 s with a load average of 12-18 on 2 cores
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = json.loads(out.read_text())
+    _bench_run()  # puts benchmarks/ on sys.path
+    import gpu_check
+
+    expected = [c for c in gpu_check.CHECKS if c != "speed_compile"]
+    assert [k for k in report if k in gpu_check.CHECKS] == expected
+    assert not [k for k, v in report.items() if isinstance(v, dict) and ("error" in v or "skipped" in v)]
+    assert report["deterministic_resume"]["differ"] == 0 and report["deterministic_resume"]["tensors"] > 100
+    assert report["evaluate"]["max_gray_levels_gpu_vs_cpu"] == 0 == report["predict"]["max_gray_levels_gpu_vs_cpu"]
+    assert report["export_onnx"]["megabytes"] > 1
+    assert "deterministic_resume: tensors" in proc.stdout

@@ -53,7 +53,8 @@ def test_hf_hub_weights_land_in_the_backbone_offline(tmp_path):
     script = textwrap.dedent(f"""
         import torch
         from safetensors.torch import load_file
-        from ignite_r3net.model import R3Net, load_backbone_weights, resolve_weights
+        from ignite_r3net.model.backbone_weights import load_backbone_weights, resolve_weights
+        from ignite_r3net.model.r3net import R3Net
 
         weights = resolve_weights("hf-hub:{TIMM_REPO}", "resnet18")
         model = R3Net("resnet18")

@@ -38,6 +38,8 @@ CHECKPOINT = {
         "backbone": "resnet18",
         "seed": 2018,
         "amp": "off",
+        "tf32": "on",
+        "deterministic": False,
         "world_size": 2,
         "pairs": 12,
     },
@@ -65,6 +67,8 @@ def _refusal(config: TrainConfig, world: int = WORLD, pairs: int = PAIRS) -> str
         ("backbone", "resnet34", "--backbone resnet34 (checkpoint: resnet18)"),
         ("seed", 7, "--seed 7 (checkpoint: 2018)"),
         ("amp", "bf16", "--amp bf16 (checkpoint: off)"),
+        ("tf32", "off", "--tf32 off (checkpoint: on)"),
+        ("deterministic", True, "--deterministic True (checkpoint: False)"),
     ],
 )
 def test_a_changed_recipe_option_is_refused_with_the_checkpoints_value(field, value, listed):
@@ -135,6 +139,16 @@ def test_a_changed_option_is_refused_before_any_work(finished, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --resume ") and "--crop 48 (checkpoint: 32)" in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_1.pt"], "nothing written"
+
+
+def test_deterministic_and_tf32_cannot_change_on_resume(finished, tmp_path, capsys):
+    args, _, first = finished
+    assert "tf32" in (first / "config.json").read_text()
+    out = _from_first_checkpoint(finished, tmp_path / "refused")
+    capsys.readouterr()
+    assert cli.main([*args, "--output-dir", str(out), "--resume", "auto", "--deterministic", "--tf32", "off"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--deterministic True (checkpoint: False)" in err and "--tf32 off (checkpoint: on)" in err, err
 
 
 def test_a_resume_with_other_run_control_options_continues_the_same_run(finished, tmp_path):

@@ -109,9 +109,12 @@ def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tenso
 
 
 def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate float images (bilinear) and masks (nearest) counter-clockwise, filling with zeros."""
+    """Rotate float images (bilinear) and masks (nearest) counter-clockwise, filling with zeros.
+
+    ``angles`` (degrees) may be on the host: they are copied without waiting for the device (the
+    training DataLoader pins them; from pageable memory CUDA stages the few bytes just the same)."""
     n, _, h, w = images.shape
-    angles = angles.to(device=images.device).reshape(n)
+    angles = angles.to(device=images.device, non_blocking=True).reshape(n)
     grid = _rotation_grid(angles, h, w)
     images = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     masks = F.grid_sample(masks, grid, mode="nearest", padding_mode="zeros", align_corners=False)

@@ -255,6 +255,8 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
     settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
     # the input size only when given: maps made at full resolution keep their key
     settings |= {k: v for k, v in (("size", options.size), ("max_side", options.max_side)) if v is not None}
+    if options.tf32 != "on":  # the default keeps the key of maps made before --tf32 existed
+        settings["tf32"] = options.tf32
     if method.hub:  # the Hub file's path names its commit; its sha256 is recorded with the maps too
         settings["checkpoint"] = {"source": method.hub, "sha256": sha256_of(method.source)}
     for bench in benches:

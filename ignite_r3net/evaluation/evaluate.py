@@ -36,6 +36,7 @@ from ..inference import attach_scoring, create_evaluator, evaluator_step, score_
 from ..metrics.keys import METRIC_KEYS
 from ..metrics.saliency import SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..numerics import inference_numerics
 from ..options import EvaluateOptions
 from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
@@ -118,6 +119,7 @@ def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) ->
         "--protocol": options.protocol,
         "--crf": str(options.inference.crf),
         "--amp": options.inference.amp,
+        "--tf32": options.inference.tf32,
         "--size": str(options.inference.size),
         "--max-side": str(options.inference.max_side),
     }
@@ -141,7 +143,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     freeze_long_lived_objects()
     device = idist.device()
     assert options.checkpoint is not None and options.data and options.names
-    with worker_threads(device):
+    with worker_threads(device), inference_numerics(options.inference.tf32 == "on"):
         model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
         rank, world = idist.get_rank(), idist.get_world_size()
         workers = options.inference.workers

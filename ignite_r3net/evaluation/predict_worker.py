@@ -32,6 +32,7 @@ from ..errors import DataError
 from ..export.runtime import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..numerics import inference_numerics
 from ..options import PredictOptions
 from ..progress import Progress
 from .batch_plan import Size, deal, plan_batches
@@ -67,7 +68,7 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
     options = job.options
     batches = deal(plan_batches(gather_sizes(job.sources), options.batch_size), rank, world)
     shown = options.progress and is_rank_zero()
-    with worker_threads(device) as threads:
+    with worker_threads(device) as threads, inference_numerics(options.inference.tf32 == "on"):
         to_maps = map_function(options, device, job.weights, threads)
         start = time.perf_counter()
         with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:

@@ -165,7 +165,7 @@ class SaliencyMetrics(Metric):
     .. code-block:: python
 
         import torch
-        from ignite_r3net.metrics import SaliencyMetrics
+        from ignite_r3net.metrics.saliency import SaliencyMetrics
 
         gt = torch.zeros(2, 32, 32, dtype=torch.uint8)
         gt[:, 8:24, 8:24] = 255

@@ -13,6 +13,7 @@ one downloads nothing: ``backbone_weights.py`` fetches and loads weights.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,44 @@ def num_parameters(backbone: str) -> int:
 def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
     # align_corners=True reproduces the bilinear upsampling of the PyTorch 0.3
     # era the original was trained with.
+    if _deterministic_backward(x):
+        return resize_by_matmul(x, (int(size[0]), int(size[1])))
     return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
+
+
+def _global_average(x: torch.Tensor) -> torch.Tensor:
+    if _deterministic_backward(x):  # a mean's backward spreads the gradient without atomic adds
+        return x.mean((2, 3), keepdim=True)
+    return F.adaptive_avg_pool2d(x, 1)
+
+
+def _deterministic_backward(x: torch.Tensor) -> bool:
+    """Under ``torch.use_deterministic_algorithms`` (``--deterministic``) the CUDA backward of
+    bilinear interpolation and adaptive pooling raise (they add with atomics); their gradients are
+    then computed by ops whose backward is deterministic, on every device alike."""
+    return x.requires_grad and torch.are_deterministic_algorithms_enabled()
+
+
+def resize_by_matmul(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``F.interpolate(x, size, mode="bilinear", align_corners=True)`` as two matrix products (equal
+    within float rounding), whose backward, matrix products again, is deterministic on a GPU."""
+    rows = _interpolation_matrix(x.shape[2], size[0], x.dtype, x.device)
+    cols = _interpolation_matrix(x.shape[3], size[1], x.dtype, x.device)
+    return torch.matmul(torch.matmul(rows, x), cols.t())
+
+
+@functools.lru_cache(maxsize=64)
+def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``(n_out, n_in)`` weights of linear interpolation with align_corners=True, made on ``device``
+    (no copy from the host, which would wait for the device)."""
+    scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    position = torch.arange(n_out, dtype=torch.float64, device=device) * scale
+    low = position.floor().clamp(max=n_in - 1)
+    high = (low + 1).clamp(max=n_in - 1)
+    frac = (position - low).unsqueeze(1)
+    columns = torch.arange(n_in, dtype=torch.float64, device=device).unsqueeze(0)
+    weights = (columns == low.unsqueeze(1)) * (1 - frac) + (columns == high.unsqueeze(1)) * frac
+    return weights.to(dtype)
 
 
 def _conv_bn_prelu(in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1) -> list[nn.Module]:
@@ -134,7 +172,7 @@ class ASPP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.shape[2:]
-        pooled = _resize(self.conv5(F.adaptive_avg_pool2d(x, 1)), size)
+        pooled = _resize(self.conv5(_global_average(x)), size)
         branches = [self.conv1(x), self.conv2(x), self.conv3(x), self.conv4(x), pooled]
         return self.fuse(torch.cat(branches, dim=1))
 

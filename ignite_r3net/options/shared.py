@@ -34,7 +34,14 @@ DEVICE_HELP = (
 )
 PROTOCOLS = ("standard", "r3net")
 INFERENCE_AMP_MODES = ("off", "bf16")
+TF32_MODES = ("on", "off")
 TRACKERS = ("mlflow", "wandb", "clearml")
+TF32_HELP = (
+    "TensorFloat-32 on Ampere and newer GPUs: on (the default, as torch does for convolutions, which are "
+    "nearly all of R3Net's work): float32 convolutions and matrix products round their inputs to a 10-bit "
+    "mantissa and accumulate in float32 on the tensor cores, faster; off: full float32, as on the CPU. No effect "
+    "on the CPU, nor on what --amp runs in bf16/fp16"
+)
 PROGRESS_HELP = (
     "show how far the work has come on rank 0: a bar over the work with its rate, elapsed time and ETA "
     "on a terminal, a plain line every 10%% when stderr is a file (SLURM logs); --no-progress shows none"
@@ -115,5 +122,8 @@ class InferenceOptions:
         "mixed precision inference: bf16 runs the model in bfloat16 (faster on CPUs with AVX-512 BF16/AMX and "
         "on recent GPUs; maps may differ by a gray level); off: float32",
         choices=INFERENCE_AMP_MODES,
+    )
+    tf32: str = option(
+        "on", TF32_HELP + "; off gives the maps closest to the CPU's (not for an exported --model)", choices=TF32_MODES
     )
     workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)

@@ -20,7 +20,8 @@ from ..errors import CheckpointError, OptionError, warn
 from ..options.fields import flag_named
 
 # Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
-# dict restores them), what each iteration samples and how it is computed.
+# dict restores them), what each iteration samples and how it is computed (precision, TF32,
+# deterministic algorithms).
 RESUME_FIXED = (
     "iters",
     "lr",
@@ -34,6 +35,8 @@ RESUME_FIXED = (
     "seed",
     "amp",
     "recipe",
+    "tf32",
+    "deterministic",
 )
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")

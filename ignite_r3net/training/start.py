@@ -16,6 +16,7 @@ from ..distributed.process_setup import freeze_long_lived_objects
 from ..distributed.ranks import rank_zero_only
 from ..distributed.topology import LaunchSpec
 from ..errors import ending_line
+from ..numerics import set_deterministic_environment
 from ..run_lock import claimed_folder
 from .preflight import check_environment, preflight
 from .shared_options import options_every_rank_shares
@@ -43,6 +44,8 @@ def train(config: TrainConfig) -> None:
         KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
     """
     config.validate()
+    if config.deterministic:  # before any CUDA work here; spawned workers inherit it
+        set_deterministic_environment()
     check_environment(config)
     # before anything else asks torch about CUDA: --device cpu hides it
     config = dataclasses.replace(config, device=use_device(LaunchSpec.of(config)))
@@ -65,6 +68,8 @@ def train(config: TrainConfig) -> None:
 def train_worker(local_rank: int, config: TrainConfig) -> None:
     """What every worker runs: refuse ranks started differently, save ``config.json`` (rank 0),
     then ``worker.training``."""
+    if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
+        set_deterministic_environment()
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
     _save_config(config)
     # imported in the workers only: the launching process checks and spawns, and the Engine's

@@ -19,7 +19,9 @@ def prepare_batch(
     """Move a uint8 batch to ``device`` and finish its augmentation there (rotation, normalisation).
 
     The angles stay on the CPU until the rotation needs them, so deciding whether to rotate does
-    not wait for the device; ``augment`` keeps its normalisation constants on the device.
+    not wait for the device; every copy to the device is non-blocking (the DataLoader pins the
+    batch on a GPU), so a step makes no host sync; ``augment`` keeps its normalisation constants on
+    the device.
     """
     images = batch["image"].to(device, non_blocking=True)
     masks = batch["mask"].to(device, non_blocking=True)

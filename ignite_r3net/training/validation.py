@@ -20,6 +20,7 @@ from ..inference import attach_scoring, create_evaluator, score_shard
 from ..metrics.keys import METRIC_KEYS
 from ..metrics.saliency import SaliencyMetrics
 from ..model.r3net import R3Net
+from ..numerics import no_autotuning
 from ..progress import Progress
 from .engine import every_or_last
 from .train_log import TrainLog
@@ -63,6 +64,11 @@ def attach_validation(
     untrained: dict[str, float] = {}
 
     def validate(engine: Engine) -> None:
+        # validation images keep their own sizes: autotuning would tune again for each
+        with no_autotuning():
+            validate_and_report(engine)
+
+    def validate_and_report(engine: Engine) -> None:
         use_rank0_buffers(plain)
         iteration = engine.state.iteration
         shown = config.progress and is_rank_zero()

@@ -19,6 +19,7 @@ from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
+from ..numerics import configure_training
 from .engine import attach_stop_on_sigterm, create_trainer
 from .optim import build_optimizer, build_poly_lr
 from .tracker_loggers import attach_loggers, open_tensorboard
@@ -29,7 +30,8 @@ from .validation import attach_validation
 def training(local_rank: int, config: TrainConfig) -> None:
     """Train R3Net on this worker (one of ``idist.get_world_size()``)."""
     device = idist.device()
-    _configure_backend(device)
+    configure_training(device, config.deterministic, config.tf32 == "on")
+    set_worker_threads(device)
     rank, world_size = idist.get_rank(), idist.get_world_size()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
@@ -86,12 +88,6 @@ def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: T
             f"validation: {len(dataset)} of the {dataset.listed} pairs of {config.val_data} (--val-max "
             f"{config.val_max}), evenly spaced, the same ones at every validation"
         )
-
-
-def _configure_backend(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    set_worker_threads(device)
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
