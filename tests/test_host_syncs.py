@@ -20,7 +20,7 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import build_train_loader
 from ignite_r3net.data.transforms import DeviceAugment
 from ignite_r3net.model.r3net import R3Net
-from ignite_r3net.training import worker
+from ignite_r3net.training import engine as engine_module
 from ignite_r3net.training.bad_images import BadImages
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch
@@ -82,7 +82,7 @@ def test_handlers_read_the_device_only_at_logged_iterations(tmp_path: Path, monk
         workers=0, iters=7, log_every=3, checkpoint_every=100, progress=False,
     )  # fmt: skip
     (tmp_path / "out").mkdir()
-    monkeypatch.setattr(worker, "create_train_step", lambda *a, **k: lambda engine, batch: torch.full((8,), 0.5))
+    monkeypatch.setattr(engine_module, "create_train_step", lambda *a, **k: lambda engine, batch: torch.full((8,), 0.5))
     counter_syncs: list[int] = []
     sync = BadImages.sync
     monkeypatch.setattr(BadImages, "sync", lambda self: counter_syncs.append(recorder.tag) or sync(self))
@@ -91,7 +91,7 @@ def test_handlers_read_the_device_only_at_logged_iterations(tmp_path: Path, monk
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
-    parts = worker.create_trainer(
+    parts = engine_module.create_trainer(
         model, optimizer, build_poly_lr(optimizer, config), sampler, log, config, torch.device("cpu")
     )
     recorder = _Recorder()
