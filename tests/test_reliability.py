@@ -10,11 +10,22 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset, read_scalars
+from helpers import (
+    REPO,
+    TINY_TRAIN,
+    cpu_env,
+    free_port,
+    group_pids,
+    log_iterations,
+    log_lines,
+    make_tiny_dataset,
+    read_scalars,
+    start_long_run,
+    wait_for_iterations,
+)
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
@@ -293,20 +304,6 @@ def test_launch_returns_normally_and_atexit_handlers_run(tmp_path, how):
     assert "terminate called" not in proc.stderr, said
 
 
-def _descendants_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan that has
-    exited waits for init to reap it, which this machine's init does only every second or two."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ")"
-            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(pgrp) == pgid and state != "Z":
-            return True
-    return False
-
-
 class _BrokenImages(torch.utils.data.Dataset):
     def __len__(self):
         return 4
@@ -327,39 +324,6 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 
 
-def _start_long_run(data, out, workers: int, nproc: int = 2) -> subprocess.Popen:
-    """A training run far longer than any test waits, in its own process group."""
-    args = [
-        sys.executable,
-        str(REPO / "run.py"),
-        "--nproc",
-        str(nproc),
-        "--data",
-        str(data),
-        "--output-dir",
-        str(out),
-        "--iters",
-        "500",
-        "--checkpoint-every",
-        "1000",
-        "--master-port",
-        str(free_port()),
-        *TINY_TRAIN,
-        "--workers",
-        str(workers),
-    ]
-    return subprocess.Popen(
-        args, cwd=REPO, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-
-
-def _wait_for_iterations(proc: subprocess.Popen, out, count: int) -> None:
-    deadline = time.monotonic() + 120
-    while not ((out / "train.log").exists() and len(log_iterations(out / "train.log")) >= count):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()[-2000:]
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     """A file that passed the start-up scan and breaks later (a flaky disk) is met on one rank, in a
@@ -370,14 +334,14 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     for p in data.iterdir():
         (work / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "out"
-    proc = _start_long_run(work, out, workers=1)
+    proc = start_long_run(work, out, workers=1)
     try:
-        _wait_for_iterations(proc, out, 1)
+        wait_for_iterations(proc, out, 1)
         broken = sorted(work.glob("*.jpg"))[3]
         broken.write_bytes(b"this is no longer a JPEG")
         _, err = proc.communicate(timeout=90)  # ends the test if the job hangs
     finally:
-        if _descendants_alive(proc.pid):
+        if group_pids(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
     last = err.strip().splitlines()[-1]
@@ -385,9 +349,9 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     assert "TooManyBadImages: 1 of 10 training pairs are unreadable" in last, last
     assert log_lines(out / "train.log")[-1] == last
     deadline = time.monotonic() + 10  # helpers such as multiprocessing's resource tracker exit last
-    while _descendants_alive(proc.pid) and time.monotonic() < deadline:
+    while group_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _descendants_alive(proc.pid), "a worker was left running"
+    assert not group_pids(proc.pid), "a worker was left running"
 
 
 @pytest.mark.slow
@@ -408,9 +372,9 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
     the launcher only. Every rank and DataLoader worker stops within seconds, and the job says so
     in one line."""
     out = tmp_path / "out"
-    proc = _start_long_run(data, out, workers=2, nproc=nproc)
+    proc = start_long_run(data, out, workers=2, nproc=nproc)
     try:
-        _wait_for_iterations(proc, out, 1)
+        wait_for_iterations(proc, out, 1)
         if target == "launcher":
             os.kill(proc.pid, sig)
         else:
@@ -419,7 +383,7 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
         # would run its 500 iterations, or hang, past it
         _, err = proc.communicate(timeout=60)
     finally:
-        if _descendants_alive(proc.pid):
+        if group_pids(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err[-2000:]
     assert err.strip().splitlines()[-1] == said
