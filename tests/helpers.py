@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -128,13 +129,30 @@ def start_long_run(
     data: Path, out: Path, workers: int, nproc: int = 2, stdout: int | None = subprocess.PIPE, stderr=subprocess.PIPE
 ) -> subprocess.Popen:
     """``python run.py --nproc NPROC --iters 500 ...``: a training run far longer than any test
-    waits, in its own process group (as a terminal's shell starts a job), for tests that stop it."""
+    waits, started as a terminal's shell starts a job, for tests that stop it: in its own process
+    group, with SIGINT at its default (see ``interrupts_as_in_a_terminal``)."""
     args = [sys.executable, str(REPO / "run.py"), "--nproc", str(nproc), "--data", str(data), "--output-dir", str(out)]
     args += ["--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN]
     args += ["--workers", str(workers)]
     return subprocess.Popen(
-        args, cwd=REPO, env=cpu_env(), stdout=stdout, stderr=stderr, text=True, start_new_session=True
+        args,
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interrupts_as_in_a_terminal,
     )
+
+
+def interrupts_as_in_a_terminal() -> None:
+    """Give the process about to start SIGINT at its default, as an interactive shell gives its
+    jobs. A shell without job control (a script's ``pytest ... &``, some CI runners) starts
+    background commands with SIGINT ignored, every child inherits that, and Python then installs
+    no KeyboardInterrupt handler: the launcher of a test's run would ignore the test's Ctrl-C, as
+    it should there, and the test would wait out its timeout on a run that trains on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_iterations(proc: subprocess.Popen, out: Path, count: int, timeout: float = 120) -> None:
