@@ -6,9 +6,11 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -122,6 +124,62 @@ def start_cli(args: list[str], stderr_to_stdout: bool = False) -> subprocess.Pop
         stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
         text=True,
     )
+
+
+def start_long_run(
+    data: Path, out: Path, workers: int, nproc: int = 2, stdout: int | None = subprocess.PIPE, stderr=subprocess.PIPE
+) -> subprocess.Popen:
+    """``python run.py --nproc NPROC --iters 500 ...``: a training run far longer than any test
+    waits, started as a terminal's shell starts a job, for tests that stop it: in its own process
+    group, with SIGINT at its default (see ``interrupts_as_in_a_terminal``)."""
+    args = [sys.executable, str(REPO / "run.py"), "--nproc", str(nproc), "--data", str(data), "--output-dir", str(out)]
+    args += ["--iters", "500", "--checkpoint-every", "1000", "--master-port", str(free_port()), *TINY_TRAIN]
+    args += ["--workers", str(workers)]
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interrupts_as_in_a_terminal,
+    )
+
+
+def interrupts_as_in_a_terminal() -> None:
+    """Give the process about to start SIGINT at its default, as an interactive shell gives its
+    jobs. A shell without job control (a script's ``pytest ... &``, some CI runners) starts
+    background commands with SIGINT ignored, every child inherits that, and Python then installs
+    no KeyboardInterrupt handler: the launcher of a test's run would ignore the test's Ctrl-C, as
+    it should there, and the test would wait out its timeout on a run that trains on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for_iterations(proc: subprocess.Popen, out: Path, count: int, timeout: float = 120) -> None:
+    """Wait until ``out/train.log`` shows ``count`` iterations; fail with the run's output if it
+    ended or took longer than ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ((out / "train.log").exists() and len(log_iterations(out / "train.log")) >= count):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            said = proc.stderr.read()[-2000:] if proc.stderr else ""
+            raise AssertionError(f"the run did not reach iteration {count}: {said}")
+        time.sleep(0.05)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that still run. Zombies do not count: an orphan that has
+    exited waits for init to reap it, which this machine's init does only every second or two."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after its ")"
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            pids.append(int(stat.parent.name))
+    return sorted(pids)
 
 
 def make_tiny_dataset(root: Path, n: int = 10, n_val: int = 3, seed: int = 0) -> tuple[Path, Path]:
