@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, make_tiny_dataset
-from test_reliability import _descendants_alive
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, group_pids, make_tiny_dataset
 
 from ignite_r3net.distributed import failure_board
 from ignite_r3net.distributed.failure_board import publish, published
@@ -58,7 +57,7 @@ def _ends(procs: list[subprocess.Popen], within: float = 240) -> list[float]:
 def _kill_all(procs: list[subprocess.Popen]) -> None:
     """Each process runs in a session of its own, which its DataLoader workers share."""
     for p in procs:
-        if _descendants_alive(p.pid):
+        if group_pids(p.pid):
             os.killpg(p.pid, signal.SIGKILL)
 
 
@@ -83,9 +82,9 @@ def _check_ends(procs, logs, out: Path) -> None:
     assert "raise OSError" in (out / "error-rank1.log").read_text()
     assert ended[0] - ended[1] < ENDS_WITHIN_S, f"rank 0 ended {ended[0] - ended[1]:.0f} s after rank 1"
     deadline = time.monotonic() + 10  # helpers such as multiprocessing's resource tracker exit last
-    while _descendants_alive(procs[0].pid) and time.monotonic() < deadline:
+    while group_pids(procs[0].pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _descendants_alive(procs[0].pid), "rank 0's DataLoader worker was left running"
+    assert not group_pids(procs[0].pid), "rank 0's DataLoader worker was left running"
 
 
 def test_the_job_ends_with_its_first_failure_and_a_restart_starts_clean(monkeypatch):
