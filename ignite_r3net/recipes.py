@@ -45,22 +45,24 @@ class Recipe:
 # joint_transforms RandomCrop(300), RandomHorizontallyFlip(), RandomRotate(10);
 # torch.manual_seed(2018); torch.cuda.set_device(0) (one GPU); R3Net() on ResNeXt-101 32x4d
 # from ImageNet weights (resnext/config.py). Its README: "about 70 minutes" on one GTX 1080 Ti.
+_ORIGINAL_VALUES = {
+    "iters": 6000,
+    "lr": 1e-3,
+    "lr_power": 0.9,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "crop": 300,
+    "rotate": 10.0,
+    "backbone": "resnext101_32x4d",
+    "pretrained": "imagenet",
+    "seed": 2018,
+    "amp": "off",
+}
+
 R3NET_PAPER = Recipe(
     name="r3net-paper",
     source="the original R3Net code's train.py (one GPU)",
-    values={
-        "iters": 6000,
-        "lr": 1e-3,
-        "lr_power": 0.9,
-        "momentum": 0.9,
-        "weight_decay": 5e-4,
-        "crop": 300,
-        "rotate": 10.0,
-        "backbone": "resnext101_32x4d",
-        "pretrained": "imagenet",
-        "seed": 2018,
-        "amp": "off",
-    },
+    values=_ORIGINAL_VALUES,
     global_batch=14,
 )
 
@@ -69,20 +71,7 @@ R3NET_PAPER = Recipe(
 REFERENCE_DDP = Recipe(
     name="reference-ddp",
     source="the reference DDP script (the defaults)",
-    values={
-        "iters": 8000,
-        "batch_size": 12,
-        "lr": 1e-3,
-        "lr_power": 0.9,
-        "momentum": 0.9,
-        "weight_decay": 5e-4,
-        "crop": 300,
-        "rotate": 10.0,
-        "backbone": "resnext101_32x4d",
-        "pretrained": "imagenet",
-        "seed": 2018,
-        "amp": "off",
-    },
+    values={**_ORIGINAL_VALUES, "iters": 8000, "batch_size": 12},
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (REFERENCE_DDP, R3NET_PAPER)}
