@@ -25,7 +25,7 @@ from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
-from ..export.runtime import is_onnx, load_exported, require_onnxruntime
+from ..exported_model import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields

@@ -29,7 +29,7 @@ from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, worker_thread_count, worker_threads
 from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zero, rank_zero_only
 from ..errors import DataError
-from ..export.runtime import OnnxModel, is_onnx, load_exported, onnx_providers
+from ..exported_model import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics

@@ -25,11 +25,11 @@ from safetensors.torch import save_file
 from .. import __version__
 from ..atomic_files import atomic_folder, write_json, write_text
 from ..errors import ExportError, OptionError
+from ..exported_model import contract
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..output_paths import check_writable_folder
 from .model_card import model_card, read_results
-from .runtime import contract
 
 __all__ = ["HUB_FORMAT", "CARD", "write_hub_folder", "hub_config"]
 

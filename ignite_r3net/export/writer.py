@@ -32,12 +32,7 @@ from .. import __version__
 from ..atomic_files import atomic_output
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
-from ..model.trained_model import build_model, read_trained_weights
-from ..options import ExportOptions
-from ..output_paths import check_writable_file
-from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
-from .hub_folder import write_hub_folder
-from .runtime import (
+from ..exported_model import (
     INPUT_NAME,
     METADATA_FILE,
     OUTPUT_NAME,
@@ -45,6 +40,11 @@ from .runtime import (
     load_exported,
     quiet_torchscript,
 )
+from ..model.trained_model import build_model, read_trained_weights
+from ..options import ExportOptions
+from ..output_paths import check_writable_file
+from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .hub_folder import write_hub_folder
 
 __all__ = [
     "FORMATS",

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from ..errors import OptionError, error_line
-from ..model.hub import is_hub_source
+from .errors import OptionError, error_line
+from .model.hub import is_hub_source
 
 __all__ = [
     "INPUT_NAME",
