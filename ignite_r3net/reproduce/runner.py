@@ -15,6 +15,7 @@ from typing import Any
 
 from ..atomic_files import write_json
 from ..config import TrainConfig
+from ..content_key import ContentKey
 from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
 from ..errors import OptionError, warn
@@ -160,7 +161,8 @@ def score_author_maps(
     maps_root: str, test_sets: Mapping[str, Path], root: Path, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
     """The authors' maps (one subfolder per set, named as the set or an alias) scored by the code
-    that scores ours, with both protocols; kept in ROOT/author-maps.json, keyed by the maps' files."""
+    that scores ours, with both protocols; kept in ROOT/author-maps.json, keyed by every map file
+    (``ContentKey``: path, size, modification time) and the set's pairs."""
     folder = Path(maps_root)
     if not folder.is_dir():
         raise OptionError(f"--author-maps {maps_root} is not a folder")
@@ -174,7 +176,8 @@ def score_author_maps(
     cache = root / "author-maps.json"
     done = _read_json(cache)
     for name, sub in subfolders.items():
-        key = f"{sub.resolve()} {_files_signature(sub)} {listing_digest(test_sets[name])}"
+        files = sorted(p.resolve() for p in sub.iterdir() if p.is_file())
+        key = ContentKey("author maps", 1).add_values(listing_digest(test_sets[name])).add_files(files).hexdigest()
         if done.get(name, {}).get("key") != key:
             r3net = _score_maps(sub, test_sets[name], "r3net", progress)
             done[name] = {
@@ -188,12 +191,6 @@ def score_author_maps(
 
 def _score_maps(maps: Path, dataset: Path, protocol: str, progress: bool) -> dict[str, float]:
     return evaluate_maps(EvaluateOptions(maps=str(maps), gt=str(dataset), protocol=protocol, progress=progress))
-
-
-def _files_signature(folder: Path) -> str:
-    """The number of files in ``folder`` and their newest modification time: a changed copy differs."""
-    stats = [p.stat() for p in folder.iterdir() if p.is_file()]
-    return f"{len(stats)} files, newest {max((s.st_mtime_ns for s in stats), default=0)}"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
