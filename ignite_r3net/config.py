@@ -37,9 +37,10 @@ _DEGREES = Rule(lambda v: 0 <= v <= 180, "must be between 0 and 180 degrees")
 _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a training run."""
+    """Everything that defines a training run: the options, then what start-up resolved
+    (``training/run_plan.py``); frozen, so every function sees the one description of the run."""
 
     # data
     data: list[str] = option(
@@ -217,7 +218,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder
-            self.data = [self.data]
+            object.__setattr__(self, "data", [self.data])
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -227,7 +228,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``OptionError`` naming the first option whose value is wrong whatever the data,
-        the machine or the files (those are checked at start-up, in ``training.preflight``)."""
+        the machine or the files (those are checked at start-up, in ``training.run_plan``)."""
         check_fields(self)
         if self.batch_size < 2:
             raise OptionError(

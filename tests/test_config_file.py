@@ -129,9 +129,9 @@ def test_changed_starting_weights_are_warned_about(tmp_path: Path, capsys: pytes
     torch.save(build_backbone("resnet18").state_dict(), file)
     sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
     config = TrainConfig(backbone="resnet18", pretrained=str(file), weights=WEIGHTS)
-    assert resolve_initial_weights(config).weights["sha256"] == sha256
+    assert resolve_initial_weights(config, resumed=False)["sha256"] == sha256
     err = capsys.readouterr().err
     assert err.startswith("warning: the starting weights differ") and sha256[:12] in err
     same = dict(WEIGHTS, sha256=sha256)
-    assert resolve_initial_weights(TrainConfig(backbone="resnet18", pretrained=str(file), weights=same)).weights
+    assert resolve_initial_weights(TrainConfig(backbone="resnet18", pretrained=str(file), weights=same), resumed=False)
     assert capsys.readouterr().err == ""

@@ -87,8 +87,8 @@ def test_paths_stay_paths_and_found_sets_lists_the_test_sets(data_root):
 
 def test_train_takes_the_names_from_its_data_root(data_root):
     config = TrainConfig(data=["MSRA10K"], val_data="ecssd", data_root=str(data_root), crop=32, batch_size=2)
-    resolved, pairs = resolve_data(config)
-    assert resolved.data == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and pairs == 3
+    resolved = resolve_data(config, world_size=1)
+    assert resolved.folders == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and resolved.pairs == 3
     assert resolved.val_data == str(data_root / "ecssd")
 
 

@@ -47,8 +47,8 @@ def _export(checkpoint: Path | str, out: Path, *extra: str) -> None:
 def run_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A best_model file in a run folder whose config.json records the recipe and starting weights."""
     run = tmp_path_factory.mktemp("run")
-    config = TrainConfig(backbone="resnet18", iters=123, lr=0.007, crop=64, data="/data/DUTS-TR")
-    config.weights = {"source": "imagenet", "file": "/home/me/.cache/resnet18-f37072fd.pth", "sha256": RUN_WEIGHTS_SHA}
+    weights = {"source": "imagenet", "file": "/home/me/.cache/resnet18-f37072fd.pth", "sha256": RUN_WEIGHTS_SHA}
+    config = TrainConfig(backbone="resnet18", iters=123, lr=0.007, crop=64, data="/data/DUTS-TR", weights=weights)
     config.save(run / "config.json")
     return save_spread_r3net(run / "best_model_123_maxF=0.9000.pt", seed=1)
 
@@ -202,7 +202,7 @@ def test_evaluate_and_compare_take_a_hub_checkpoint(
 
 def test_init_from_a_hub_checkpoint_records_its_sha256(hub_cache: Path, exported: dict, tmp_path: Path) -> None:
     config = TrainConfig(backbone="resnet18", pretrained="none", init_from=f"hf-hub:{REPO}", output_dir=str(tmp_path))
-    weights = resolve_initial_weights(config).weights
+    weights = resolve_initial_weights(config, resumed=False)
     assert weights is not None and weights["source"] == "init-from"
     assert weights["sha256"] == _sha256(exported["main"] / "model.safetensors")
     assert f"models--{REPO.replace('/', '--')}" in weights["file"]

@@ -4,6 +4,7 @@ line before any worker starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -151,7 +152,7 @@ def test_a_run_logged_to_a_real_mlflow_server_reads_back(tmp_path: Path, mlflow_
     resumed = TrainConfig(output_dir=str(out), resume=str(out / f"checkpoint_{EVERY}.pt"), tracker=["mlflow"])
     os.environ["MLFLOW_TRACKING_URI"] = mlflow_server
     try:
-        assert prepare_trackers(resumed).tracking["mlflow"]["run_id"] == record["run_id"]
+        assert prepare_trackers(resumed)["mlflow"]["run_id"] == record["run_id"]
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
 
@@ -166,8 +167,7 @@ def test_without_a_tracking_uri_mlflow_stores_in_the_output_folder(
     out = tmp_path / "run"
     out.mkdir()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    config = prepare_trackers(TrainConfig(output_dir=str(out), tracker=["mlflow"], lr=0.005))
-    record = config.tracking["mlflow"]
+    record = prepare_trackers(TrainConfig(output_dir=str(out), tracker=["mlflow"], lr=0.005))["mlflow"]
     assert record["tracking_uri"] == f"sqlite:///{out.resolve() / 'mlruns.db'}"
     client = MlflowClient(record["tracking_uri"])
     run = client.get_run(record["run_id"])
@@ -200,7 +200,8 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     wandb.save = lambda path, base_path=None, policy=None: calls.append(("save", Path(path).name, policy))
     wandb.finish = lambda: calls.append(("finish",))
     monkeypatch.setitem(sys.modules, "wandb", wandb)
-    config = prepare_trackers(TrainConfig(output_dir=str(tmp_path), tracker=["wandb"], iters=3, lr=0.01))
+    config = TrainConfig(output_dir=str(tmp_path), tracker=["wandb"], iters=3, lr=0.01)
+    config = dataclasses.replace(config, tracking=prepare_trackers(config))
     assert config.tracking == {"wandb": {"id": "run-id-1", "project": "ignite_r3net"}}
     (tmp_path / "best_model_2_maxF=0.5000.pt").write_bytes(b"weights")
 

@@ -38,6 +38,7 @@ from ..metrics.saliency import SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics
 from ..options import EvaluateOptions
+from ..options.fields import values_by_flag
 from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
 from .crf import crf_refine, require_crf
@@ -113,18 +114,12 @@ def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) ->
     with other ``--workers``; the checkpoint is compared by its size (it is not read again) and the
     data sets by their listings (``data.listing_digest``)."""
     assert options.checkpoint is not None and options.data and options.names
-    values = {
+    return {
         "--checkpoint": f"{Path(options.checkpoint).stat().st_size} bytes",
-        "--backbone": str(options.inference.backbone),
-        "--protocol": options.protocol,
-        "--crf": str(options.inference.crf),
-        "--amp": options.inference.amp,
-        "--tf32": options.inference.tf32,
-        "--size": str(options.inference.size),
-        "--max-side": str(options.inference.max_side),
+        **values_by_flag(options.inference, ("backbone", "crf", "amp", "tf32", "size", "max_side")),
+        **values_by_flag(options, ("protocol",)),
+        **{f"--data {name}": listing for name, listing in zip(options.names, listings)},
     }
-    values.update({f"--data {name}": listing for name, listing in zip(options.names, listings)})
-    return values
 
 
 def _make_map_folders(options: EvaluateOptions) -> None:

@@ -28,7 +28,7 @@ from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..exported_model import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
-from ..options.fields import option_fields
+from ..options.fields import option_fields, values_by_flag
 from ..output_paths import check_writable_folder
 from ..run_lock import claimed_folder
 from .crf import require_crf
@@ -99,7 +99,7 @@ def _predict_on_workers(
         key,
         shared={
             "model and options": key,
-            "--batch-size": str(options.batch_size),
+            **values_by_flag(options, ("batch_size",)),
             "maps to make": f"{len(todo)} (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})",
         },
         weights=None if spawned else weights,  # a spawned worker reads the file itself

@@ -11,7 +11,7 @@ rule its value must follow, so a command's flags (``cli.common.add_options``) an
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
@@ -91,6 +91,12 @@ def flag_named(options_type: type, name: str) -> str:
         if f.name == name:
             return flag_of(f)
     return "--" + name.replace("_", "-")
+
+
+def values_by_flag(options: Any, names: Iterable[str]) -> dict[str, str]:
+    """``{"--lr": "0.001", ...}``: the options ``names`` of ``options`` by flag, as text; what the
+    ranks of a job compare (``distributed.agreement.refuse_unless_ranks_agree``) is built from it."""
+    return {flag_named(type(options), name): str(getattr(options, name)) for name in names}
 
 
 def option_fields(options: Any) -> Iterator[tuple[dataclasses.Field, Any]]:

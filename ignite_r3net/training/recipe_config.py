@@ -3,6 +3,7 @@ options given, with a recipe's global batch shared among the job's processes."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,5 +53,4 @@ def _share_global_batch(config: TrainConfig, global_batch: int) -> TrainConfig:
             f"--recipe {config.recipe}: the global batch of {global_batch} images split as "
             f"{world} processes x {per_process} (--batch-size {per_process})"
         )
-    config.batch_size = per_process
-    return config
+    return dataclasses.replace(config, batch_size=per_process)

@@ -7,7 +7,6 @@ launching process, before any worker starts.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,32 +84,29 @@ def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
     return [d["listing"] for d in saved] == [d["listing"] for d in new]
 
 
-def resolve_resume(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
-    """Turn ``--resume auto`` into the newest checkpoint that loads (corrupt newer ones are reported
-    and skipped) and prove that a named checkpoint loads safely.
-
-    Returns the config and the checkpoint's content (None for a fresh run)."""
-    resume = config.resume
-    if not resume:
-        return config, None
-    if resume == "auto":
+def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
+    """``--resume``'s checkpoint file and content, None for a fresh run: ``auto`` is the newest
+    checkpoint that loads (corrupt newer ones are reported and skipped), a named file must load."""
+    if not config.resume:
+        return None
+    if config.resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=warn)
         if found is None:
             _refuse_unloadable_checkpoints(config)
             warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
-            return dataclasses.replace(config, resume=None), None
-        config, checkpoint = dataclasses.replace(config, resume=str(found[0])), found[1]
+            return None
+        path, checkpoint = str(found[0]), found[1]
     else:
-        path = Path(resume)
-        if not path.is_file():
-            raise OptionError(f"--resume file {resume} does not exist")
+        path = config.resume
+        if not Path(path).is_file():
+            raise OptionError(f"--resume file {path} does not exist")
         try:
             checkpoint = load_checkpoint(path)
         except CheckpointError as e:
             raise OptionError(f"--resume: {e}") from None
         _refuse_newer_checkpoints(config)
-    _check_training_state(config, checkpoint)
-    return config, checkpoint
+    _check_training_state(path, config.amp, checkpoint)
+    return path, checkpoint
 
 
 def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
@@ -140,9 +136,9 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
         )
 
 
-def _check_training_state(config: TrainConfig, checkpoint: Mapping[str, Any]) -> None:
+def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) -> None:
     """A resume needs every state the trainer restores, not just weights."""
-    needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
+    needed = TRAINING_STATE_KEYS + (("scaler",) if amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
         hint = (
@@ -152,7 +148,7 @@ def _check_training_state(config: TrainConfig, checkpoint: Mapping[str, Any]) ->
             else ""
         )
         raise OptionError(
-            f"--resume {config.resume} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
+            f"--resume {path} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
         )
 
 

@@ -12,7 +12,7 @@ The starting weights are left out too: DDP copies rank 0's to every rank as it w
 from __future__ import annotations
 
 from ..config import TrainConfig
-from ..options.fields import flag_named
+from ..options.fields import flag_named, values_by_flag
 from .resume import RESUME_FIXED
 
 COLLECTIVE_SCHEDULE = ("log_every", "checkpoint_every", "val_every")
@@ -21,7 +21,5 @@ COLLECTIVE_SCHEDULE = ("log_every", "checkpoint_every", "val_every")
 def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
     """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the options a rank of this
     run must share with every other, by flag."""
-    values = {flag_named(TrainConfig, name): str(getattr(config, name)) for name in RESUME_FIXED + COLLECTIVE_SCHEDULE}
-    for name, listing in (config.listings or {}).items():
-        values[flag_named(TrainConfig, name)] = listing
-    return values
+    listings = {flag_named(TrainConfig, name): listing for name, listing in (config.listings or {}).items()}
+    return values_by_flag(config, RESUME_FIXED + COLLECTIVE_SCHEDULE) | listings

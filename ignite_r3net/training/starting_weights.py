@@ -1,9 +1,8 @@
 """The weights a fresh run starts from (``--init-from`` or ``--pretrained``): fetched once per node
-before any worker starts, checked, and recorded in ``config.weights``."""
+before any worker starts, checked, and recorded (``config.weights``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,13 +17,13 @@ from ..model.r3net import build_backbone
 from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
 
 
-def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
-    """Fetch (once per node, before any worker starts) and check the weights a fresh run starts
-    from: ``--init-from``'s whole model, else ``--pretrained``'s backbone; record them in
-    ``config.weights`` (a record already there, from ``--config``, is what was expected). A
-    resumed run keeps the record of its first start (its checkpoint holds the weights)."""
-    if config.resume:
-        return dataclasses.replace(config, weights=_recorded_weights(config.output_dir))
+def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
+    """The record ``{source, file, sha256}`` of the weights a fresh run starts from, fetched (once per
+    node) and checked: ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random).
+    A record already in ``config.weights`` (from ``--config``) is what was expected. A resumed run
+    keeps the record of its first start (its checkpoint holds the weights)."""
+    if resumed:
+        return _recorded_weights(config.output_dir)
     weights: Weights | None
     if config.init_from:
         weights = _init_from_weights(config, config.init_from)
@@ -38,7 +37,7 @@ def resolve_initial_weights(config: TrainConfig) -> TrainConfig:
                 raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
     record = weights.as_dict() if weights else None
     _warn_if_changed(config.weights, record)
-    return dataclasses.replace(config, weights=record)
+    return record
 
 
 def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | None) -> None:

@@ -32,16 +32,16 @@ PROJECT = "ignite_r3net"  # the MLflow experiment, W&B project and ClearML proje
 _PROBE_TIMEOUT_S = "10"
 
 
-def prepare_trackers(config: TrainConfig) -> TrainConfig:
-    """Check every ``--tracker`` (package, server) and open its run; returns the config with
-    ``tracking`` (what rank 0 needs to log into those runs), also kept in ``OUTPUT_DIR/tracking.json``."""
+def prepare_trackers(config: TrainConfig) -> dict[str, dict] | None:
+    """Check every ``--tracker`` (package, server) and open its run; returns what rank 0 needs to
+    log into those runs (``config.tracking``), also kept in ``OUTPUT_DIR/tracking.json``."""
     if not config.tracker:
-        return config
+        return None
     recorded = _recorded(config) if config.resume else {}
     with threads_leave_signals_to_main():  # MLflow starts a telemetry thread in this process
         tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
     write_json(tracking, Path(config.output_dir) / RECORD)
-    return dataclasses.replace(config, tracking=tracking)
+    return tracking
 
 
 def _recorded(config: TrainConfig) -> dict[str, Any]:

@@ -4,7 +4,7 @@ names) and the training set large enough for the batch on every rank."""
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +15,32 @@ from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.registry import resolve_names
 from ..data.synthetic import ensure_synthetic
-from ..distributed.topology import LaunchSpec
 from ..errors import OptionError
 
 SYNTHETIC = "synthetic"
 
 
-def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
-    """Replace 'synthetic' by the generated folders, check every data folder's pairs and record
-    them: each training folder in ``config.data_sets``, what every rank must list alike in
-    ``config.listings``; returns the config and the number of training pairs. With ``--data-root``,
-    standard data sets given by name are its folders."""
+@dataclass(frozen=True)
+class TrainingData:
+    """What start-up found of ``--data`` and ``--val-data``: the folders (the synthetic set generated,
+    names under ``--data-root`` resolved), each training folder's record (``config.data_sets``),
+    what every rank must list alike (``config.listings``) and the number of training pairs."""
+
+    folders: list[str]
+    val_data: str | None
+    data_sets: list[dict[str, Any]]
+    listings: dict[str, str]
+    pairs: int
+
+
+def resolve_data(config: TrainConfig, world_size: int) -> TrainingData:
+    """Generate 'synthetic' when asked for, resolve names under ``--data-root``, check every data
+    folder's pairs (headers read) and that each of the ``world_size`` ranks gets a full batch."""
+    data, val = config.data, config.val_data
     if config.data_root is not None:
-        val = [config.val_data] if config.val_data else []
-        config = dataclasses.replace(
-            config,
-            data=resolve_names(config.data, config.data_root, "--data"),
-            val_data=resolve_names(val, config.data_root, "--val-data")[0] if val else None,
-        )
-    folders, val_data, generated = _training_folders(config)
+        data = resolve_names(data, config.data_root, "--data")
+        val = resolve_names([val], config.data_root, "--val-data")[0] if val else None
+    folders, val_data, generated = _training_folders(config, data, val)
     # the generated set's small images are resized up to any crop, as the reference DDP script does
     checked = {
         folder: assert_dataset_ok(folder, min_size=None if folder in generated else config.crop, option="--data")
@@ -42,26 +49,26 @@ def resolve_data(config: TrainConfig) -> tuple[TrainConfig, int]:
     val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
     data_sets = [describe_data_set(folder, checked[folder]) for folder in folders]
     pairs = sum(d["pairs"] for d in data_sets)
-    world = LaunchSpec.of(config).world_size
-    if -(-pairs // world) < config.batch_size:  # each rank's shard must fill one batch
+    if -(-pairs // world_size) < config.batch_size:  # each rank's shard must fill one batch
         raise OptionError(
             f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
-            f"{config.batch_size} on {world} process(es)"
+            f"{config.batch_size} on {world_size} process(es)"
         )
     listings = {
         "data": "; ".join(d["listing"] for d in data_sets),
         "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
     }
-    config = dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
-    return config, pairs
+    return TrainingData(folders, val_data, data_sets, listings, pairs)
 
 
-def _training_folders(config: TrainConfig) -> tuple[list[str], str | None, set[str]]:
-    """The ``--data`` folders with 'synthetic' generated, the validation folder (the synthetic
+def _training_folders(
+    config: TrainConfig, data: list[str], val_data: str | None
+) -> tuple[list[str], str | None, set[str]]:
+    """The ``data`` folders with 'synthetic' generated, the validation folder (the synthetic
     set's held-out split unless ``--val-data`` is given) and the generated folders."""
     folders: list[str] = []
-    val_data, generated = config.val_data, set()
-    for entry in config.data:
+    generated = set()
+    for entry in data:
         if entry == SYNTHETIC:
             # several launching processes (torchrun) may try to generate the same data at once
             with FileLock(Path(config.output_dir) / ".synthetic.lock"):

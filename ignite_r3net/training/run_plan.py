@@ -1,33 +1,97 @@
-"""Checks that run in the launching process before any worker starts: every error a user can cause
-with options, paths or data is reported here as one line, before any work can be lost.
-
-``check_environment`` needs nothing on disk; ``preflight`` runs the checks that need the claimed
-output folder (``output_dir``), the resume checkpoint (``resume``), the starting weights
-(``starting_weights``) and the data (``train_data``), in that order.
+"""Start-up, resolved once: ``planned_run`` checks the options, the machine, the output folder, the
+resume checkpoint, the starting weights and the data, in that order, in the launching process, and
+yields one frozen ``RunPlan`` that the launch and every worker receive. Every error a user can cause
+with options, paths or data is one line here, before any work can be lost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
+from ..distributed.devices import use_device
 from ..distributed.topology import LaunchSpec
 from ..distributed.torchrun import started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..model.r3net import num_parameters
+from ..numerics import set_deterministic_environment
+from ..run_lock import claimed_folder
 from .resume import check_resume_compatible, resolve_resume
 from .starting_weights import resolve_initial_weights
+from .trackers import prepare_trackers
 from .train_data import resolve_data
 
 
-def check_environment(config: TrainConfig) -> None:
+@dataclass(frozen=True)
+class RunPlan:
+    """The run as start-up resolved it: ``config`` is the recipe plus the device, the resume file,
+    the starting weights' record, the data folders and listings and the trackers' runs; ``spec``
+    the launch layout; ``start`` the iteration the run continues from (0 for a fresh run)."""
+
+    config: TrainConfig
+    spec: LaunchSpec
+    start: int
+
+    @property
+    def complete(self) -> bool:
+        return self.start >= self.config.iters
+
+
+@contextmanager
+def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
+    """Check and resolve everything a run needs, holding its output folder (``run_lock``) until the
+    ``with`` block ends.
+
+    Raises:
+        OptionError: a wrong option, a folder another run holds or an earlier run's folder without
+            ``--resume``, a ``--resume`` checkpoint that does not continue this recipe, weights that
+            cannot be fetched or do not fit ``--backbone``, a tracker that does not answer.
+        DataError: a data set with problems (all of them listed, by file).
+    """
+    config.validate()
+    if config.deterministic:  # before any CUDA work here; spawned workers inherit it
+        set_deterministic_environment()
+    spec = LaunchSpec.of(config)
+    check_environment(config, spec)
+    device = use_device(spec)  # before anything else asks torch about CUDA: --device cpu hides it
+    with claimed_folder(Path(config.output_dir), "--output-dir", spec.is_leader()):
+        check_disk_space(config, num_parameters(config.backbone))
+        check_fresh_output_dir(config)
+        resume_file, checkpoint = resolve_resume(config) or (None, None)
+        weights = resolve_initial_weights(config, resumed=resume_file is not None)
+        data = resolve_data(config, spec.world_size)
+        resolved = dataclasses.replace(
+            config,
+            device=device,
+            resume=resume_file,
+            weights=weights,
+            data=data.folders,
+            val_data=data.val_data,
+            data_sets=data.data_sets,
+            listings=data.listings,
+        )
+        start = 0
+        if checkpoint is not None:
+            check_resume_compatible(resolved, checkpoint, spec.world_size, data.pairs)
+            start = int(checkpoint["trainer"].get("iteration", 0))
+        # rank 0 logs to the trackers: the job's leading process opens their runs
+        if spec.is_leader() and start < config.iters:
+            resolved = dataclasses.replace(resolved, tracking=prepare_trackers(resolved))
+        yield RunPlan(resolved, spec, start)
+
+
+def check_environment(config: TrainConfig, spec: LaunchSpec) -> None:
     """Options that depend on this machine or its launcher: the backbone name, SLURM, torchrun (the
     device and the GPUs: ``distributed.devices.use_device``, called next)."""
-    check_slurm(LaunchSpec.of(config))
+    check_slurm(spec)
     check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
@@ -64,21 +128,6 @@ def check_torchrun(config: TrainConfig) -> None:
                 f"{env.get(variable)}); leave {flag} out, or give the address to torchrun (--rdzv-endpoint, "
                 "--master-addr, --master-port)"
             )
-
-
-def preflight(config: TrainConfig) -> tuple[TrainConfig, int]:
-    """The start-up checks that need the (claimed) output folder, in order; returns the config with
-    data paths and weights resolved and the iteration the run starts from (that of the checkpoint
-    it resumes, else 0)."""
-    check_disk_space(config, num_parameters(config.backbone))
-    check_fresh_output_dir(config)
-    config, checkpoint = resolve_resume(config)
-    config = resolve_initial_weights(config)
-    config, pairs = resolve_data(config)
-    if checkpoint is None:
-        return config, 0
-    check_resume_compatible(config, checkpoint, LaunchSpec.of(config).world_size, pairs)
-    return config, int(checkpoint["trainer"].get("iteration", 0))
 
 
 def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
