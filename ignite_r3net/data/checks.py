@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import NamedTuple
@@ -23,9 +24,7 @@ _PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
 def _tail_is_jpeg_eoi(path: Path) -> bool:
     # Some writers pad after the EOI marker with zeros or a newline; allow that, nothing else.
     with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - 64))
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
         tail = f.read().rstrip(b"\x00\r\n ")
     return tail.endswith(b"\xff\xd9")
 

@@ -28,17 +28,6 @@ _SPLITS = {"train": 0, "val": 1}
 # Signed distance fields in pixels (negative inside), vectorised over the whole image
 
 
-def _local(xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
-    c, s = np.cos(phi), np.sin(phi)
-    dx, dy = xx - cx, yy - cy
-    return c * dx + s * dy, -s * dx + c * dy
-
-
-def _sdf_ellipse(u: np.ndarray, v: np.ndarray, a: float, b: float) -> np.ndarray:
-    r = np.sqrt((u / a) ** 2 + (v / b) ** 2)
-    return (r - 1.0) * min(a, b)
-
-
 def _sdf_polygon(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random.Generator) -> np.ndarray:
     # Points on an ellipse are in convex position, so the max of edge half-plane distances is the SDF inside.
     n = int(rng.integers(3, 8))
@@ -69,11 +58,14 @@ def _sdf_radial(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random
     return (rho - radius) * min(a, b)
 
 
-def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator, kind: str | None = None) -> np.ndarray:
-    kind = kind or str(rng.choice(["ellipse", "polygon", "star", "blob"]))
-    u, v = _local(xx, yy, cx, cy, rng.uniform(0, np.pi))
+def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator) -> np.ndarray:
+    kind = str(rng.choice(["ellipse", "polygon", "star", "blob"]))
+    phi = rng.uniform(0, np.pi)
+    c, s = np.cos(phi), np.sin(phi)
+    dx, dy = xx - cx, yy - cy
+    u, v = c * dx + s * dy, -s * dx + c * dy  # rotated about the centre
     if kind == "ellipse":
-        return _sdf_ellipse(u, v, a, b)
+        return (np.sqrt((u / a) ** 2 + (v / b) ** 2) - 1.0) * min(a, b)
     if kind == "polygon":
         return _sdf_polygon(u, v, a, b, rng)
     return _sdf_radial(u, v, a, b, rng, star=kind == "star")
@@ -115,9 +107,8 @@ def _vivid(rng: np.random.Generator) -> np.ndarray:
     return np.array([r, g, b], dtype=np.float32) * 255
 
 
-def _muted(rng: np.random.Generator, level: float | None = None) -> np.ndarray:
-    level = rng.uniform(60, 200) if level is None else level
-    return np.clip(level + rng.uniform(-18, 18, 3), 0, 255).astype(np.float32)
+def _muted(rng: np.random.Generator) -> np.ndarray:
+    return np.clip(rng.uniform(60, 200) + rng.uniform(-18, 18, 3), 0, 255).astype(np.float32)
 
 
 def _background(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
@@ -142,11 +133,8 @@ def _object_fill(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray
     kind = rng.integers(0, 4)
     if kind == 0:  # flat
         return np.broadcast_to(c1, (h, w, 3)).astype(np.float32)
-    if kind == 1:  # two-colour stripes
-        t = _stripes(xx, yy, rng)[..., None]
-        return c1 * (1 - t) + _vivid(rng) * t
-    if kind == 2:  # gradient between two vivid colours
-        t = _gradient(xx, yy, h, w, rng)[..., None]
+    if kind in (1, 2):  # two vivid colours in stripes or a gradient
+        t = (_stripes(xx, yy, rng) if kind == 1 else _gradient(xx, yy, h, w, rng))[..., None]
         return c1 * (1 - t) + _vivid(rng) * t
     noise = _smooth_noise(h, w, int(rng.integers(6, 14)), rng)[..., None] * 30
     return c1 + noise
