@@ -62,7 +62,6 @@ class ScanCache:
         self.path = cache_folder() / f"{digest}-{kind}.json"
         self._old: dict[str, list[Any]] = {}
         self._new: dict[str, list[Any]] = {}
-        self.checked = 0  # files whose finding was not in the cache
 
     def __enter__(self) -> ScanCache:
         self._old = self._load()
@@ -79,15 +78,11 @@ class ScanCache:
         try:
             st = os.stat(where)
         except OSError:
-            self.checked += 1
             return check()
         name = self._name(where)
         stamp = [st.st_size, st.st_mtime_ns]
-        if (entry := self._old.get(name)) is not None and entry[:2] == stamp:
-            finding = entry[2:]
-        else:
-            self.checked += 1
-            finding = check()
+        entry = self._old.get(name)
+        finding = entry[2:] if entry is not None and entry[:2] == stamp else check()
         self._new[name] = stamp + finding
         return finding
 
