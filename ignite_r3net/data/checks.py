@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import NamedTuple
@@ -10,7 +11,7 @@ from PIL import Image
 
 from ..content_key import ContentKey
 from ..errors import DataError
-from .folder import _scan
+from .folder import scan
 from .scan_cache import Finding, ScanCache, collector_paused
 
 __all__ = ["check_dataset", "assert_dataset_ok", "image_size"]
@@ -23,16 +24,13 @@ _PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
 def _tail_is_jpeg_eoi(path: Path) -> bool:
     # Some writers pad after the EOI marker with zeros or a newline; allow that, nothing else.
     with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - 64))
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
         tail = f.read().rstrip(b"\x00\r\n ")
     return tail.endswith(b"\xff\xd9")
 
 
 def _header(path: Path) -> tuple[str, tuple[int, int]]:
-    """The format and the (width, height) in display (EXIF) orientation, from the header alone;
-    PIL raises on a file it cannot read."""
+    """The format and the (width, height) in display (EXIF) orientation, from the header alone."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with Image.open(path) as img:
@@ -49,8 +47,8 @@ def _header(path: Path) -> tuple[str, tuple[int, int]]:
 
 
 def image_size(path: str | Path) -> tuple[int, int] | None:
-    """(height, width) of the image in ``path`` as decoding gives it (EXIF orientation applied),
-    from its header; None when the header cannot be read."""
+    """(height, width) of the image in ``path`` as decoded (EXIF orientation applied), from its header;
+    None when the header cannot be read."""
     try:
         w, h = _header(Path(path))[1]
     except Exception:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
@@ -59,7 +57,7 @@ def image_size(path: str | Path) -> tuple[int, int] | None:
 
 
 def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
-    """Return ((width, height) in display orientation, problem) without decoding pixels."""
+    """((width, height) in display orientation, problem) without decoding pixels."""
     try:
         if path.stat().st_size == 0:
             return None, f"empty file: {path}"
@@ -81,22 +79,20 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
 
 
 def _code_version() -> str:
-    """What decides a header check's finding: this module's code and Pillow's version."""
+    # what decides a header check's finding: this module's code and Pillow's version
     return ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
 
 
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
-    """``_probe`` of ``path``, from the scan cache when the file is unchanged. The cache keeps a
-    problem with a marker for the path, which it names as given this time."""
+    """``_probe`` of ``path``, from the scan cache when the file is unchanged (a cached problem names the
+    path as given this time)."""
 
     def probe() -> Finding:
         size, problem = _probe(path)
         return [*(size or (None, None)), None if problem is None else problem.replace(str(path), _PATH)]
 
     width, height, problem = cache.get(path, probe)
-    return (None if width is None else (width, height)), (
-        None if problem is None else problem.replace(_PATH, str(path))
-    )
+    return (None if width is None else (width, height)), problem and problem.replace(_PATH, str(path))
 
 
 class Scan(NamedTuple):
@@ -110,8 +106,8 @@ class Scan(NamedTuple):
 
 def scan_dataset(root: str | Path) -> Scan:
     """The pairs of the data set under ``root``, every problem of its listing and headers (see
-    ``check_dataset``), and the sizes of the pairs whose image and mask agree."""
-    pairs, problems = _scan(root)
+    ``check_dataset``), the sizes of the pairs whose image and mask agree and the pairs without problems."""
+    pairs, problems = scan(root)
     sizes: list[tuple[int, int]] = []
     sound: list[tuple[Path, Path]] = []
     with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
@@ -132,24 +128,20 @@ def scan_dataset(root: str | Path) -> Scan:
 
 
 def check_dataset(root: str | Path) -> list[str]:
-    """Return every problem in the data set under ``root`` as one line per problem, naming the file.
-
-    Reports images without masks and masks without images, size mismatches (after the image's
-    EXIF orientation), unreadable, truncated or non-image files and empty folders. Only headers
-    are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels.
-    """
+    """Every problem of the data set under ``root``, a line each naming the file: unpaired files, size
+    mismatches (after EXIF orientation), unreadable, truncated or non-image files, empty folders. Only
+    headers are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels."""
     return scan_dataset(root).problems
 
 
 def assert_dataset_ok(
     root: str | Path, min_size: int | None = None, option: str | None = None
 ) -> list[tuple[Path, Path]]:
-    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``); raise :class:`DataError`
-    listing every problem (after ``option``, the option that named ``root``, when given).
+    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``); raise DataError listing every
+    problem (after ``option``, the option that named ``root``, when given).
 
-    With ``min_size`` (the training crop), also fail when the crop is larger than every image:
-    small images are resized up to the crop as the reference DDP script does, but a data set where *every*
-    image needs that is almost certainly the wrong folder or the wrong crop.
+    ``min_size`` (the training crop): also fail when the crop is larger than every image. Small images are
+    resized up to the crop, but a data set where *every* image needs that is the wrong folder or crop.
     """
     pairs, problems, sizes, _ = scan_dataset(root)
     if min_size is not None and sizes and not problems:

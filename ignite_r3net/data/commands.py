@@ -22,8 +22,9 @@ def make_data(out: str, n_train: int = 400, n_val: int = 60, seed: int = 2018) -
         train_dir, val_dir = make_synthetic_dataset(folder, n_train=n_train, n_val=n_val, seed=seed)
     except OSError as e:
         raise OptionError(f"--out {folder}: cannot write the data set: {e.strerror or e}") from None
-    written = f"{_count(n_train, 'training pair')} to {train_dir} and {_count(n_val, 'validation pair')} to {val_dir}"
-    print(f"wrote {written}")
+    print(
+        f"wrote {_count(n_train, 'training pair')} to {train_dir} and {_count(n_val, 'validation pair')} to {val_dir}"
+    )
 
 
 def _count(n: int, noun: str) -> str:
@@ -31,8 +32,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _note_foreign_files(folder: Path) -> None:
-    """make-data writes (and replaces) only its own ``syn_*`` files: other files in its ``train`` or
-    ``val`` folder stay and would be listed with the generated pairs."""
+    # make-data writes (and replaces) only its own syn_* files: the others stay and are listed with them
     for split in ("train", "val"):
         others = [p.name for p in sorted((folder / split).glob("*")) if not p.name.startswith("syn_")]
         if others:
@@ -43,7 +43,7 @@ def _note_foreign_files(folder: Path) -> None:
 
 
 def check_data(folders: list[str], decode: bool = False) -> int:
-    """Print every problem of each data set folder by file name; 1 when any was found, else 0.
+    """Print every problem of each data set folder by file name; return 1 when any was found, else 0.
     ``decode``: also decode every file in full (needs torch; the header scan does not)."""
     failed = False
     for folder in folders:

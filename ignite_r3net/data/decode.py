@@ -32,8 +32,8 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torch.Tensor | None:
-    """Decode with torchvision (fast, libjpeg-turbo); None when it cannot handle the file. With
-    ``messages``, libjpeg's warnings about a JPEG (corrupt or missing data) are added to it."""
+    """Decode with torchvision (libjpeg-turbo); None when it cannot. ``messages`` collects libjpeg's
+    warnings about a JPEG (corrupt or missing data)."""
     from torchvision.io import ImageReadMode, decode_image
 
     if not raw:
@@ -58,7 +58,9 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
         again: list[str] = []
         decode(again)
         messages.extend(line for line in first if line in again)
-        _echo_to_stderr([line for line in first if line not in again])
+        if others := [line for line in first if line not in again]:
+            sys.stderr.flush()
+            os.write(2, "".join(line + "\n" for line in others).encode())
     return out
 
 
@@ -66,11 +68,10 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
 def _stderr_lines(into: list[str] | None) -> Iterator[None]:
     """Collect what is written to fd 2 while the block decodes one JPEG.
 
-    libjpeg reports damaged data ("Corrupt JPEG data: premature end of data segment", "Premature end
-    of JPEG file") as warnings and decodes on, filling what is missing with grey. torchvision keeps
-    libjpeg's default output_message, which prints the first warning to the process's stderr (fd
-    2), and has no API for it; PIL drops it. So fd 2 points at a pipe for the decode. Only JPEGs
-    are decoded here: libpng's warnings (an odd colour profile) are harmless."""
+    libjpeg reports damaged data ("Premature end of JPEG file") as warnings and decodes on, filling in
+    grey; torchvision leaves them to libjpeg's default output_message, which prints to fd 2, with no API
+    (PIL drops them). So fd 2 points at a pipe for the decode. Only for JPEGs: libpng's warnings (an odd
+    colour profile) are harmless."""
     if into is None:
         yield
         return
@@ -89,21 +90,12 @@ def _stderr_lines(into: list[str] | None) -> Iterator[None]:
 
 def _drain(read_end: int) -> str:
     text = b""
-    while True:
-        try:
-            chunk = os.read(read_end, 1 << 16)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        text += chunk
+    try:
+        while chunk := os.read(read_end, 1 << 16):
+            text += chunk
+    except BlockingIOError:  # empty
+        pass
     return text.decode(errors="replace")
-
-
-def _echo_to_stderr(lines: list[str]) -> None:
-    if lines:
-        sys.stderr.flush()
-        os.write(2, "".join(line + "\n" for line in lines).encode())
 
 
 def _pipe_of_this_process() -> tuple[int, int]:
@@ -123,7 +115,7 @@ def _pipe_of_this_process() -> tuple[int, int]:
 
 
 def _check_damaged(path: Path, messages: list[str] | None, what: str, strict: bool) -> None:
-    """Refuse (``strict``) or name in a warning a JPEG that libjpeg decoded with ``messages``."""
+    # refuse (strict) or name in a warning a JPEG that libjpeg decoded with messages
     if not messages:
         return
     said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
@@ -139,15 +131,13 @@ def _pil_open(path: Path) -> Image.Image:
 
 
 def load_image(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
-    """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in
-    memory (a crop copies whole rows; the device makes it planar). ``strict``: a JPEG that decodes
-    with libjpeg warnings (corrupt or truncated data) is a :class:`DataError` too; ``warn_damaged``:
-    it is used, and a warning names it (libjpeg's own message would not).
+    """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in memory.
 
-    torchvision decodes 8-bit RGB; everything else (CMYK JPEGs, whose inverted ink only PIL
-    handles, grayscale, alpha, 16-bit, TIFF, ...) goes to PIL. Raises :class:`DataError` naming
-    the file when neither can read it.
+    Raises DataError naming the file when it cannot be read (``strict``: or when a JPEG decodes with
+    libjpeg warnings, i.e. corrupt or truncated data; ``warn_damaged``: it is used, and a warning names it).
     """
+    # torchvision decodes 8-bit RGB; the rest (CMYK JPEGs, whose inverted ink only PIL handles, grayscale,
+    # alpha, 16-bit, TIFF, ...) goes to PIL
     path = Path(path)
     messages: list[str] | None = [] if strict or warn_damaged else None
     # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends
@@ -165,10 +155,8 @@ def load_image(path: str | Path, strict: bool = False, warn_damaged: bool = Fals
 
 
 def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
-    """Map any mask bit depth onto 0..255; a 0/1 mask becomes 0/255."""
+    """Map any mask bit depth onto 0..255; a 0/1 (or boolean) mask becomes 0/255."""
     arr = np.asarray(arr)
-    if arr.dtype == np.bool_:
-        return arr.astype(np.uint8) * 255
     peak = int(arr.max()) if arr.size else 0
     if peak <= 1:
         return (arr.astype(np.uint8) * 255).astype(np.uint8)
@@ -182,26 +170,16 @@ def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
 
 
 def load_mask(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
-    """Decode a mask to uint8 ``(1, H, W)`` with values 0..255 (soft masks stay soft).
-
-    16-bit masks are rescaled to 8 bits and 0/1 masks are scaled to 0/255. Raises
-    :class:`DataError` naming the file when it cannot be read (``strict``: or when a JPEG mask
-    decodes with libjpeg warnings; ``warn_damaged``: it is used, and a warning names it).
-    """
+    """Decode a mask to uint8 ``(1, H, W)`` 0..255 (soft masks stay soft; 16-bit rescaled, 0/1 to 0/255).
+    Raises DataError as ``load_image`` does."""
     path = Path(path)
     messages: list[str] | None = [] if strict or warn_damaged else None
     out = _tv_decode(_read_bytes(path), "GRAY", messages)
     _check_damaged(path, messages, "mask", strict)
-    if out is not None and out.ndim == 3 and out.shape[0] == 1:
-        if out.dtype == torch.uint8:
-            arr = out[0].numpy()
-        elif out.dtype == torch.uint16:
-            arr = out[0].to(torch.int32).numpy()
-        else:
-            arr = None
-        if arr is not None:
-            # the decoded tensor is ours alone: no copy needed
-            return torch.from_numpy(_mask_to_uint8(arr)).unsqueeze(0)
+    if out is not None and out.ndim == 3 and out.shape[0] == 1 and out.dtype in (torch.uint8, torch.uint16):
+        # the decoded tensor is ours alone: no copy needed
+        arr = out[0].numpy() if out.dtype == torch.uint8 else out[0].to(torch.int32).numpy()
+        return torch.from_numpy(_mask_to_uint8(arr)).unsqueeze(0)
     try:
         with _pil_open(path) as img:
             if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
@@ -218,8 +196,7 @@ def load_mask(path: str | Path, strict: bool = False, warn_damaged: bool = False
 
 
 def decode_problems(pairs: list[tuple[Path, Path]]) -> list[str]:
-    """Decode every image and mask in full, as strict training does: one line per file that fails
-    or decodes with libjpeg warnings."""
+    """Decode every file of ``pairs`` in full, as strict training does: a line per file that fails."""
     problems = []
     for image, mask in pairs:
         for load, path in ((load_image, image), (load_mask, mask)):

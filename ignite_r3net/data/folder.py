@@ -1,11 +1,7 @@
-"""Listing image/mask pairs on disk (decoding them is ``decode.py``'s job).
-
-Two layouts are recognised:
-
-* MSRA10K style: ``name.jpg`` and ``name.png`` side by side in one folder (the ``.png`` is the mask).
-* DUTS style: an images folder and a masks folder (``images``/``masks``, ``Imgs``/``GT``,
-  ``DUTS-TR-Image``/``DUTS-TR-Mask``, ``images``/``segmentations``, ``DUT-OMRON-image``/
-  ``pixelwiseGT-new-PNG``, ...) whose files share stems; images may be ``.png`` here too.
+"""Listing image/mask pairs on disk, in two layouts: MSRA10K style, ``name.jpg`` and ``name.png`` (the
+mask) side by side in one folder; DUTS style, an images folder and a masks folder (``images``/``masks``,
+``Imgs``/``GT``, ``DUTS-TR-Image``/``DUTS-TR-Mask``, ``DUT-OMRON-image``/``pixelwiseGT-new-PNG``, ...)
+whose files share stems, images may be ``.png`` there too.
 """
 
 from __future__ import annotations
@@ -18,15 +14,7 @@ from pathlib import Path
 from ..errors import DataError
 from .scan_cache import collector_paused
 
-__all__ = [
-    "IMAGE_EXTS",
-    "MASK_EXTS",
-    "list_pairs",
-    "listing_digest",
-    "scan",
-    "split_dirs",
-    "dataset_of_half",
-]
+__all__ = ["IMAGE_EXTS", "MASK_EXTS", "list_pairs", "listing_digest", "scan", "split_dirs", "dataset_of_half"]
 
 IMAGE_EXTS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 MASK_EXTS: tuple[str, ...] = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -37,24 +25,10 @@ _FLAT_IMAGE_EXTS = tuple(e for e in IMAGE_EXTS if e not in _FLAT_MASK_EXTS)
 
 # Folder-name tokens (split on non-alphanumerics, lower case) that mark each side of a DUTS layout.
 _IMAGE_DIR_TOKENS = {"image", "images", "img", "imgs", "im", "jpeg", "jpegimages", "rgb", "input", "inputs"}
-_MASK_DIR_TOKENS = {
-    "mask",
-    "masks",
-    "gt",
-    "gts",
-    "groundtruth",
-    "label",
-    "labels",
-    "annotation",
-    "annotations",
-    "segmentation",
-    "segmentations",
-    "pixelwisegt",
-    "sal",
-    "saliency",
-    "target",
-    "targets",
-}
+_MASK_DIR_TOKENS = set(
+    "mask masks gt gts groundtruth label labels annotation annotations segmentation segmentations pixelwisegt "
+    "sal saliency target targets".split()
+)
 
 
 def _tokens(name: str) -> set[str]:
@@ -62,9 +36,9 @@ def _tokens(name: str) -> set[str]:
 
 
 def _entries(folder: Path) -> tuple[list[str], list[str]]:
-    """The names of the files and of the folders in ``folder``, sorted, hidden ones left out
-    (.DS_Store, ._name resource forks are never data). One ``scandir``, which knows the kind of each
-    entry without a ``stat`` (a flat folder may hold 100k files on a network filesystem)."""
+    """The sorted names of the files and of the folders in ``folder``, hidden ones (.DS_Store, ._name)
+    left out. One ``scandir``, which knows each entry's kind without a ``stat`` (a flat folder may hold
+    100k files on a network filesystem)."""
     files, folders = [], []
     with os.scandir(folder) as entries:
         for e in entries:
@@ -78,13 +52,11 @@ def _entries(folder: Path) -> tuple[list[str], list[str]]:
 
 
 def _files(names: list[str], exts: tuple[str, ...]) -> list[str]:
-    """The ``names`` with one of the extensions ``exts``."""
     return [name for name in names if os.path.splitext(name)[1].lower() in exts]
 
 
 def _find_split_dirs(root: Path, entries: tuple[list[str], list[str]] | None = None) -> tuple[Path, Path] | None:
-    """Return (images_dir, masks_dir) when root holds a DUTS-style pair of folders (``entries``:
-    root's, when already listed)."""
+    """(images_dir, masks_dir) when root holds a DUTS-style pair of folders (``entries``: root's, if listed)."""
     files, folders = entries or _entries(root)
     subdirs = [root / name for name in folders]
     image_dirs = [d for d in subdirs if _tokens(d.name) & _IMAGE_DIR_TOKENS and not _tokens(d.name) & _MASK_DIR_TOKENS]
@@ -133,8 +105,9 @@ def _by_stem(folder: Path, names: list[str], kind: str, problems: list[str]) -> 
     return {stem: folder / name for stem, name in out.items()}
 
 
-def _scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
-    """List pairs and collect (not raise) every listing problem."""
+def scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
+    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``) and every listing problem
+    (unmatched files, ...), without raising."""
     with collector_paused():
         return _scan_folder(Path(root))
 
@@ -170,28 +143,21 @@ def _scan_folder(root: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     return pairs, problems
 
 
-def scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
-    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``) and every listing problem
-    (unmatched files, ...), without raising."""
-    return _scan(root)
-
-
 def list_pairs(root: str | Path) -> list[tuple[Path, Path]]:
     """List ``(image, mask)`` pairs under ``root``, sorted by stem so every rank sees the same order.
 
     Raises :class:`DataError` listing every problem (missing or empty folder, unmatched files).
     """
-    pairs, problems = _scan(root)
+    pairs, problems = scan(root)
     if problems:
         raise DataError(problems)
     return pairs
 
 
 def listing_digest(root: str | Path, pairs: list[tuple[Path, Path]] | None = None) -> str:
-    """What ``list_pairs(root)`` lists (or ``pairs``, its result), in a few words: ``"12 pairs
-    (sha256 0123456789ab)"``, the digest of the pairs' file names relative to ``root`` (the files
-    are not read), so that the same data set mounted at other paths on other nodes gives the same
-    words."""
+    """What ``list_pairs(root)`` lists (or ``pairs``, its result) in a few words, ``"12 pairs (sha256
+    0123456789ab)"``: a digest of the file names relative to ``root`` (not of the files), so that the same
+    data set mounted elsewhere on other nodes gives the same words."""
     root = Path(root)
     pairs = list_pairs(root) if pairs is None else pairs
     prefix = os.path.join(os.fspath(root), "")

@@ -44,28 +44,19 @@ def _load_pair(
 
 
 class SaliencyTrainSet(Dataset):
-    """Training pairs under ``roots`` (one folder, or several listed one after the other), indexed by
-    ``(index, sample_seed)`` keys from the sampler.
+    """Training pairs under ``roots`` (one folder or several, listed in turn), indexed by the sampler's
+    ``(index, sample_seed)`` keys.
 
-    Each item is ``dict(image=uint8 (3, crop, crop), mask=uint8 (1, crop, crop),
-    angle=float32 scalar, index=int, bad=[(image path, problem), ...])``; the image is channels-last
-    in memory (see :class:`~ignite_r3net.data.transforms.JointCropFlip`), batch it with
-    :func:`collate_train`. All randomness (crop offset, flip, angle) comes from a generator seeded
-    with ``sample_seed``, so the item is a pure function of its key; rotation and normalisation are
-    left to :class:`~ignite_r3net.data.transforms.DeviceAugment`.
-
-    A pair that cannot be read (or, unless ``allow_decode_warnings``, a JPEG that decodes with
-    libjpeg warnings) is replaced by the next readable pair of the listing, with the same sample
-    seed, so the item stays a function of its key and a resumed run repeats it; ``bad`` names the
-    pairs passed over, for the trainer to report.
+    An item is ``dict(image=uint8 (3, crop, crop) channels-last, mask=uint8 (1, crop, crop),
+    angle=float32 scalar, index, bad=[(image path, problem), ...])``; batch it with :func:`collate_train`.
+    Crop, flip and angle are drawn from ``sample_seed``, so an item is a pure function of its key; rotation
+    and normalisation are left to ``DeviceAugment``. A pair that cannot be read (unless
+    ``allow_decode_warnings``: or a JPEG with libjpeg warnings) is replaced by the next readable one, with
+    the same seed; ``bad`` names the pairs passed over, for the trainer to report.
     """
 
     def __init__(
-        self,
-        roots: str | Path | Sequence[str | Path],
-        crop: int,
-        rotate: float,
-        allow_decode_warnings: bool = False,
+        self, roots: str | Path | Sequence[str | Path], crop: int, rotate: float, allow_decode_warnings: bool = False
     ) -> None:
         self.roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
         self.pairs = [pair for root in self.roots for pair in list_pairs(root)]
@@ -86,7 +77,6 @@ class SaliencyTrainSet(Dataset):
         return {"image": image, "mask": mask, "angle": angle_t, "index": index, "bad": bad}
 
     def _first_readable(self, index: int) -> tuple[int, tuple[torch.Tensor, torch.Tensor], list[tuple[str, str]]]:
-        """The pair at ``index``, or the first readable one after it; and the pairs passed over."""
         bad: list[tuple[str, str]] = []
         for step in range(len(self.pairs)):
             at = (index + step) % len(self.pairs)
@@ -98,29 +88,24 @@ class SaliencyTrainSet(Dataset):
 
 
 def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """``default_collate`` of training items, keeping the images channels-last: the same shape,
-    dtype and values as a planar batch, without the strided copy into planar that costs several
-    times the crop itself. The pairs the items passed over are listed in ``bad``."""
+    """``default_collate`` of training items, the images kept channels-last (a copy into planar would cost
+    several times the crop itself); ``bad`` lists the (image path, problem) pairs the items passed over."""
     bad = [entry for s in samples for entry in s.get("bad", ())]
-    batch = default_collate([{**_without_bad(s), "image": s["image"].permute(1, 2, 0)} for s in samples])
+    items = [{**{k: v for k, v in s.items() if k != "bad"}, "image": s["image"].permute(1, 2, 0)} for s in samples]
+    batch = default_collate(items)
     batch["image"] = batch["image"].permute(0, 3, 1, 2)
-    batch["bad"] = bad  # the pairs replaced in this batch: (image path, problem)
+    batch["bad"] = bad
     return batch
 
 
-def _without_bad(sample: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in sample.items() if k != "bad"}
-
-
 class SaliencyEvalSet(Dataset):
-    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W), name,
-    index, problem)``; ``problem`` is empty.
+    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W) raw 0..255,
+    name, index, problem)``.
 
-    The mask is the raw 0..255 map (not binarised) so metrics decide how to threshold it. With
-    ``skip_unreadable`` (validation during training, which a damaged file must not end), a pair that
-    cannot be read (``strict``: or whose JPEG decodes with warnings, as training reads them) comes as
-    a 1x1 stand-in whose ``problem`` says why; the evaluator leaves it out. ``warn_damaged``
-    (``evaluate``): a JPEG that decodes with warnings is scored as decoded, and a warning names it.
+    ``skip_unreadable`` (validation during training, which a damaged file must not end): a pair that
+    cannot be read (``strict``: or whose JPEG decodes with warnings) comes as a 1x1 stand-in whose
+    ``problem`` says why, else ``problem`` is empty. ``warn_damaged`` (``evaluate``): a JPEG that decodes
+    with warnings is scored as decoded, and a warning names it.
     """
 
     def __init__(
@@ -154,8 +139,8 @@ class SaliencyEvalSet(Dataset):
 
 
 def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tuple[Path, Path]]:
-    """``count`` pairs spread evenly over the sorted listing (all of them when ``count`` is None or
-    not smaller): a fixed subset that samples every part of a data set whose names group its sources."""
+    """``count`` pairs spread evenly over the listing (all when None or not smaller): a fixed subset that
+    samples every part of a data set whose names group its sources."""
     if count is None or count >= len(pairs):
         return pairs
     return [pairs[i * len(pairs) // count] for i in range(count)]
@@ -165,31 +150,14 @@ def build_train_loader(
     config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
 ) -> tuple[DataLoader, ResumableDistributedSampler]:
     """Training DataLoader of ``config.data`` (per-rank ``config.batch_size``, ``drop_last=True``,
-    ``config.workers`` persistent workers) and its resumable sampler.
+    ``config.workers`` persistent workers) and its resumable sampler, shard ``rank`` of ``num_replicas``.
 
-    Call ``sampler.set_epoch(epoch, skip_batches)`` before each epoch's iterator is created. Do not
-    pass the loader through ``idist.auto_dataloader``: it would replace the sampler.
-
-    Args:
-        config: the recipe: ``data``, ``crop``, ``rotate``, ``batch_size``, ``seed``, ``workers``.
-        num_replicas: the number of ranks sharing the data set (the world size).
-        rank: this rank; it draws shard ``rank`` of each epoch's permutation.
-        pin_memory: page-locked batches, for a CUDA device.
-
-    Raises:
-        DataError: the data set has fewer pairs than one batch on every rank.
+    Call ``sampler.set_epoch(epoch, skip_batches)`` before each epoch's iterator is created; do not pass
+    the loader through ``idist.auto_dataloader`` (it would replace the sampler). ``pin_memory``: for CUDA.
+    Raises DataError when the data set has fewer pairs than one batch on every rank.
     """
-    dataset = SaliencyTrainSet(
-        config.data, config.crop, config.rotate, allow_decode_warnings=config.allow_decode_warnings
-    )
-    sampler = ResumableDistributedSampler(
-        len(dataset),
-        num_replicas=num_replicas,
-        rank=rank,
-        seed=config.seed,
-        shuffle=True,
-        batch_size=config.batch_size,
-    )
+    dataset = SaliencyTrainSet(config.data, config.crop, config.rotate, config.allow_decode_warnings)
+    sampler = ResumableDistributedSampler(len(dataset), num_replicas, rank, config.seed, batch_size=config.batch_size)
     if sampler.num_batches == 0:
         raise DataError(
             f"{', '.join(map(str, dataset.roots))} hold(s) {len(dataset)} pairs: too few for batch size "
@@ -221,12 +189,9 @@ def build_eval_loader(
     strict: bool = False,
     warn_damaged: bool = False,
 ) -> DataLoader:
-    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard
-    (of ``max_pairs`` evenly spaced pairs, when given).
-
-    ``persistent_workers`` (validation during training, which runs the loader again and again) keeps
-    the same workers from one pass to the next; ``stop_workers`` ends them. ``skip_unreadable``,
-    ``strict``, ``warn_damaged``: see ``SaliencyEvalSet``."""
+    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard (of
+    ``max_pairs`` evenly spaced pairs, when given). ``persistent_workers`` (validation during training)
+    keeps the workers from one pass to the next, until ``stop_workers``; the rest: see ``SaliencyEvalSet``."""
     dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict, warn_damaged)
     return DataLoader(
         dataset,
@@ -242,20 +207,16 @@ def build_eval_loader(
 def worker_context(workers: int) -> str | None:
     """How DataLoader workers start: forked where the platform allows it, as under torchrun.
 
-    A rank spawned by ``idist.Parallel`` inherits spawn, so each DataLoader worker would import
-    torch and this package again (seconds, at every validation). Workers only decode and crop on
-    the CPU, so forking them is safe, also after CUDA is initialised.
-    """
+    A rank spawned by ``idist.Parallel`` inherits spawn, so each worker would import torch and this package
+    again (seconds, at every validation); workers only decode and crop on the CPU, so forking is safe,
+    also after CUDA is initialised."""
     return "fork" if workers > 0 and sys.platform.startswith("linux") else None
 
 
 def stop_workers(loader: DataLoader) -> None:
-    """Stop the persistent workers of ``loader`` now, while its queues are intact.
-
-    Left to the garbage collector (the Engine's handlers hold the loader in reference cycles), the
-    queues are finalised before the iterator, its stop message is never sent, and each worker
-    waits out its 5 s status check.
-    """
+    """Stop the persistent workers of ``loader`` now, while its queues are intact. Left to the garbage
+    collector (the Engine's handlers hold the loader in reference cycles), the queues are finalised before
+    the iterator, its stop message is never sent, and each worker waits out its 5 s status check."""
     # private API, confined here: a DataLoader has no public close; its iterator's
     # _shutdown_workers is what the iterator's own __del__ calls
     iterator = getattr(loader, "_iterator", None)
@@ -265,10 +226,9 @@ def stop_workers(loader: DataLoader) -> None:
 
 
 def init_loader_worker(worker_id: int) -> None:
-    """DataLoader worker set-up: Ctrl-C is for the process that owns the loader, which shuts its
-    workers down (a worker interrupted on its own would only print a traceback), and a worker ends
-    with that process when it is killed (a failing job terminates its ranks; their workers would
-    otherwise linger until PyTorch's watchdog notices, seconds later)."""
+    """DataLoader worker set-up: Ctrl-C is for the process that owns the loader, which shuts its workers
+    down (an interrupted worker would only print a traceback), and a worker dies with that process (else
+    it lingers until PyTorch's watchdog notices, seconds later)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:

@@ -1,14 +1,10 @@
-"""The standard saliency data sets by name: ECSSD, HKU-IS, PASCAL-S, SOD, DUT-OMRON and DUTS-TE
-(test), MSRA10K and DUTS-TR (training), with the names people give their folders and the number of
-pairs each ships with.
+"""The standard saliency data sets by name (test: ECSSD, HKU-IS, PASCAL-S, SOD, DUT-OMRON, DUTS-TE;
+training: MSRA10K, DUTS-TR), with the folder names people give them and their published pair counts.
 
-``--data-root DIR`` lets ``train``, ``evaluate`` and ``compare`` take these names: the set's folder
-is the entry of DIR whose name matches one of its aliases up to case and punctuation (``hkuis``,
-``HKU-IS``, ``HKU_IS``), in any layout ``folder.py`` lists (flat ``name.jpg`` + ``name.png``;
-``Image/`` + ``Mask/``; ``images/`` + ``segmentations/``; ``DUTS-TE-Image/`` + ``DUTS-TE-Mask/``;
-``.png`` images in their own folder), also one folder further down (``MSRA10K_Imgs_GT/Imgs``).
-A count other than the expected one is a warning, not an error: copies that drop a few pairs are
-common (e.g. 4,445 HKU-IS pairs instead of 4,447).
+With ``--data-root DIR``, ``train``, ``evaluate`` and ``compare`` take these names: the set's folder is
+the entry of DIR named after one of its aliases up to case and punctuation (``HKU_IS``), in any layout
+``folder.py`` lists, also one folder further down (``MSRA10K_Imgs_GT/Imgs``). Another pair count is a
+warning, not an error: copies that drop a few pairs are common (4,445 HKU-IS pairs instead of 4,447).
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ class StandardSet:
 # Pair counts as their distributors state them, quoted in lartpang/awesome-segmentation-saliency-dataset
 # README.md (commit 1053891e); SOD: the 300 masks of ArcherFMY/sal_eval_toolbox tools/GroundTruth/SOD.
 # Sources: the publications cited for each set in ArcherFMY/sal_eval_toolbox README.md ("benchmarks").
+_DUTS_PAPER = "Wang et al., Learning to Detect Salient Objects with Image-level Supervision, CVPR 2017"
 STANDARD_SETS: tuple[StandardSet, ...] = (
     StandardSet("ECSSD", ("ecssd",), 1000, "test", "Yan et al., Hierarchical Saliency Detection, CVPR 2013"),
     StandardSet(
@@ -62,13 +59,7 @@ STANDARD_SETS: tuple[StandardSet, ...] = (
         "test",
         "Yang et al., Saliency Detection via Graph-Based Manifold Ranking, CVPR 2013",
     ),
-    StandardSet(
-        "DUTS-TE",
-        ("dutste", "dutstest"),
-        5019,
-        "test",
-        "Wang et al., Learning to Detect Salient Objects with Image-level Supervision, CVPR 2017",
-    ),
+    StandardSet("DUTS-TE", ("dutste", "dutstest"), 5019, "test", _DUTS_PAPER),
     StandardSet(
         "MSRA10K",
         ("msra10k", "msra10kimgsgt"),
@@ -76,13 +67,7 @@ STANDARD_SETS: tuple[StandardSet, ...] = (
         "train",
         "Cheng et al., Global Contrast Based Salient Region Detection, TPAMI 2015",
     ),
-    StandardSet(
-        "DUTS-TR",
-        ("dutstr", "dutstrain"),
-        10553,
-        "train",
-        "Wang et al., Learning to Detect Salient Objects with Image-level Supervision, CVPR 2017",
-    ),
+    StandardSet("DUTS-TR", ("dutstr", "dutstrain"), 10553, "train", _DUTS_PAPER),
 )
 TEST_SETS = tuple(s.name for s in STANDARD_SETS if s.split == "test")
 STANDARD_BY_NAME = {s.name: s for s in STANDARD_SETS}
@@ -101,13 +86,9 @@ def standard_set(name: str) -> StandardSet | None:
     return _BY_KEY.get(_key(name))
 
 
-def known_names() -> str:
-    return ", ".join(s.name for s in STANDARD_SETS)
-
-
 def find_in_root(root: str | Path, dataset: StandardSet) -> Path | None:
-    """The folder of ``dataset`` in ``root`` (an entry named after one of its aliases), down to the
-    folder that holds its images and masks, or None when ``root`` has none."""
+    """The folder of ``dataset`` in ``root`` (an entry named after an alias), down to the folder that holds
+    its images and masks; None when ``root`` has none."""
     root = Path(root)
     keys = {_key(dataset.name), *dataset.aliases}
     matches = sorted(p for p in root.iterdir() if p.is_dir() and _key(p.name) in keys) if root.is_dir() else []
@@ -115,8 +96,8 @@ def find_in_root(root: str | Path, dataset: StandardSet) -> Path | None:
 
 
 def _data_folder(folder: Path) -> Path:
-    """``folder``, or the one folder it holds when it holds no images itself and no images/masks
-    pair of folders (a zip's top folder, ``MSRA10K_Imgs_GT/Imgs``, PoolNet's ``Imgs/`` + ``test.lst``)."""
+    """``folder``, or the one folder it holds when it holds no images and no images/masks pair of folders
+    (a zip's top folder, ``MSRA10K_Imgs_GT/Imgs``, PoolNet's ``Imgs/`` + ``test.lst``)."""
     while True:
         try:
             if split_dirs(folder) is not None:
@@ -131,14 +112,9 @@ def _data_folder(folder: Path) -> Path:
 
 
 def resolve_names(values: list[str], data_root: str | None, option: str, named: bool = False) -> list[str]:
-    """``values`` with each standard set's name replaced by its folder in ``data_root`` (as
-    ``NAME=DIR`` with the set's name when ``named``); an existing path or ``NAME=DIR`` stays.
-    Warns when a set's pair count differs from its published one.
-
-    Raises:
-        OptionError: with ``data_root``, a value that is no path and no known name (the known ones
-            listed), or a known set not found in ``data_root``.
-    """
+    """``values`` with each standard set's name replaced by its folder in ``data_root`` (``NAME=DIR`` when
+    ``named``); an existing path or ``NAME=DIR`` stays. Warns when a set's pair count is not the published
+    one; raises OptionError for a value that is no path and no known name, or a set not in ``data_root``."""
     if data_root is None:
         return values
     root = Path(data_root)
@@ -151,7 +127,9 @@ def resolve_names(values: list[str], data_root: str | None, option: str, named: 
             continue
         dataset = standard_set(value)
         if dataset is None:
-            raise OptionError(f"{option} {value}: no such folder and no data set of that name (known: {known_names()})")
+            raise OptionError(
+                f"{option} {value}: no such folder and no data set of that name (known: {', '.join(STANDARD_BY_NAME)})"
+            )
         folder = find_in_root(root, dataset)
         if folder is None:
             raise OptionError(
@@ -170,9 +148,8 @@ def found_sets(data_root: str | Path, split: str = "test") -> dict[str, Path]:
 
 
 def check_count(folder: Path, dataset: StandardSet, shown: int = 5) -> int:
-    """Warn when ``folder`` does not hold ``dataset``'s published number of pairs, naming both
-    numbers and the first unpaired files (images without masks, masks without images), the usual
-    cause; returns the pairs found."""
+    """The number of pairs in ``folder``; warns when it is not ``dataset``'s published one, naming the
+    first listing problems (unpaired files, the usual cause)."""
     pairs, problems = scan(folder)
     if len(pairs) != dataset.pairs:
         more = f"; {len(problems)} listing problems, first: {'; '.join(problems[:shown])}" if problems else ""

@@ -17,11 +17,9 @@ _MASK63 = (1 << 63) - 1
 
 
 def sample_seed(seed: int, epoch: int, position: int) -> int:
-    """Deterministic 63-bit seed for the sample at ``position`` of the padded permutation of ``epoch``.
-
-    blake2b rather than ``hash()`` because Python salts string hashes per process, and rather than
-    ``seed + position`` because neighbouring torch seeds would give correlated streams.
-    """
+    """Deterministic 63-bit seed for the sample at ``position`` of the padded permutation of ``epoch``."""
+    # blake2b: ``hash()`` is salted per process, and neighbouring torch seeds (seed + position) would
+    # give correlated streams
     key = struct.pack("<QQQ", seed & _MASK64, epoch & _MASK64, position & _MASK64)
     digest = hashlib.blake2b(key, digest_size=8, person=b"r3net-aug").digest()
     return int.from_bytes(digest, "little") & _MASK63
@@ -30,17 +28,10 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 class ResumableDistributedSampler(Sampler[tuple[int, int]]):
     """A ``DistributedSampler`` that yields ``(index, sample_seed)`` and can start mid-epoch.
 
-    The permutation, padding and rank split are those of ``torch.utils.data.DistributedSampler``
-    (``drop_last=False``), so the order of indices matches it for the same seed and epoch. Each
-    index comes with :func:`sample_seed` of its global position, from which the dataset draws its
-    augmentation; the same position therefore gets the same augmentation whether or not the epoch
-    was interrupted, and whatever the number of workers.
-
-    Example::
-
-        sampler = ResumableDistributedSampler(len(ds), num_replicas=2, rank=0, seed=2018, batch_size=8)
-        sampler.set_epoch(3, skip_batches=10)   # resume after 10 batches of epoch 3
-        loader = DataLoader(ds, batch_size=8, sampler=sampler, drop_last=True)
+    Permutation, padding and rank split are those of ``torch.utils.data.DistributedSampler``
+    (``drop_last=False``). Each index comes with the :func:`sample_seed` of its global position, from
+    which the dataset draws its augmentation: the same whether or not the epoch was interrupted, and
+    whatever the number of workers.
     """
 
     def __init__(
@@ -58,22 +49,14 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
             raise ValueError(f"invalid rank {rank} for num_replicas {num_replicas}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        self.dataset_len = int(dataset_len)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
-        self.seed = int(seed)
-        self.shuffle = bool(shuffle)
-        self.batch_size = int(batch_size)
+        self.dataset_len, self.num_replicas, self.rank = int(dataset_len), int(num_replicas), int(rank)
+        self.seed, self.shuffle, self.batch_size = int(seed), bool(shuffle), int(batch_size)
         self.num_samples = math.ceil(self.dataset_len / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
-        self.epoch = 0
-        self.skip_batches = 0
+        self.epoch = self.skip_batches = 0
 
     def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
-        """Select the epoch for the next ``__iter__``, which starts after ``skip_batches`` batches.
-
-        The skip applies to that one iteration only; a later epoch starts from its beginning.
-        """
+        """Select the epoch for the next ``__iter__``, which (that one only) starts after ``skip_batches``."""
         if skip_batches < 0 or skip_batches > self.num_batches:
             raise ValueError(f"skip_batches must be in [0, {self.num_batches}], got {skip_batches}")
         self.epoch = int(epoch)
@@ -82,8 +65,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
     def global_indices(self, epoch: int) -> list[int]:
         """The padded permutation of ``epoch`` shared by all ranks."""
         if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed + epoch)
+            g = torch.Generator().manual_seed(self.seed + epoch)
             indices = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
             indices = list(range(self.dataset_len))
@@ -118,23 +100,18 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
 
 
 class EvalShardSampler(Sampler[int]):
-    """Strided, unpadded shard for evaluation: every sample is seen exactly once across ranks.
-
-    Unlike ``DistributedSampler`` nothing is duplicated, so distributed metrics are exact; ranks
-    may differ by one sample in length.
-    """
+    """Strided, unpadded shard for evaluation: every sample is seen exactly once across ranks (distributed
+    metrics are exact); ranks may differ by one sample in length."""
 
     def __init__(self, dataset_len: int, num_replicas: int = 1, rank: int = 0) -> None:
         if dataset_len < 0:
             raise ValueError(f"dataset_len must be >= 0, got {dataset_len}")
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"invalid rank {rank} for num_replicas {num_replicas}")
-        self.dataset_len = int(dataset_len)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
+        self.indices = range(int(rank), int(dataset_len), int(num_replicas))
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, self.dataset_len, self.num_replicas))
+        return iter(self.indices)
 
     def __len__(self) -> int:
-        return len(range(self.rank, self.dataset_len, self.num_replicas))
+        return len(self.indices)

@@ -1,10 +1,8 @@
-"""A small, deterministic, learnable salient-object data set for smoke tests and demos.
+"""A small, deterministic, learnable salient-object data set (MSRA10K layout) for smoke tests and demos.
 
-Each image holds one (sometimes two) saturated, textured object near the centre on a cluttered but
-desaturated background (gradients, smooth noise, grain and muted distractor shapes). Saliency is
-therefore learnable from colour saturation, contrast and position by a small net in a few hundred
-iterations, while the shapes, textures, sizes, aspect ratios and soft/hard edges vary enough that
-the task is not trivial. Files are written in the MSRA10K layout (``name.jpg`` + ``name.png``).
+One (sometimes two) saturated, textured objects near the centre on a cluttered, desaturated background:
+learnable from saturation, contrast and position in a few hundred iterations, while shapes, textures,
+sizes and soft/hard edges vary enough that the task is not trivial.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import colorsys
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -26,19 +25,7 @@ _MANIFEST = "manifest.json"
 _SPLITS = {"train": 0, "val": 1}
 
 
-# ---------------------------------------------------------------------------------------------
-# Signed distance fields in pixels (negative inside), vectorised over the whole image.
-
-
-def _local(xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
-    c, s = np.cos(phi), np.sin(phi)
-    dx, dy = xx - cx, yy - cy
-    return c * dx + s * dy, -s * dx + c * dy
-
-
-def _sdf_ellipse(u: np.ndarray, v: np.ndarray, a: float, b: float) -> np.ndarray:
-    r = np.sqrt((u / a) ** 2 + (v / b) ** 2)
-    return (r - 1.0) * min(a, b)
+# Signed distance fields in pixels (negative inside), vectorised over the whole image
 
 
 def _sdf_polygon(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random.Generator) -> np.ndarray:
@@ -71,17 +58,19 @@ def _sdf_radial(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random
     return (rho - radius) * min(a, b)
 
 
-def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator, kind: str | None = None) -> np.ndarray:
-    kind = kind or str(rng.choice(["ellipse", "polygon", "star", "blob"]))
-    u, v = _local(xx, yy, cx, cy, rng.uniform(0, np.pi))
+def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator) -> np.ndarray:
+    kind = str(rng.choice(["ellipse", "polygon", "star", "blob"]))
+    phi = rng.uniform(0, np.pi)
+    c, s = np.cos(phi), np.sin(phi)
+    dx, dy = xx - cx, yy - cy
+    u, v = c * dx + s * dy, -s * dx + c * dy  # rotated about the centre
     if kind == "ellipse":
-        return _sdf_ellipse(u, v, a, b)
+        return (np.sqrt((u / a) ** 2 + (v / b) ** 2) - 1.0) * min(a, b)
     if kind == "polygon":
         return _sdf_polygon(u, v, a, b, rng)
     return _sdf_radial(u, v, a, b, rng, star=kind == "star")
 
 
-# ---------------------------------------------------------------------------------------------
 # Textures
 
 
@@ -118,9 +107,8 @@ def _vivid(rng: np.random.Generator) -> np.ndarray:
     return np.array([r, g, b], dtype=np.float32) * 255
 
 
-def _muted(rng: np.random.Generator, level: float | None = None) -> np.ndarray:
-    level = rng.uniform(60, 200) if level is None else level
-    return np.clip(level + rng.uniform(-18, 18, 3), 0, 255).astype(np.float32)
+def _muted(rng: np.random.Generator) -> np.ndarray:
+    return np.clip(rng.uniform(60, 200) + rng.uniform(-18, 18, 3), 0, 255).astype(np.float32)
 
 
 def _background(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
@@ -145,11 +133,8 @@ def _object_fill(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray
     kind = rng.integers(0, 4)
     if kind == 0:  # flat
         return np.broadcast_to(c1, (h, w, 3)).astype(np.float32)
-    if kind == 1:  # two-colour stripes
-        t = _stripes(xx, yy, rng)[..., None]
-        return c1 * (1 - t) + _vivid(rng) * t
-    if kind == 2:  # gradient between two vivid colours
-        t = _gradient(xx, yy, h, w, rng)[..., None]
+    if kind in (1, 2):  # two vivid colours in stripes or a gradient
+        t = (_stripes(xx, yy, rng) if kind == 1 else _gradient(xx, yy, h, w, rng))[..., None]
         return c1 * (1 - t) + _vivid(rng) * t
     noise = _smooth_noise(h, w, int(rng.integers(6, 14)), rng)[..., None] * 30
     return c1 + noise
@@ -184,29 +169,21 @@ def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray
     return image, mask
 
 
-# ---------------------------------------------------------------------------------------------
 # Files
 
 
-def _write_pair_file(path: Path, data: bytes) -> None:
+def _names(n: int) -> list[str]:
+    return [f"syn_{i:05d}{ext}" for i in range(n) for ext in (".jpg", ".png")]
+
+
+def _write_image(path: Path, array: np.ndarray, **save: Any) -> None:
     # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
     # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
     # whether a set is complete
-    with atomic_output(path, durable=False) as tmp:
-        tmp.write_bytes(data)
-
-
-def _encode(array: np.ndarray, fmt: str) -> bytes:
     buf = io.BytesIO()
-    if fmt == "JPEG":
-        Image.fromarray(array).save(buf, format="JPEG", quality=90)
-    else:
-        Image.fromarray(array).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def _params(seed: int, n_train: int, n_val: int, size: tuple[int, int]) -> dict:
-    return {"format": _FORMAT, "seed": int(seed), "n_train": int(n_train), "n_val": int(n_val), "size": list(size)}
+    Image.fromarray(array).save(buf, **save)
+    with atomic_output(path, durable=False) as tmp:
+        tmp.write_bytes(buf.getvalue())
 
 
 def _complete(out_dir: Path, params: dict) -> bool:
@@ -214,22 +191,13 @@ def _complete(out_dir: Path, params: dict) -> bool:
         manifest = json.loads((out_dir / _MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if manifest.get("params") != params:
-        return False
-    for split, n in (("train", params["n_train"]), ("val", params["n_val"])):
-        for i in range(n):
-            for ext in (".jpg", ".png"):
-                if not (out_dir / split / f"syn_{i:05d}{ext}").is_file():
-                    return False
-    return True
+    return manifest.get("params") == params and all(
+        (out_dir / split / name).is_file() for split in _SPLITS for name in _names(params[f"n_{split}"])
+    )
 
 
 def make_synthetic_dataset(
-    out_dir: str | Path,
-    n_train: int = 400,
-    n_val: int = 60,
-    size: tuple[int, int] = (120, 200),
-    seed: int = 2018,
+    out_dir: str | Path, n_train: int = 400, n_val: int = 60, size: tuple[int, int] = (120, 200), seed: int = 2018
 ) -> tuple[Path, Path]:
     """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs); return both folders.
 
@@ -241,7 +209,7 @@ def make_synthetic_dataset(
     lo, hi = int(size[0]), int(size[1])
     if not 8 <= lo <= hi:
         raise ValueError(f"size must be (min, max) with 8 <= min <= max, got {size}")
-    params = _params(seed, n_train, n_val, (lo, hi))
+    params = {"format": _FORMAT, "seed": int(seed), "n_train": int(n_train), "n_val": int(n_val), "size": [lo, hi]}
     train_dir, val_dir = out_dir / "train", out_dir / "val"
     if _complete(out_dir, params):
         return train_dir, val_dir
@@ -249,7 +217,7 @@ def make_synthetic_dataset(
     for split, n in (("train", n_train), ("val", n_val)):
         folder = out_dir / split
         folder.mkdir(parents=True, exist_ok=True)
-        expected = {f"syn_{i:05d}{ext}" for i in range(n) for ext in (".jpg", ".png")}
+        expected = set(_names(n))
         for stale in folder.glob("syn_*"):  # leftovers of a bigger earlier set would join the listing
             if stale.name not in expected:
                 stale.unlink(missing_ok=True)
@@ -257,8 +225,8 @@ def make_synthetic_dataset(
             # One generator per sample: any sample can be regenerated alone, and n does not shift others.
             rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, _SPLITS[split], i])
             image, mask = _render(rng, (lo, hi))
-            _write_pair_file(folder / f"syn_{i:05d}.jpg", _encode(image, "JPEG"))
-            _write_pair_file(folder / f"syn_{i:05d}.png", _encode(mask, "PNG"))
+            _write_image(folder / f"syn_{i:05d}.jpg", image, format="JPEG", quality=90)
+            _write_image(folder / f"syn_{i:05d}.png", mask, format="PNG")
     write_bytes(json.dumps({"params": params}, indent=1).encode(), out_dir / _MANIFEST)
     return train_dir, val_dir
 

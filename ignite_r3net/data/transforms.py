@@ -1,10 +1,9 @@
 """Joint image/mask augmentation, split between the data workers and the training device.
 
-The reference DDP script applied ``RandomCrop(300)`` (resizing both to 300x300 when a side is smaller),
-``RandomHorizontallyFlip`` and ``RandomRotate(10)`` per sample with PIL, then ToTensor/Normalize.
-Here the cheap, shape-changing part (resize if small, crop, flip) stays per sample on uint8
-tensors, and rotation plus float conversion and normalisation run batched on the device. All
-randomness is drawn from a per-sample ``torch.Generator`` so a resumed run repeats it exactly.
+The reference DDP script's PIL ``RandomCrop(300)`` (resizing a smaller image up), ``RandomHorizontallyFlip``
+and ``RandomRotate(10)``: resize, crop and flip run per sample on uint8 tensors, rotation and
+normalisation batched on the device. Randomness comes from a per-sample ``torch.Generator``, so a resumed
+run repeats it exactly.
 """
 
 from __future__ import annotations
@@ -29,14 +28,12 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 class JointCropFlip:
-    """Per-sample crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)``.
+    """Per-sample crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)``, distributed as in
+    the reference DDP script: both resized to ``crop x crop`` (image bilinear, mask nearest) when a side is
+    smaller, a uniform crop offset, a flip with probability 0.5.
 
-    Matches the reference DDP script's distribution: when either side is smaller than ``crop``
-    both are resized to ``crop x crop`` (image bilinear, mask nearest); the crop offset is uniform
-    over every valid offset; the flip happens with probability 0.5.
-
-    The image stays channels-last (a crop copies whole rows); the planar layout is made by the
-    float conversion on the device (:class:`DeviceAugment`), which writes a new tensor anyway.
+    The image stays channels-last (a crop copies whole rows); ``DeviceAugment``'s float conversion, which
+    writes a new tensor anyway, makes it planar.
     """
 
     def __init__(self, crop: int) -> None:
@@ -47,8 +44,6 @@ class JointCropFlip:
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return the cropped (and maybe flipped) ``(image, mask)``, both uint8; the image
-        channels-last, the mask contiguous."""
         if image.shape[-2:] != mask.shape[-2:]:
             raise ValueError(f"image {tuple(image.shape)} and mask {tuple(mask.shape)} differ in size")
         c = self.crop
@@ -75,26 +70,18 @@ class JointCropFlip:
 
 
 def draw_angle(generator: torch.Generator, rotate: float) -> float:
-    """Draw a rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the reference DDP
-    script's RandomRotate."""
+    """A rotation angle in degrees, uniform in ``[-rotate, rotate)`` like the reference's RandomRotate."""
     u = float(torch.rand((), generator=generator, dtype=torch.float64))
     return u * 2.0 * rotate - rotate
-
-
-def _to_unit_float(x: torch.Tensor) -> torch.Tensor:
-    # uint8 holds 0..255; a float input is taken as already scaled to [0, 1].
-    if x.dtype == torch.uint8:
-        return x.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
-    return x.to(torch.float32, memory_format=torch.contiguous_format)
 
 
 def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Sampling grid for a counter-clockwise rotation by ``angles`` degrees about the image centre.
 
-    PIL's ``rotate(a)`` maps each output pixel p to input ``R(-a) (p - c) + c`` in pixel units with
-    y pointing down; ``grid_sample`` works in [-1, 1] coordinates per axis, so the off-diagonal
-    terms carry the aspect ratio. The grid equals ``F.affine_grid(theta, ..., align_corners=False)``
-    but is built as two broadcast outer sums written in place, several times cheaper on the CPU.
+    PIL's ``rotate(a)`` maps output pixel p to input ``R(-a) (p - c) + c`` (pixels, y down); in
+    ``grid_sample``'s [-1, 1] coordinates the off-diagonal terms carry the aspect ratio. Equal to
+    ``F.affine_grid(theta, ..., align_corners=False)``, built as two in-place broadcast sums: several
+    times cheaper on the CPU.
     """
     n = angles.shape[0]
     t = -torch.deg2rad(angles.to(torch.float32))
@@ -109,10 +96,8 @@ def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tenso
 
 
 def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate float images (bilinear) and masks (nearest) counter-clockwise, filling with zeros.
-
-    ``angles`` (degrees) may be on the host: they are copied without waiting for the device (the
-    training DataLoader pins them; from pageable memory CUDA stages the few bytes just the same)."""
+    """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, filling
+    with zeros. Host ``angles`` are copied without waiting for the device."""
     n, _, h, w = images.shape
     angles = angles.to(device=images.device, non_blocking=True).reshape(n)
     grid = _rotation_grid(angles, h, w)
@@ -123,9 +108,8 @@ def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
 
 @functools.cache
 def _affine_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std`` for the
-    ImageNet mean and std: one in-place multiply-add instead of a divide, a subtract and a divide.
-    Made once per device: on a GPU each new tensor is a copy from the host."""
+    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std`` (ImageNet): one
+    in-place multiply-add. Cached per device: on a GPU each new tensor is a copy from the host."""
     m = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     s = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     return 1.0 / (255.0 * s), -m / s
@@ -139,10 +123,8 @@ def _to_255_float(x: torch.Tensor) -> torch.Tensor:
 
 
 def normalize_image(images: torch.Tensor) -> torch.Tensor:
-    """uint8 ``(N, 3, H, W)`` (or ``(3, H, W)``) to float, scaled to [0, 1] then ImageNet-normalised.
-
-    Computed exactly as the training augmentation does, so train and eval inputs match bit for bit.
-    """
+    """uint8 ``(N, 3, H, W)`` (or ``(3, H, W)``) to float, scaled to [0, 1] then ImageNet-normalised,
+    exactly as the training augmentation does (train and eval inputs match bit for bit)."""
     scale, shift = _affine_stats(images.device)
     if images.ndim == 3:
         scale, shift = scale[0], shift[0]
@@ -150,17 +132,9 @@ def normalize_image(images: torch.Tensor) -> torch.Tensor:
 
 
 class DeviceAugment:
-    """Rotate and normalise a training batch on the device it lives on.
-
-    ``images`` uint8 ``(N, 3, H, W)``, ``masks`` uint8 ``(N, 1, H, W)``, ``angles`` ``(N,)`` degrees.
-    Returns ImageNet-normalised float images and float masks in [0, 1] (value / 255: soft masks
-    stay soft). The normalisation constants are made once per device.
-
-    Example::
-
-        augment = DeviceAugment()
-        images, masks = augment(batch["image"].to(device), batch["mask"].to(device), batch["angle"])
-    """
+    """Rotate and normalise a training batch on its device: uint8 ``images (N, 3, H, W)`` and ``masks
+    (N, 1, H, W)``, ``angles (N,)`` degrees (on the host) to ImageNet-normalised float images and float
+    masks in [0, 1] (soft masks stay soft)."""
 
     def __call__(
         self, images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
@@ -169,7 +143,8 @@ class DeviceAugment:
         # Rotation is linear and fills with 0, so rotating the 0..255 values and normalising
         # afterwards equals normalising the rotated [0, 1] image, with black corners as in PIL.
         x = _to_255_float(images)
-        y = _to_unit_float(masks)
+        y = masks.to(torch.float32, memory_format=torch.contiguous_format)
+        y = y.div_(255.0) if masks.dtype == torch.uint8 else y  # a float mask is taken as [0, 1]
         if bool((angles != 0).any()):  # the angles come with the batch, on the CPU: no device sync
             x, y = rotate_batch(x, y, angles)
         return x.mul_(scale).add_(shift), y

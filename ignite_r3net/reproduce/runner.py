@@ -1,8 +1,7 @@
-"""The steps of ``reproduce``: train (or take ``--checkpoint``), evaluate every test set found in
-``--data-root`` with the original protocol with and without CRF and with the standard protocol,
-score the authors' maps, and write the table. Each step calls the command that does it
-(``train``, ``evaluate``); a rerun resumes the training and reuses every evaluation of the same
-checkpoint file (keyed by its sha256) on the same pairs."""
+"""The steps of ``reproduce``: train (or take ``--checkpoint``), evaluate every test set in ``--data-root``
+(original protocol with and without CRF, standard protocol), score the authors' maps, write the table.
+Each step calls its command (``train``, ``evaluate``); a rerun resumes the training and reuses every
+evaluation of the same checkpoint file (by sha256) on the same pairs."""
 
 from __future__ import annotations
 
@@ -33,18 +32,10 @@ VARIANTS = {"no-crf": False, "crf": True}
 
 
 def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, Any]:
-    """Train (unless ``options.checkpoint``), evaluate and write OUTPUT_DIR/results.{md,csv,json}.
-
-    Args:
-        given: the training options given on the command line (``TrainConfig`` fields); the
-            paper's recipe, MSRA10K and ``--resume auto`` where not given. ``data_root`` is required.
-        options: the checkpoint to evaluate instead, the authors' maps, the seeds, the tolerances.
-
-    Returns the results as written to results.json.
-
-    Raises:
-        OptionError: a wrong option, no test set in ``--data-root``, a refused resume.
-    """
+    """Train (unless ``options.checkpoint``), evaluate and write OUTPUT_DIR/results.{md,csv,json}; return
+    results.json's content. ``given``: the training options of the command line (the paper's recipe,
+    MSRA10K and ``--resume auto`` where not given; ``data_root`` is required). Raises OptionError for a
+    wrong option, no test set in ``--data-root`` or a refused resume."""
     options.validate()
     given = {**REPRODUCE_DEFAULTS, **given}
     data_root = given.get("data_root")
@@ -92,7 +83,7 @@ def _final_checkpoint(config: TrainConfig) -> Path:
 
 
 def _test_sets(data_root: str) -> dict[str, Path]:
-    """The standard test sets in ``data_root`` (their counts checked); the missing ones are named."""
+    """The standard test sets in ``data_root`` (their counts checked); warns naming the missing ones."""
     found = found_sets(data_root)
     if not found:
         raise OptionError(f"--data-root {data_root} holds none of the test sets {', '.join(TEST_SETS)}")
@@ -121,10 +112,9 @@ def evaluate_model(
     variants: Mapping[str, bool] = VARIANTS,
     progress: bool = True,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """``checkpoint`` scored on every test set, per CRF variant: the original protocol on the model's
-    maps (``evaluate --checkpoint --protocol r3net [--crf] --save-maps``), then the standard
-    protocol on the same maps (``evaluate --maps``). Kept in ROOT/<sha256>/<variant>.json: a set
-    scored before on the same pairs is not scored again."""
+    """``checkpoint`` scored on every test set per CRF variant: the original protocol (``evaluate
+    --checkpoint --protocol r3net [--crf] --save-maps``), then the standard one on the same maps
+    (``evaluate --maps``). Kept in ROOT/<sha256>/<variant>.json: a set is not scored again on the same pairs."""
     folder = root / sha256_of(resolve_checkpoint(checkpoint))[:16]
     listings = {name: listing_digest(path) for name, path in test_sets.items()}
     scores = {}
@@ -160,9 +150,8 @@ def evaluate_model(
 def score_author_maps(
     maps_root: str, test_sets: Mapping[str, Path], root: Path, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
-    """The authors' maps (one subfolder per set, named as the set or an alias) scored by the code
-    that scores ours, with both protocols; kept in ROOT/author-maps.json, keyed by every map file
-    (``ContentKey``: path, size, modification time) and the set's pairs."""
+    """The authors' maps (a subfolder per set, named as the set or an alias) scored by our code with both
+    protocols; kept in ROOT/author-maps.json, keyed by every map file (path, size, mtime) and the set's pairs."""
     folder = Path(maps_root)
     if not folder.is_dir():
         raise OptionError(f"--author-maps {maps_root} is not a folder")
@@ -179,12 +168,8 @@ def score_author_maps(
         files = sorted(p.resolve() for p in sub.iterdir() if p.is_file())
         key = ContentKey("author maps", 1).add_values(listing_digest(test_sets[name])).add_files(files).hexdigest()
         if done.get(name, {}).get("key") != key:
-            r3net = _score_maps(sub, test_sets[name], "r3net", progress)
-            done[name] = {
-                "key": key,
-                "r3net": r3net,
-                "standard": _score_maps(sub, test_sets[name], "standard", progress),
-            }
+            r3net, standard = (_score_maps(sub, test_sets[name], p, progress) for p in ("r3net", "standard"))
+            done[name] = {"key": key, "r3net": r3net, "standard": standard}
             write_json(done, cache)
     return {name: done[name] for name in subfolders}
 

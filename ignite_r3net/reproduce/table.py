@@ -1,7 +1,6 @@
-"""The table of ``reproduce``: per test set the reference's max F and MAE (the paper's, else the
-released maps' public scores, marked), ours without and with CRF (the original protocol), the
-differences and whether each is within the tolerance, ours by the standard protocol, and the
-authors' maps scored by our code; written as results.md, results.csv and results.json."""
+"""The table of ``reproduce`` (results.md, .csv, .json): per test set the reference's max F and MAE (the
+paper's, else the released maps' public scores, marked), ours without and with CRF, the differences and
+whether they are within the tolerance, ours by the standard protocol, and the authors' maps by our code."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ COLUMNS = {"no-crf": "ours", "crf": "ours + CRF"}
 
 @dataclass
 class Model:
-    """A model of the reproduction: its label (``seed 2018``, ``checkpoint``), its checkpoint and
-    its scores (``runner.evaluate_model``)."""
+    """A model of the reproduction: label (``seed 2018``, ``checkpoint``), checkpoint, scores
+    (``runner.evaluate_model``)."""
 
     label: str
     checkpoint: str
@@ -36,7 +35,7 @@ Summary = dict[str, dict[str, float]]  # metric -> {"mean", and with several mod
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
-    """Mean, and with several models their spread: sample standard deviation, min and max."""
+    # mean, and with several models their spread: sample standard deviation, min and max
     out = {"mean": statistics.fmean(values)}
     if len(values) > 1:
         out.update(std=statistics.stdev(values), min=min(values), max=max(values))
@@ -68,8 +67,8 @@ def build_results(
     options: ReproduceOptions,
     data_root: str,
 ) -> dict[str, Any]:
-    """Everything results.json holds: the models, the references with their sources, the
-    tolerances, one entry per found test set and the missing sets."""
+    """Everything results.json holds: models, references with their sources, tolerances, an entry per
+    found test set and the missing sets."""
     sets: dict[str, Any] = {}
     for name, folder in test_sets.items():
         ref = reference_for(name)
@@ -171,12 +170,9 @@ def to_markdown(results: Mapping[str, Any]) -> str:
 
 def to_csv(results: Mapping[str, Any]) -> str:
     header, rows = table_rows(results)
+    missing = [[name, "missing"] for name in results["missing"]]
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    for name in results["missing"]:
-        writer.writerow([name, "missing"])
+    csv.writer(buffer, lineterminator="\n").writerows([header, *rows, *missing])
     return buffer.getvalue()
 
 
