@@ -16,8 +16,7 @@ _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 
 @dataclass(kw_only=True)
 class CompareOptions:
-    """Everything ``compare`` is asked to do: built once from the command line, checked by
-    ``validate`` and passed whole to ``compare``."""
+    """Everything ``compare`` is asked to do."""
 
     datasets: list[str] = option(
         help="data sets: DIR is the masks folder (maps are matched to its masks by file stem), or a data "

@@ -18,8 +18,7 @@ from .shared import (
 
 @dataclass(kw_only=True)
 class EvaluateOptions:
-    """Everything ``evaluate`` is asked to do: built once from the command line, checked by
-    ``validate``, and passed whole to ``evaluate_checkpoint`` or ``evaluate_maps`` and their workers."""
+    """Everything ``evaluate`` is asked to do."""
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
     maps: str | None = option(

@@ -14,8 +14,7 @@ _OPSET = Rule(lambda v: v in OPSETS, f"must be between {OPSETS[0]} and {OPSETS[-
 
 @dataclass(kw_only=True)
 class ExportOptions:
-    """Everything ``export`` is asked to do: built once from the command line, checked by
-    ``validate`` and passed whole to ``export_model``."""
+    """Everything ``export`` is asked to do."""
 
     checkpoint: str = option(help=CHECKPOINT_HELP)
     format: str = option(

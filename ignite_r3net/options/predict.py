@@ -13,8 +13,7 @@ _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 
 @dataclass(kw_only=True)
 class PredictOptions:
-    """Everything ``predict`` is asked to do: built once from the command line, checked by
-    ``validate`` and passed whole to ``predict``."""
+    """Everything ``predict`` is asked to do."""
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
     model: str | None = option(
