@@ -102,8 +102,6 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    # ------------------------------------------------------------------------------------------
-
     def _create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -133,9 +131,8 @@ class RunLock:
         if holder.get("job") == self.record["job"]:
             return f"an earlier process of this job ({holder.get('host')}, pid {holder.get('pid')})"
         if holder.get("host") == self.record["host"]:
-            if not _process_exists(holder.get("pid")):
-                return f"run {holder.get('host')}:{holder.get('pid')}, which no longer exists"
-            return None
+            alive = _process_exists(holder.get("pid"))
+            return None if alive else f"run {holder.get('host')}:{holder.get('pid')}, which no longer exists"
         age = self._age()
         if age > STALE_S:
             return f"run {holder.get('host')}:{holder.get('pid')}, silent for {age:.0f} s"
@@ -158,10 +155,8 @@ class RunLock:
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            try:
+            with suppress(OSError):  # the folder went away: nothing left to hold
                 os.utime(self.path)
-            except OSError:
-                pass  # the folder went away: nothing left to hold
 
 
 def _process_exists(pid: object) -> bool:
