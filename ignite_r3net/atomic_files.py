@@ -1,10 +1,7 @@
 """Files that appear whole or not at all: written under a temporary name beside the target, then
-renamed onto it, so a reader, or a later run after an interruption, never sees half a file.
-
-``atomic_output`` is the one way this package writes a file that someone reads later: checkpoints
-(``checkpoint_io.SafeDiskSaver``), exported models, tables and JSON, plots, cache entries, saliency
-maps and the synthetic data set; ``atomic_folder`` does the same for a folder of files (the Hub
-export).
+renamed onto it, so a reader, or a later run after an interruption, never sees half a file. Every
+file this package writes for someone to read later goes through ``atomic_output`` (a folder of
+files, the Hub export, through ``atomic_folder``).
 """
 
 from __future__ import annotations
@@ -18,25 +15,16 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-TEMP_PREFIX = ".tmp-"
-"""Temporary files start with this (hidden, so no listing of maps or images picks them up)."""
+TEMP_PREFIX = ".tmp-"  # hidden, so no listing of maps or images picks them up
 
 
 @contextmanager
 def atomic_output(path: str | Path, durable: bool = True) -> Iterator[Path]:
-    """A temporary path beside ``path`` for the block to write; when the block ends without an
-    error the file is made readable by all (0644), renamed onto ``path`` and, if ``durable``,
-    fsynced before the rename and its folder after it (so that a power loss keeps it too). On an
-    error or interruption the temporary file is removed and ``path`` is untouched.
-
-    Args:
-        path: the file to write; its folder is created.
-        durable: fsync the file and the rename. The rename alone is enough against a killed
-            process; the fsyncs cost milliseconds per file, too much for thousands of small ones.
-
-    Raises:
-        OSError: the folder or the file cannot be created, synced or renamed.
-    """
+    """A temporary path beside ``path`` (its folder is created) for the block to write; when the block
+    ends without an error the file is made readable by all (0644) and renamed onto ``path``. On an
+    error or interruption it is removed and ``path`` is untouched. ``durable`` also fsyncs the file
+    and the rename, against a power loss; the rename alone is enough against a killed process, and
+    the fsyncs cost milliseconds per file, too much for thousands of small ones."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=path.suffix, dir=path.parent)
@@ -84,14 +72,9 @@ def write_json(data: Any, path: str | Path) -> None:
 
 @contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
-    """A new temporary folder beside ``path`` for the block to fill; when the block ends without an
-    error its files are made readable by all and fsynced, and it replaces ``path`` (a folder already
-    there is removed after the swap). On an error or interruption it is removed and ``path`` is
-    untouched: a reader sees the old folder or the complete new one, never a mix of files.
-
-    Raises:
-        OSError: the folder cannot be created, synced or renamed.
-    """
+    """``atomic_output`` for a folder: a new temporary folder beside ``path`` that, filled without an
+    error, has its files made readable by all and fsynced, and replaces ``path`` (a folder already
+    there is removed after the swap): a reader sees the old folder or the new one, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path.parent))

@@ -1,8 +1,5 @@
-"""Checkpoint files: atomic writes, old files removed only after a new one is complete, safe reading.
-
-ignite's ``Checkpoint`` decides *when* and *what* to save; ``SafeDiskSaver`` decides *how* it lands
-on disk. ``load_checkpoint`` is the one reader of checkpoints and weights files (no pickled code
-runs), and ``find_resume_checkpoint`` picks the newest complete one of a run.
+"""Checkpoint files: atomic writes, old files removed only after a new one is complete, and
+``load_checkpoint``, the one reader of checkpoints and weights files (no pickled code runs).
 """
 
 from __future__ import annotations
@@ -30,27 +27,10 @@ BEST_PATTERN = re.compile(r"^best_model_\d+_maxF=(?P<priority>[0-9.]+)\.pt$")
 
 
 class SafeDiskSaver(BaseSaveHandler):
-    """Where ignite's ``Checkpoint`` puts its files: a save handler that never leaves the run without
-    a complete checkpoint.
-
-    * The file is written under a hidden temporary name, fsynced and renamed (``atomic_output``),
-      so a kill during a save leaves no partial file under a checkpoint name.
-    * ``Checkpoint`` asks to remove the oldest file *before* it writes the new one; this saver defers
-      that removal until the next write has completed.
-    * Only rank 0 writes and removes; every rank may hold one (``Checkpoint`` is built on all ranks).
-
-    Args:
-        dirname: the folder of the checkpoints (created when the first one is written).
-
-    Raises:
-        CheckpointError: (when called) the file cannot be written (full disk, permissions, a file
-            size limit); the earlier checkpoints are untouched.
-
-    Example::
-
-        >>> saver = SafeDiskSaver("runs/r3net")
-        >>> trainer.add_event_handler(Events.ITERATION_COMPLETED(every=400), Checkpoint(to_save, saver, n_saved=3))
-    """
+    """ignite's ``Checkpoint`` save handler that never leaves the run without a complete checkpoint:
+    each file is written atomically (``atomic_output``), and the removal of the oldest, which
+    ``Checkpoint`` asks for *before* it writes the new one, waits until the next write completed.
+    Only rank 0 writes and removes. A failed write is a ``CheckpointError``; earlier files stay."""
 
     def __init__(self, dirname: str | Path) -> None:
         self.dirname = Path(dirname)
@@ -81,14 +61,9 @@ class SafeDiskSaver(BaseSaveHandler):
 def saved_files(dirname: str | Path, pattern: re.Pattern[str]) -> list[tuple[float, Path]]:
     """The files in ``dirname`` whose names match ``pattern``, as (priority, path), lowest first; the
     priority is the pattern's ``priority`` group (an iteration, a score)."""
-    found = []
-    d = Path(dirname)
-    if d.is_dir():
-        for p in d.iterdir():
-            m = pattern.match(p.name)
-            if m:
-                found.append((float(m["priority"]), p))
-    return sorted(found)
+    folder = Path(dirname)
+    paths = folder.iterdir() if folder.is_dir() else ()
+    return sorted((float(m["priority"]), p) for p in paths if (m := pattern.match(p.name)))
 
 
 def list_checkpoints(dirname: str | Path) -> list[tuple[int, Path]]:
@@ -100,10 +75,8 @@ def continue_rotation(checkpointer: Checkpoint, saver: SafeDiskSaver, pattern: r
     """Count the files a resumed run already has in ``saver``'s folder (names matching ``pattern``)
     among those ``checkpointer`` keeps, so that it goes on replacing them; files beyond its
     ``n_saved`` (a resume with a smaller ``--keep``) are removed now, as ignite removes one per save.
-
-    ``Checkpoint.load_state_dict`` is ignite's public way to restore that list; ``{"_saved":
-    [(priority, filename), ...]}`` is the documented format of ``Checkpoint.state_dict()`` (the
-    underscore is ignite's spelling of the key, not an attribute reached into)."""
+    (``{"_saved": [(priority, filename), ...]}`` is the documented format of ignite's
+    ``Checkpoint.state_dict()``, not an attribute reached into.)"""
     saved = saved_files(saver.dirname, pattern)
     keep = checkpointer.n_saved or len(saved)
     _remove([p for _, p in saved[:-keep]])
@@ -119,12 +92,9 @@ def _remove(paths: list[Path]) -> None:
 
 
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
-    """Read a checkpoint or weights file on the CPU without executing pickled code: the one reader
-    of every ``.pt``/``.pth`` (``torch.load(weights_only=True)``) and ``.safetensors`` file.
-
-    Raises ``CheckpointError`` naming ``what`` and the file when it is missing, truncated, corrupt,
-    or carries anything but tensors and plain containers (e.g. a pickled callable).
-    """
+    """Read a ``.pt``/``.pth`` (``torch.load(weights_only=True)``) or ``.safetensors`` file on the CPU;
+    ``CheckpointError`` naming ``what`` and the file when it is missing, truncated, corrupt, or
+    carries anything but tensors and plain containers (e.g. a pickled callable)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")
@@ -181,10 +151,8 @@ def model_state_dict(checkpoint: Mapping[str, Any], path: str | Path) -> dict[st
 def find_resume_checkpoint(
     dirname: str | Path, report: Callable[[str], None] = logger.warning
 ) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in ``dirname`` that loads completely, with its content.
-
-    Corrupt or truncated newer files are reported through ``report`` and skipped.
-    """
+    """The newest checkpoint in ``dirname`` that loads completely, with its content; corrupt or
+    truncated newer files are reported through ``report`` and skipped."""
     for _, path in reversed(list_checkpoints(dirname)):
         try:
             return path, load_checkpoint(path)

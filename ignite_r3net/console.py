@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import suppress
 from typing import IO, Any, cast
 
 from .progress import console_print
@@ -29,7 +30,7 @@ def echo(line: str, stream: IO[str] | None = None) -> bool:
 
 class _PipeTolerant:
     """A console stream whose closed pipe is no error: the first ``BrokenPipeError`` sends the
-    stream to /dev/null (``silence``) and later writes go there. Everything else is the stream's."""
+    stream to /dev/null and later writes go there. Everything else is the stream's."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -49,29 +50,21 @@ class _PipeTolerant:
             self._closed()
 
     def _closed(self) -> None:
+        """Point the stream at /dev/null, as Python's documentation advises for SIGPIPE: its buffered
+        text and later writes, also the interpreter's flush at exit, then go nowhere."""
         self.pipe_closed = True
-        silence(self._stream)
+        with suppress(OSError, ValueError):  # not a file descriptor (a test's StringIO): nothing to redirect
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-def silence(stream: IO[str]) -> None:
-    """Point a stream whose pipe was closed at /dev/null, as Python's documentation advises for
-    SIGPIPE: its buffered text and later writes, also the interpreter's flush at exit, then go
-    nowhere instead of raising ``BrokenPipeError`` again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # not a file descriptor (a test's StringIO): nothing to redirect
-        pass
-
-
 def tolerate_closed_console() -> None:
-    """Make a closed stdout or stderr pipe (``| head``, ``2>&1 | head``) harmless in this process:
-    progress lines, warnings and library messages written to it afterwards go nowhere, and the run
-    goes on (``train.log`` keeps the record). Called by the command line and by every worker."""
+    """Make a closed stdout or stderr pipe (``| head``) harmless in this process: what is written to it
+    afterwards goes nowhere, and the run goes on (``train.log`` keeps the record)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _PipeTolerant):
@@ -79,9 +72,8 @@ def tolerate_closed_console() -> None:
 
 
 def quiet_library_logs(verbose: bool) -> None:
-    """ignite's launcher and DDP messages at WARNING, or at INFO with ``--verbose``. ignite's own
-    way to change an internal logger's level (``setup_logger``'s docstring); called in the launching
-    process and in each worker, whose loggers are their own."""
+    """ignite's launcher and DDP messages at WARNING, or at INFO with ``--verbose``, in this process
+    (each worker's loggers are its own); ``setup_logger`` is ignite's way to set an internal logger's level."""
     from ignite.utils import setup_logger
 
     for name in IGNITE_INFO_LOGGERS:

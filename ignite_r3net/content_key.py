@@ -27,9 +27,7 @@ def library_version(name: str) -> str:
 
 class ContentKey:
     """A SHA-256 fed step by step; each ``add_*`` returns the key, so that calls chain:
-
-    >>> ContentKey("scores", 2).add_values({"protocol": "r3net"}).hexdigest(12)  # doctest: +SKIP
-    """
+    ``ContentKey("scores", 2).add_values({"protocol": "r3net"}).hexdigest(12)``."""
 
     def __init__(self, kind: str, version: int | str) -> None:
         self._digest = hashlib.sha256(f"{kind} {version}\n".encode())
@@ -40,8 +38,7 @@ class ContentKey:
         return self
 
     def add_sources(self, paths: Iterable[Path], root: Path | None = None) -> ContentKey:
-        """Each file's name (relative to ``root`` when given) and bytes: code whose change must
-        invalidate the key."""
+        """Each file's name (relative to ``root`` when given) and bytes: code that decides the result."""
         for path in paths:
             name = path.relative_to(root) if root is not None else path.name
             self._digest.update(f"{name}\0".encode() + path.read_bytes())

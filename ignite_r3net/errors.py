@@ -1,8 +1,6 @@
-"""How failures reach the user: one ``error: ...`` line on stderr, and ``warning: ...`` lines.
-
-Every error a user can cause (an option, a path, a data set, a checkpoint) is a ``UserError``; the
-CLI prints its first line and exits with its ``exit_code``. Anything else is a bug and keeps its
-traceback.
+"""How failures reach the user: every error a user can cause is a ``UserError``, whose first line
+the CLI prints as ``error: ...`` before exiting with its ``exit_code``; anything else is a bug and
+keeps its traceback. ``warning: ...`` and ``note: ...`` lines say what does not stop the work.
 """
 
 from __future__ import annotations
@@ -103,17 +101,13 @@ def ending_line(e: BaseException) -> str:
 
 
 def load_error_reason(e: BaseException) -> str:
-    """Why ``torch.load(..., weights_only=True)`` (or safetensors) refused a file, in words a user
-    can act on."""
-    text = str(e)
-    if "global" in text.lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
+    """Why ``torch.load(..., weights_only=True)`` (or safetensors) refused a file, in words a user can act on."""
+    if "global" in str(e).lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
         return "it contains pickled objects other than tensors (refused: it could run code)"
     if isinstance(e, (PermissionError, IsADirectoryError, FileNotFoundError, MemoryError)):
         return error_line(e)  # about the file or the machine, not its content
-    # Anything else is the content: a text file makes torch's unpickler raise whatever its first
-    # bytes lead to (IndexError, KeyError, UnpicklingError), an empty file EOFError, a cut one
-    # OSError(EINVAL) or a zip error; and torch's own wording advises weights_only=False, which
-    # would run any code the file holds: never relayed
+    # anything else is the content (torch's unpickler raises whatever a file's first bytes lead to);
+    # torch's own wording advises weights_only=False, which would run any code the file holds
     return "it is not a readable PyTorch file (corrupt, truncated, or another format)"
 
 

@@ -20,11 +20,9 @@ _DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")
 
 
 def set_deterministic_environment() -> None:
-    """Set ``CUBLAS_WORKSPACE_CONFIG`` unless it already holds a deterministic value.
-
-    cuBLAS reads it when a process makes its first handle, so it must be set before any CUDA work:
-    in the launching process (spawned workers inherit it) and at the start of each worker (torchrun
-    and srun start the workers themselves)."""
+    """Set ``CUBLAS_WORKSPACE_CONFIG`` unless it already holds a deterministic value. cuBLAS reads it
+    at its first handle, so this runs before any CUDA work: in the launching process (spawned workers
+    inherit it) and at the start of each worker (torchrun and srun start the workers themselves)."""
     if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in _DETERMINISTIC_CUBLAS:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
 

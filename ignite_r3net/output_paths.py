@@ -1,11 +1,7 @@
 """Output paths checked before any work, so that no command computes for minutes and then fails
-to write its result: ``check_writable_file`` (``--json``, ``--per-image``, ``export --output``)
-and ``check_writable_folder`` (``--save-maps``, ``predict --output``, ``compare --out``).
-
-Each writes a probe file in the output's folder, or in its nearest existing ancestor when the folder
-is still to be made (the command makes it when it writes): permission bits alone do not tell
-(``os.access`` says yes for root anywhere, and for folders such as ``/proc`` or a read-only mount
-where a write then fails). Nothing is left behind, so a command refused later leaves no empty
+to write its result. Each check writes a probe file in the output's folder, or in its nearest
+existing ancestor when the folder is still to be made: permission bits alone do not tell (root, a
+read-only mount, ``/proc``). Nothing is left behind, so a command refused later leaves no empty
 folder. A failure is one ``OptionError`` naming the option, the path and the cause.
 """
 
@@ -20,7 +16,7 @@ from .errors import OptionError
 
 def check_writable_file(path: str | Path | None, option: str) -> None:
     """Fail unless ``path`` (when given) can be written as a file: not a folder, in a folder that
-    takes new files or can be made (files are written beside their final name, then renamed)."""
+    takes new files or can be made."""
     if not path:
         return
     path = Path(path)

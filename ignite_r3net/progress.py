@@ -1,14 +1,6 @@
 """How far long work has come, on the console: one bar with rate, elapsed time and ETA on a terminal,
 a plain line every ``PLAIN_STEP`` percent where stderr is a file (a SLURM log), nothing with
-``--no-progress``. Every command's progress goes through ``Progress``; the caller shows it on one
-rank only (``rank_zero_only``).
-
-Example::
-
-    with Progress(total=len(images), desc="predict", unit="image") as progress:
-        for image in images:
-            ...
-            progress.update()
+``--no-progress``. Every command's progress goes through ``Progress``, shown on one rank only.
 """
 
 from __future__ import annotations
@@ -22,8 +14,7 @@ from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
 
-PLAIN_STEP = 10
-"""Percent of the work between two plain lines when stderr is not a terminal."""
+PLAIN_STEP = 10  # percent of the work between two plain lines when stderr is not a terminal
 
 _TQDM_IN_USE: list[bool] = []  # set once this process drew a bar (and gave tqdm a thread lock)
 
@@ -59,20 +50,11 @@ class Clock:
 
 
 class Progress:
-    """A bar over ``total`` units that starts at ``initial`` (a resumed run's iteration).
-
-    Args:
-        total: units of the whole work.
-        desc: what the work is (``train``, ``predict``), the line's first word.
-        unit: the counted unit (``it``, ``image``).
-        initial: units already done before this process started.
-        rate_unit: the unit of the rate shown, ``unit`` by default (``image`` for iterations of a
-            global batch, with ``per_unit`` images per iteration).
-        per_unit: how many ``rate_unit`` one unit is.
-        enabled: False shows nothing (``--no-progress``, or a rank other than 0).
-        transient: a bar that is erased when done (validation's) and never written to a file.
-        stream: where the progress goes (stderr by default).
-    """
+    """A bar over ``total`` units of ``unit`` that starts at ``initial`` (a resumed run's iteration),
+    ``desc`` its first word. The rate is shown in ``rate_unit`` (``image`` for iterations of a
+    global batch, with ``per_unit`` images per iteration). ``enabled=False`` shows nothing
+    (``--no-progress``, a rank other than 0); a ``transient`` bar (validation's) is erased when done
+    and never written to a file."""
 
     def __init__(
         self,

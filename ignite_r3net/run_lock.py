@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +49,8 @@ def job_id() -> str:
 
 
 class RunLock:
-    """The lock on one output folder, held by this process on behalf of its job.
-
-    Example::
-
-        lock = RunLock("runs/r3net")
-        lock.acquire()   # OptionError naming the holder when another run has the folder
-        try:
-            ...          # train
-        finally:
-            lock.release()
-    """
+    """The lock on one output folder, held by this process on behalf of its job (``with RunLock(...)``,
+    or ``acquire`` and ``release``)."""
 
     def __init__(self, folder: str | Path, job: str | None = None, option: str = "--output-dir") -> None:
         self.path = Path(folder) / LOCK_NAME
@@ -111,8 +102,6 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    # ------------------------------------------------------------------------------------------
-
     def _create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -124,9 +113,9 @@ class RunLock:
             os.fsync(f.fileno())
         return True
 
-    def _read(self) -> dict[str, Any] | None:
+    def _read(self, path: Path | None = None) -> dict[str, Any] | None:
         try:
-            value = json.loads(self.path.read_text(encoding="utf-8"))
+            value = json.loads((path or self.path).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return value if isinstance(value, dict) else None
@@ -142,9 +131,8 @@ class RunLock:
         if holder.get("job") == self.record["job"]:
             return f"an earlier process of this job ({holder.get('host')}, pid {holder.get('pid')})"
         if holder.get("host") == self.record["host"]:
-            if not _process_exists(holder.get("pid")):
-                return f"run {holder.get('host')}:{holder.get('pid')}, which no longer exists"
-            return None
+            alive = _process_exists(holder.get("pid"))
+            return None if alive else f"run {holder.get('host')}:{holder.get('pid')}, which no longer exists"
         age = self._age()
         if age > STALE_S:
             return f"run {holder.get('host')}:{holder.get('pid')}, silent for {age:.0f} s"
@@ -158,8 +146,7 @@ class RunLock:
             os.replace(self.path, aside)
         except FileNotFoundError:
             return  # another run moved it first
-        moved = _read_json(aside)
-        if holder is not None and moved != holder:
+        if holder is not None and self._read(aside) != holder:
             # between our read and the rename, another run took it over: put its fresh lock back
             os.replace(aside, self.path)
             return
@@ -168,17 +155,8 @@ class RunLock:
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            try:
+            with suppress(OSError):  # the folder went away: nothing left to hold
                 os.utime(self.path)
-            except OSError:
-                pass  # the folder went away: nothing left to hold
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _process_exists(pid: object) -> bool:
@@ -213,29 +191,19 @@ def claimed_folder(out: Path, option: str, leader: bool) -> Iterator[None]:
             pass
     except OSError as e:
         raise OptionError(f"{option} {out} is not writable: {e.strerror or e}") from None
-    lock = RunLock(out, option=option) if leader else None
     try:
-        if lock is not None:
-            lock.acquire()
-            remove_stale_temporaries(out)  # only now: a running job could be writing them
-        yield
+        with RunLock(out, option=option) if leader else nullcontext():
+            if leader:
+                remove_stale_temporaries(out)  # only now: a running job could be writing them
+            yield
     except UserError:
-        if lock is not None:
-            lock.release()
-            lock = None
         if created:
             _remove_if_unused(out)
         raise
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _remove_if_unused(out: Path) -> None:
-    """A run refused at start-up leaves no empty output directory behind."""
-    try:
+    with suppress(OSError):
         for leftover in (".synthetic.lock", LOCK_NAME):
             (out / leftover).unlink(missing_ok=True)
         out.rmdir()  # only if empty: e.g. a generated synthetic set stays for the next attempt
-    except OSError:
-        pass

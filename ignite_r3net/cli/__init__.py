@@ -1,31 +1,21 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``,
-``reproduce``, ``make-data``, ``check-data``.
+``reproduce``, ``make-data``, ``check-data`` (``commands.py``). A ``UserError`` from any command
+becomes one ``error: ...`` line.
 
-Argument parsing only: ``train`` (``train.py``: its flags generated from ``TrainConfig``), the
-commands whose flags come from their options dataclasses (``commands.py``: ``evaluate``, ``predict``,
-``compare``, ``export``) and the data tools (``data.py``); ``common.add_options`` makes the flags, so
-every option's ``--help`` shows its default. A ``UserError`` from any command becomes one ``error: ...`` line.
-
-The options need no torch (their choices come from torch-free modules) and each entry function
-imports its command's code, so ``--help`` answers at once and a process imports only what its
-command needs (``train``'s launching process: the checks and the launcher, not the Engine).
+The options need no torch (their choices come from torch-free modules) and each command imports its
+code when it runs, so ``--help`` answers at once and a process imports only what its command needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..console import echo, tolerate_closed_console
 from ..errors import Terminated, UserError, ending_line
-from .commands import COMMANDS
-from .data import add_check_data, add_make_data
-from .reproduce import add_reproduce
-from .train import add_train
-
-Handler = Callable[[argparse.Namespace], int]
+from .commands import add_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_train(sub)
-    for command in COMMANDS:
-        command.add_to(sub)
-    add_reproduce(sub)
-    add_make_data(sub)
-    add_check_data(sub)
+    add_commands(sub)
     for parser_of_command in sub.choices.values():
         parser_of_command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
         parser_of_command.set_defaults(command_parser=parser_of_command)
@@ -69,9 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(_with_default_command(sys.argv[1:] if argv is None else argv))
     if unknown:  # the command's usage and --help, not the top level's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    handler: Handler = args.handler
     try:
-        return handler(args)
+        return args.handler(args)
     except KeyboardInterrupt as e:
         echo(ending_line(e), sys.stderr)  # a closed pipe (`2>&1 | head`) loses the line, not the exit code
         return 143 if isinstance(e, Terminated) else 130

@@ -1,41 +1,171 @@
-"""The commands whose flags come from an options dataclass (``ignite_r3net.options``): ``evaluate``,
-``predict``, ``compare`` and ``export``, one row each. Each row's function imports its command's code
-when the command runs, so that ``--help`` and the other commands never import it."""
+"""Every command's parser and the function it runs. Each function imports its command's code only
+when the command runs, so that ``--help`` and the other commands never import it (``train``'s
+launching process: the checks and the launcher, not the Engine)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import TrainConfig
+from ..model.backbones import BACKBONES
 from ..options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
-from .common import add_options, options_from_args
+from ..options.fields import is_option
+from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..recipes import R3NET_PAPER
+from .common import add_options, given_options, options_from_args, with_default
+
+Subparsers = argparse._SubParsersAction
 
 
-def _evaluate(options: EvaluateOptions) -> None:
-    """``evaluate``: a checkpoint scored on data sets, or saliency maps already on disk scored."""
+def add_train(sub: Subparsers) -> None:
+    """``train`` (the default command): one ``--flag`` per recipe field of ``TrainConfig``."""
+    train = sub.add_parser(
+        "train",
+        help="train R3Net (the default command)",
+        description="Train R3Net with the original training recipe (SGD, poly LR, 7 side-output losses) "
+        "on one or many processes.",
+    )
+    train.add_argument(
+        "--config",
+        metavar="FILE",
+        help="rerun the recipe a run saved in FILE (its config.json): the options given on the command line "
+        "replace the saved ones; the saved --resume is not taken, and the starting weights are fetched again "
+        "(with a warning when they differ from the saved run's)",
+    )
+    backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
+    add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
+    train.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..training.recipe_config import config_from_options
+    from ..training.saved_recipe import config_from_file
+    from ..training.start import train
+
+    given = given_options(TrainConfig, args)
+    train(config_from_file(args.config, given) if args.config else config_from_options(given))
+    return 0
+
+
+def add_reproduce(sub: Subparsers) -> None:
+    """``reproduce``: every ``train`` option, with the paper's recipe as defaults, plus its own."""
+    parser = sub.add_parser(
+        "reproduce",
+        help="train with the paper's recipe, evaluate as the paper did, and compare with its numbers",
+        description="Train R3Net with the original recipe (--recipe r3net-paper) on MSRA10K from --data-root "
+        "(resuming a run in OUTPUT_DIR), evaluate the final checkpoint on every test set found in --data-root "
+        "(ECSSD, HKU-IS, PASCAL-S, SOD, DUT-OMRON, DUTS-TE) with the original protocol without and with the "
+        "original CRF and with the standard protocol, and print and write OUTPUT_DIR/results.md, results.csv "
+        "and results.json: the published max F and MAE beside ours, the differences and whether each is within "
+        "the tolerance. A rerun evaluates nothing again for the same checkpoint. Any training option below "
+        "replaces the recipe's value.",
+        epilog="example: python run.py reproduce --data-root /data/saliency --nproc 1",
+    )
+    add_options(parser, ReproduceOptions)
+    add_options(
+        parser,
+        TrainConfig,
+        **_recipe_defaults(),
+        recipe="training recipe (default: r3net-paper; what each sets: train --help)",
+        data=f"training data (default: {' '.join(REPRODUCE_DEFAULTS['data'])}, found in --data-root)",
+        output_dir=f"folder of the training runs (seed-N/), evaluations/ and results.* "
+        f"(default: {REPRODUCE_DEFAULTS['output_dir']})",
+        resume="training checkpoint to resume from (default: auto, the newest in OUTPUT_DIR/seed-N)",
+    )
+    parser.set_defaults(handler=run_reproduce)
+
+
+def _recipe_defaults() -> dict[str, str]:
+    """The help of each option the paper's recipe sets, with the recipe's value as its default."""
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig) if is_option(f)}
+    texts = {
+        name: f"{helps[name]} (default: {value}, the recipe's)"
+        for name, value in R3NET_PAPER.values.items()
+        if "default" not in helps[name]  # a text that says its default already says this one
+    }
+    texts["batch_size"] = (
+        f"{helps['batch_size']} (default: {R3NET_PAPER.global_batch} / the number of processes: the recipe's "
+        "global batch)"
+    )
+    return texts
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    from ..reproduce.runner import reproduce
+
+    reproduce(given_options(TrainConfig, args), options_from_args(ReproduceOptions, args))
+    return 0
+
+
+def add_data_commands(sub: Subparsers) -> None:
+    """``make-data`` and ``check-data``: the synthetic data set and the data set scan (no torch)."""
+    make = sub.add_parser(
+        "make-data",
+        help="write the generated synthetic saliency data set",
+        description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
+    )
+    make.add_argument("--out", required=True, help="output folder")
+    make.add_argument("--train", type=int, default=400, help=with_default("number of training pairs", 400))
+    make.add_argument("--val", type=int, default=60, help=with_default("number of validation pairs", 60))
+    make.add_argument(
+        "--seed", type=int, default=2018, help=with_default("generator seed (same seed, same files)", 2018)
+    )
+    make.set_defaults(handler=run_make_data)
+    check = sub.add_parser(
+        "check-data",
+        help="scan a data set and report every problem by file name",
+        description="Scan image/mask pairs (headers only, unless --decode) and list every problem. What "
+        "the header scan finds about each file is cached in $XDG_CACHE_HOME/ignite_r3net/scan (default "
+        "~/.cache), keyed by the file's path, size and modification time, so a second scan reads only new "
+        "or changed files (--decode decodes every file each time).",
+    )
+    check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
+    check.add_argument(
+        "--decode",
+        action="store_true",
+        help="also decode every image and mask in full, as training does, and name each one that fails or "
+        "that libjpeg decodes with warnings (corrupt or truncated data: part of the picture missing or grey); "
+        "slower than the header scan",
+    )
+    check.set_defaults(handler=run_check_data)
+
+
+def run_make_data(args: argparse.Namespace) -> int:
+    from ..data.commands import make_data
+
+    make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
+    return 0
+
+
+def run_check_data(args: argparse.Namespace) -> int:
+    from ..data.commands import check_data
+
+    return check_data(args.folders, decode=args.decode)
+
+
+def run_evaluate(options: EvaluateOptions) -> None:
     from ..evaluation.evaluate import evaluate
 
     evaluate(options)
 
 
-def _predict(options: PredictOptions) -> None:
-    """``predict``: saliency maps (or cutouts) of images, from a checkpoint or an exported model."""
+def run_predict(options: PredictOptions) -> None:
     from ..evaluation.predict import predict
 
     predict(options)
 
 
-def _compare(options: CompareOptions) -> None:
-    """``compare``: the field's tables and curves for many methods on many data sets."""
+def run_compare(options: CompareOptions) -> None:
     from ..evaluation.compare import compare
 
     compare(options)
 
 
-def _export(options: ExportOptions) -> None:
-    """``export``: the trained model as one ONNX or TorchScript file of its own, or a Hugging Face Hub folder."""
+def run_export(options: ExportOptions) -> None:
     from ..export.writer import export_model
 
     export_model(options)
@@ -43,8 +173,8 @@ def _export(options: ExportOptions) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its name, its options dataclass, the function it runs with them, and the
-    ``add_parser`` texts (``help``, ``description``, ``epilog``)."""
+    """A command whose flags come from its options dataclass and that runs ``run`` with them (each
+    ``run_*`` imports its command's code when it runs)."""
 
     name: str
     options: type
@@ -53,8 +183,7 @@ class Command:
     description: str
     epilog: str | None = None
 
-    def add_to(self, sub: argparse._SubParsersAction) -> None:
-        """This command's parser in ``sub``, with one flag per option field."""
+    def add_to(self, sub: Subparsers) -> None:
         parser = sub.add_parser(self.name, help=self.help, description=self.description, epilog=self.epilog)
         add_options(parser, self.options)
         parser.set_defaults(handler=self._handle)
@@ -68,7 +197,7 @@ COMMANDS = (
     Command(
         "evaluate",
         EvaluateOptions,
-        _evaluate,
+        run_evaluate,
         help="score a checkpoint on data sets, or existing saliency maps against masks",
         description="Score a checkpoint on one or more data sets (full resolution unless --size or "
         "--max-side, batch 1), or score saliency maps already on disk (--maps/--gt). Prints one row per "
@@ -77,7 +206,7 @@ COMMANDS = (
     Command(
         "predict",
         PredictOptions,
-        _predict,
+        run_predict,
         help="write saliency maps (or cutouts) for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
         "every input image (files, or every image directly inside a folder), with PyTorch from a "
@@ -93,7 +222,7 @@ COMMANDS = (
     Command(
         "compare",
         CompareOptions,
-        _compare,
+        run_compare,
         help="tables and PR / F-measure curves of many methods on many data sets",
         description="Score every method on every data set with the code of 'evaluate --maps', and write "
         "OUT/results.json ({dataset: {method: {metric: value, count}}}), OUT/table.md, table.csv and "
@@ -110,7 +239,7 @@ COMMANDS = (
     Command(
         "export",
         ExportOptions,
-        _export,
+        run_export,
         help="write the trained model as one ONNX or TorchScript file for use outside this package, or as a "
         "folder for the Hugging Face Hub",
         description="Write R3Net's inference graph (eval mode, sigmoid output at the input's size) as one "
@@ -126,3 +255,12 @@ COMMANDS = (
         "--output r3net-duts --results comparison/results.json --trained-on DUTS-TR --repo-id me/r3net-duts",
     ),
 )
+
+
+def add_commands(sub: Subparsers) -> None:
+    """Every command's parser, in the order ``--help`` lists them."""
+    add_train(sub)
+    for command in COMMANDS:
+        command.add_to(sub)
+    add_reproduce(sub)
+    add_data_commands(sub)

@@ -1,5 +1,5 @@
-"""What every command's options share: help texts that show the default, and the flags generated
-from an options dataclass (``options.fields``) and read back into it."""
+"""The flags generated from an options dataclass (``options.fields``), with help texts that show the
+default, and the parsed command line read back into it."""
 
 from __future__ import annotations
 
@@ -16,23 +16,18 @@ T = TypeVar("T")
 
 
 def with_default(help_text: str, default: Any) -> str:
-    """``help_text`` ending in ``(default: ...)``, unless there is no default (None) or the text
-    already says what the default is. (argparse's ``ArgumentDefaultsHelpFormatter`` would add it to
-    every option, and its ``%(default)s`` cannot show a default that ``add_options`` suppresses.)"""
+    """``help_text`` ending in ``(default: ...)``, unless the default is None or the text names it.
+    (argparse's ``%(default)s`` cannot show a default that ``add_options`` suppresses.)"""
     if default is None or "default" in help_text:
         return help_text
     return f"{help_text} (default: {default})"
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
-    """One flag per option field of the dataclass ``cls`` and of the groups it composes, in field
-    order, with the field's help text (or ``help_texts[name]``), choices and argparse extras.
-    A field without a default is a required flag; fields sharing ``one_of`` form a required group
-    of mutually exclusive flags, fields sharing ``exclusive`` an optional one.
-
-    The parsed namespace holds only the options given (argparse's default is suppressed; the help
-    text shows the field's default): ``given_options`` tells them apart, ``options_from_args``
-    leaves the rest to the dataclass's defaults."""
+    """One flag per option field of ``cls`` and of the groups it composes, with the field's help text
+    (or ``help_texts[name]``). A field without a default is a required flag; fields sharing ``one_of``
+    form a required group of mutually exclusive flags, fields sharing ``exclusive`` an optional one.
+    The parsed namespace holds only the options given (argparse's default is suppressed)."""
     hints = typing.get_type_hints(cls)
     exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
     for f in dataclasses.fields(cls):
@@ -66,8 +61,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
 
 
 def _option_type(hint: object) -> type:
-    """The type argparse converts each value to: ``int`` for ``int``, ``str`` for ``str | None``
-    and for ``list[str]``."""
+    """The type argparse converts each value to: ``str`` for ``str | None`` and ``list[str]``."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if typing.get_origin(hint) is list:
@@ -81,8 +75,7 @@ def given_options(cls: type, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def options_from_args(cls: type[T], args: argparse.Namespace) -> T:
-    """The ``cls`` instance the parsed command line describes (``add_options`` made its flags):
-    the options given, and the dataclass's defaults for the others."""
+    """The ``cls`` instance of the parsed command line: the options given, the defaults for the others."""
     values = given_options(cls, args)
     for f in dataclasses.fields(typing.cast(Any, cls)):
         if is_group(f):

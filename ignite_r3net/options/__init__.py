@@ -1,18 +1,11 @@
 """What each command is asked to do, as one dataclass per command, built once from the command line
 (``cli``), checked once (``validate``) and passed whole to the command's entry function and workers.
-
-* ``fields``: the machinery: an option is a dataclass field carrying its help text and rule;
-* ``shared``: the groups several commands compose (``ProcessOptions``, ``InferenceOptions``);
-* ``evaluate``, ``predict``, ``compare``, ``export``: each command's options.
-
-``TrainConfig`` (``config.py``) is ``train``'s, saved with each run. None of these import torch,
-so ``--help`` answers at once.
+An option is a dataclass field carrying its help text and rule (``fields``); ``shared`` holds the
+groups several commands compose, ``commands`` and ``reproduce`` each command's own. ``TrainConfig``
+(``config.py``) is ``train``'s. None of these import torch, so ``--help`` answers at once.
 """
 
-from .compare import CompareOptions
-from .evaluate import EvaluateOptions
-from .export import ExportOptions
-from .predict import PredictOptions
+from .commands import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
 from .shared import InferenceOptions, ProcessOptions
 
 __all__ = [

@@ -15,8 +15,7 @@ from .fields import is_option, problem
 
 
 def load_json(path: str | Path, what: str) -> Any:
-    """The JSON value in ``path``; ``OptionError`` beginning with ``what`` when it cannot be read
-    or is no JSON."""
+    """The JSON value in ``path``; ``OptionError`` beginning with ``what`` when it cannot be read or is no JSON."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -26,13 +25,8 @@ def load_json(path: str | Path, what: str) -> Any:
 
 
 def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
-    """The values of ``path`` (a JSON object) for the dataclass ``cls``, by field name.
-
-    Raises:
-        OptionError: the file cannot be read or is no JSON object, a key is no field of ``cls``, or
-            a value has the wrong type or breaks the field's rule (the line names ``flag``, the file
-            and the key).
-    """
+    """The values of ``path`` (a JSON object) for the dataclass ``cls``, by field name; ``OptionError``
+    naming ``flag``, the file and the key for an unknown key or a value of the wrong type or rule."""
     values = load_json(path, f"{flag} {path}")
     if not isinstance(values, dict):
         raise OptionError(f"{flag} {path}: expected a JSON object of options, got {type(values).__name__}")
@@ -55,7 +49,7 @@ _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a s
 
 
 def _type_problem(value: Any, hint: Any) -> str | None:
-    """Why a JSON value does not fit a field of type ``hint`` (``int``, ``str | None``, ...), or None."""
+    """Why a JSON value does not fit a field of type ``hint``, or None."""
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     if value is None and type(None) in allowed:
         return None

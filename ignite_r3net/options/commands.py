@@ -1,0 +1,321 @@
+"""The options of ``evaluate``, ``predict``, ``compare`` and ``export``, one dataclass each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import OptionError
+from ..evaluation.comparison_table import DEFAULT_METRICS
+from ..evaluation.paper_numbers import REFERENCE_NAMES
+from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from ..metrics.keys import METRIC_KEYS, canonical_metric
+from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, group, option
+from .shared import (
+    CHECKPOINT_HELP,
+    InferenceOptions,
+    ProcessOptions,
+    backbone_option,
+    data_root_option,
+    progress_option,
+    protocol_option,
+)
+
+_FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
+_DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
+_OPSET = Rule(lambda v: v in OPSETS, f"must be between {OPSETS[0]} and {OPSETS[-1]}")
+
+
+@dataclass(kw_only=True)
+class EvaluateOptions:
+    """Everything ``evaluate`` is asked to do: a checkpoint on data sets, or saliency maps already on disk."""
+
+    checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
+    maps: str | None = option(
+        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source"
+    )
+    data: list[str] | None = option(
+        None,
+        "data set folders (MSRA10K or DUTS layout), each DIR or NAME=DIR: NAME is its table row and JSON key "
+        "(default: the folder's name); with --checkpoint",
+        nargs="+",
+        metavar="[NAME=]DIR",
+    )
+    data_root: str | None = data_root_option()
+    gt: str | None = option(
+        None,
+        "ground-truth masks matched to --maps by file stem: the masks folder, or a data set folder holding "
+        "images and masks (its masks are used)",
+        metavar="DIR",
+    )
+    protocol: str = protocol_option()
+    json_path: str | None = option(
+        None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
+    )
+    per_image: str | None = option(
+        None,
+        "also write every image's own scores as CSV: dataset, image (file stem) and the nine metrics of that "
+        "image alone: mae, adpF and adpE (at its adaptive threshold), Sm, wF, meanF and meanE (the mean of "
+        "its F and E curves over the 256 thresholds), maxF and maxE (their maximum; with --protocol r3net, "
+        "maxF from its own precision and recall). The data set's score is the mean of its images' column "
+        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem",
+        metavar="FILE.csv",
+    )
+    inference: InferenceOptions = group(InferenceOptions)
+    save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
+    processes: ProcessOptions = group(
+        ProcessOptions,
+        nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
+        "divide the cores among them unless OMP_NUM_THREADS is set)",
+    )
+    progress: bool = progress_option()
+    # not options: set by ``compare``, which names the data sets itself and prints its own tables
+    names: list[str] | None = field(default=None)
+    quiet: bool = field(default=False)
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        check_fields(self)
+        if (self.checkpoint is None) == (self.maps is None):
+            raise OptionError("give one of --checkpoint and --maps")
+        if self.maps is not None:
+            if self.gt is None:
+                raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
+            if self.data:
+                raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
+            acting_on_predictions = (
+                ("--save-maps", self.save_maps),
+                ("--crf", self.inference.crf),
+                ("--size", self.inference.size),
+                ("--max-side", self.inference.max_side),
+            )
+            for flag, given in acting_on_predictions:
+                if given:
+                    raise OptionError(f"{flag} needs --checkpoint (it acts on predictions)")
+            return
+        if self.gt is not None:
+            raise OptionError("--gt goes with --maps; with --checkpoint give the data sets as --data")
+        if not self.data:
+            raise OptionError("--checkpoint needs --data DIR [DIR ...]")
+        if self.names is not None and len(self.names) != len(self.data):
+            raise OptionError(f"{len(self.names)} data set names for {len(self.data)} --data folders")
+
+
+@dataclass(kw_only=True)
+class PredictOptions:
+    """Everything ``predict`` is asked to do: which model makes the maps, of which images, into which folder."""
+
+    checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
+    model: str | None = option(
+        None,
+        "a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), "
+        "any other name is loaded as TorchScript; same maps as --checkpoint",
+        one_of="source",
+        metavar="FILE",
+    )
+    inputs: list[str] = option(
+        help="image files and/or folders (images directly inside, sorted)", flag="--input", nargs="+", metavar="PATH"
+    )
+    output: str = option(
+        help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
+        "already holds from the same model and options (a stopped run continues where it stopped)",
+        metavar="DIR",
+    )
+    cutout: bool = option(
+        False,
+        "write a cutout instead of the gray map: an RGBA PNG of the image (RGB, EXIF orientation applied) "
+        "with the saliency map as its alpha channel, as <stem>.png in --output; the alpha is the map "
+        "predict would write, so the map is not written separately; works with --model too",
+        action="store_true",
+    )
+    threshold: float | None = option(
+        None,
+        "a hard result: 255 where the saliency (the 8-bit map / 255) is at least T, else 0; for the "
+        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps",
+        rule=_FRACTION,
+        metavar="T",
+    )
+    inference: InferenceOptions = group(InferenceOptions)
+    batch_size: int = option(
+        8,
+        "images of equal size predicted together, at most this many, and no more pixels than this many "
+        "400x300 images (larger images in smaller batches); maps equal those of batch 1 within the model's "
+        "numerics",
+        rule=POSITIVE_COUNT,
+    )
+    overwrite: bool = option(
+        False, "predict every map again, also those the folder already holds from the same model", action="store_true"
+    )
+    processes: ProcessOptions = group(
+        ProcessOptions,
+        nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; see --device); the images "
+        "are dealt to them and the maps are those of one process; under torchrun or srun, leave it out",
+    )
+    progress: bool = progress_option()
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        check_fields(self)
+        if (self.checkpoint is None) == (self.model is None):
+            raise OptionError("give one of --checkpoint and --model")
+        if self.model is not None:
+            if self.inference.backbone is not None:
+                raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
+            if self.inference.amp != "off":
+                raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
+
+@dataclass(kw_only=True)
+class CompareOptions:
+    """Everything ``compare`` is asked to do: the data sets, the methods, the output folder, the tables' form."""
+
+    datasets: list[str] = option(
+        help="data sets: DIR is the masks folder (maps are matched to its masks by file stem), or a data "
+        "set folder holding images and masks (images/ + masks/, Imgs/ + GT/, DUTS-TE-Image/ + DUTS-TE-Mask/, "
+        "or name.jpg beside name.png), which checkpoint methods need for their images; a masks folder "
+        "inside such a folder works too",
+        nargs="+",
+        metavar="NAME=DIR",
+    )
+    data_root: str | None = data_root_option()
+    methods: list[str] = option(
+        help="methods: SOURCE is a folder with one subfolder of maps per data set NAME (SOURCE/<dataset>/"
+        "<stem>.png, as released maps come; a folder matching the name up to case and punctuation is "
+        "accepted), or a checkpoint: a file, or hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format "
+        "hub'), whose maps are first made as by 'evaluate --save-maps' into OUT/maps/<method>/<dataset> and "
+        "kept for the next run",
+        nargs="+",
+        metavar="NAME=SOURCE",
+    )
+    out: str = option(help="output folder (created; rerun into it to reuse)", metavar="OUT")
+    metrics: list[str] = option(
+        default_factory=lambda: list(DEFAULT_METRICS),
+        help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (any case; results.json "
+        f"always holds all nine); default: {' '.join(DEFAULT_METRICS)}",
+        nargs="+",
+        metavar="METRIC",
+    )
+    protocol: str = protocol_option()
+    reference: list[str] | None = option(
+        None,
+        "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
+        "given by a standard name or alias: r3net-paper (the paper's table) and r3net-released-maps (the "
+        "authors' released maps scored by a public evaluation); each number's source is in the table's note "
+        "and in the package's evaluation/paper_numbers.json",
+        nargs="+",
+        choices=REFERENCE_NAMES,
+        metavar="NAME",
+    )
+    allow_missing: bool = option(
+        False,
+        "score a method that lacks some maps of a data set on the maps it has (the cell is marked "
+        "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
+        action="store_true",
+    )
+    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS)
+    show: int = option(
+        6,
+        "images in the visual comparison OUT/figures/visual_<dataset>.png and .pdf (one row per image: the "
+        "image, the ground truth, each method's map in command-line order; 7.16 in wide, 300 dpi cells, "
+        "vector PDF): the N images where the methods' MAE differs most (with one method: where its MAE is "
+        "largest), ties broken by name; 0 draws none. A data set given as a masks folder without images "
+        "has no image column; a missing map is a grey cell marked 'missing'",
+        rule=NOT_NEGATIVE,
+        metavar="N",
+    )
+    show_stems: list[str] | None = option(
+        None,
+        "the images of the visual comparison, by file name without extension, in this order (instead of "
+        "--show's choice); each data set's figure shows those among its images",
+        nargs="+",
+        metavar="STEM",
+    )
+    inference: InferenceOptions = group(InferenceOptions)
+    processes: ProcessOptions = group(
+        ProcessOptions,
+        nproc="processes for scoring (and for checkpoint inference): on GPUs one per GPU, at most as many as the "
+        "GPUs (--device cpu: CPU processes); the numbers are those of one process",
+    )
+    progress: bool = progress_option()
+
+    def __post_init__(self) -> None:
+        # names in any case (maxf -> maxF); unknown ones stay for validate to name
+        self.metrics = [canonical_metric(m) or m for m in self.metrics]
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        unknown = [m for m in self.metrics if m not in METRIC_KEYS]
+        if unknown:
+            raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
+        if len(set(self.metrics)) != len(self.metrics):
+            raise OptionError(f"--metrics: a metric is given twice: {' '.join(self.metrics)}")
+        check_fields(self)
+
+
+@dataclass(kw_only=True)
+class ExportOptions:
+    """Everything ``export`` is asked to do: which checkpoint, written as which format, to which file."""
+
+    checkpoint: str = option(help=CHECKPOINT_HELP)
+    format: str = option(
+        help="onnx (torch.onnx's torch.export-based exporter; run it with onnxruntime or another ONNX "
+        "runtime; needs the onnx extra), torchscript (torch.jit.trace; load it with torch.jit.load or "
+        "libtorch C++) or hub (a folder to upload to the Hugging Face Hub: model.safetensors, config.json "
+        "and a model card README.md; then any command takes --checkpoint hf-hub:ORG/NAME)",
+        choices=FORMATS,
+    )
+    output: str = option(
+        help=f"file to write: ending in {SUFFIXES['onnx']} for onnx, {SUFFIXES['torchscript']} for torchscript, "
+        "an existing file is replaced; for hub, a folder that is new, empty or holds an earlier hub export "
+        "(replaced whole)",
+        metavar="PATH",
+    )
+    opset: int | None = option(
+        None,
+        f"ONNX opset, {OPSETS[0]} to {OPSETS[-1]} (default: {DEFAULT_OPSET}, the oldest, which the most "
+        "runtimes read); onnx only",
+        rule=_OPSET,
+        metavar="N",
+    )
+    backbone: str | None = backbone_option()
+    # the model card of --format hub
+    results: str | None = option(
+        None,
+        "hub: the evaluation table of the model card, from the results.json of 'evaluate --json' (one "
+        "row per data set) or of 'compare' (every method, as compare's table.md)",
+        metavar="FILE",
+    )
+    license: str | None = option(
+        None,
+        "hub: the licence id in the model card's metadata (a Hugging Face id: mit, apache-2.0, "
+        "cc-by-nc-4.0, other, ...; default: mit, this package's); the weights may carry only what the "
+        "training data's and starting weights' terms allow",
+        metavar="ID",
+    )
+    trained_on: list[str] | None = option(
+        None,
+        "hub: the training data sets (names or Hub dataset ids, e.g. DUTS-TR) for the model card's "
+        "'datasets' metadata; default: none listed (the card shows the run's data folders)",
+        nargs="+",
+        metavar="NAME",
+    )
+    repo_id: str | None = option(
+        None,
+        "hub: the repository the folder will be uploaded to, for the model card's usage lines "
+        "(--checkpoint hf-hub:ORG/NAME); default: the placeholder ORG/NAME",
+        metavar="ORG/NAME",
+    )
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        check_fields(self)
+        if self.opset is not None and self.format != "onnx":
+            raise OptionError("--opset applies to --format onnx only")
+        card = {"--results": self.results, "--license": self.license, "--trained-on": self.trained_on}
+        card["--repo-id"] = self.repo_id
+        given = [flag for flag, value in card.items() if value]
+        if given and self.format != "hub":
+            raise OptionError(f"{given[0]} applies to --format hub only (it goes into the model card)")
+
+    @property
+    def onnx_opset(self) -> int:
+        return DEFAULT_OPSET if self.opset is None else self.opset
