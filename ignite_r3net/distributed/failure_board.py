@@ -1,13 +1,12 @@
 """A rank that fails tells every rank of the job, on every node, through the job's store.
 
-A rank blocked in a collective does not always notice that a peer died: NCCL's kernel waits for a
-peer on another node until the watchdog aborts the process at ``--dist-timeout``, with no line. So
-the first rank that fails writes its one line into the TCP store the job's processes share (the
-store of the rendezvous: node 0's launcher's, torchrun's agent's, or rank 0's), a channel apart
-from the collective, and a thread of every rank watches it (``watching_for_failures``). A rank that
-finds a line there aborts its process group, which ends NCCL's collectives with an error so that
-the main thread reports the line as its own failure; a main thread still blocked ``GRACE_S`` later
-(gloo's waits, a store wait: nothing another thread can interrupt) ends with the process.
+A rank blocked in a collective does not always notice that a peer died: NCCL's kernel waits for a peer on another
+node until the watchdog aborts the process at ``--dist-timeout``, with no line. So the first rank that fails writes
+its line into the TCP store the job's processes share (node 0's launcher's, torchrun's agent's, or rank 0's), a
+channel apart from the collective, and a thread of every rank watches it. A rank that finds a line there aborts its
+process group, which ends NCCL's collectives with an error so that the main thread reports the line as its own
+failure; a main thread still blocked ``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can
+interrupt) ends with the process.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ SEEN_WAIT_S = 5.0  # how long the failed process keeps the store for the others 
 CHILDREN_GRACE_S = 2.0  # DataLoader workers of a process that must end: SIGTERM, then SIGKILL
 
 
-def host() -> str:
-    """This machine's name, as the failure line gives it."""
+def host() -> str:  # as the failure line names this machine
     return socket.gethostname()
 
 
@@ -44,8 +42,8 @@ def _key(name: str) -> str:
 
 
 def job_store() -> Any | None:
-    """The TCP store of this process's group (unprefixed: the launcher of a multi-node job reads
-    it too), or None outside a process group or for a group formed on another kind of store."""
+    """The TCP store of this process's group, unprefixed (the launcher of a multi-node job reads it too); None
+    outside a process group or for a group formed on another kind of store."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     store = distributed_c10d._get_default_store()
@@ -62,10 +60,9 @@ def published(store: Any) -> str | None:
 
 
 def publish(store: Any, line: str, readers: int) -> str:
-    """Record ``line`` as the job's failure unless another process recorded one first; return the
-    line the job ends with. This process may serve the store (rank 0, node 0's launcher): the
-    first to publish keeps it up until the ``readers`` others have read the line, ``SEEN_WAIT_S``
-    at most (a dead rank never reads)."""
+    """Record ``line`` as the job's failure unless another process recorded one first; return the line the job
+    ends with. This process may serve the store (rank 0, node 0's launcher), so the first to publish keeps it up
+    until the ``readers`` others have read the line, ``SEEN_WAIT_S`` at most (a dead rank never reads)."""
     first = bytes(store.compare_set(_key("line"), "", line)).decode()
     if first == line:
         deadline = time.monotonic() + SEEN_WAIT_S
@@ -85,8 +82,7 @@ def publish_quietly(store: Any | None, line: str, readers: int) -> str:
 
 
 class FailureWatch:
-    """A thread that reads the job's store every ``POLL_S`` for another rank's failure and ends
-    this process when one appears (see the module's docstring)."""
+    """A thread that reads the job's store every ``POLL_S`` for another rank's failure and ends this process."""
 
     def __init__(self, store: Any, readers: int, spawned: bool) -> None:
         self._store = store.clone()  # its own connection: the main thread may block in the store
@@ -99,8 +95,7 @@ class FailureWatch:
             self._thread = threading.Thread(target=self._watch, name="failure-watch", daemon=True)
             self._thread.start()
 
-    def main_left(self) -> None:
-        """The main thread left the job's work (returned or raised): the watch stops."""
+    def main_left(self) -> None:  # the main thread returned or raised: the watch stops
         self._main_left.set()
 
     def stop(self) -> None:
@@ -156,8 +151,8 @@ class FailureWatch:
 
 
 def _abort_group() -> None:
-    """Abort the default group's communicators: NCCL's collectives then end with an error in the
-    main thread (gloo ignores it). The group stays registered, for ignite's clean-up to destroy."""
+    """Abort the default group's communicators: NCCL's collectives then end with an error in the main thread
+    (gloo ignores it). The group stays registered, for ignite's clean-up to destroy."""
     try:
         distributed_c10d._get_default_group().abort()
     except (RuntimeError, ValueError):
@@ -165,13 +160,12 @@ def _abort_group() -> None:
 
 
 def _end_process(line: str, print_line: bool) -> None:
-    """End this process with the job's failure ``line`` (printed here unless a launcher of ours
-    reports it) and its DataLoader workers with it.
+    """End this process and its DataLoader workers with the job's failure ``line`` (printed here unless a launcher
+    of ours reports it).
 
-    The one hard exit of the package. Its cause: the main thread is blocked in C++ (gloo waiting
-    for a dead peer until --dist-timeout, a store wait, a CUDA sync) and no thread can interrupt
-    that: a signal's Python handler runs only once the call returns, and an exception can only be
-    raised in the main thread between bytecodes."""
+    The one hard exit of the package. Its cause: the main thread is blocked in C++ (gloo waiting for a dead peer
+    until --dist-timeout, a store wait, a CUDA sync) and no thread can interrupt that: a signal's Python handler
+    runs only once the call returns, and an exception can only be raised in the main thread between bytecodes."""
     if print_line:
         print(f"error: {line}", file=sys.stderr, flush=True)
     stop_children(CHILDREN_GRACE_S)
@@ -182,8 +176,7 @@ def _end_process(line: str, print_line: bool) -> None:
 
 @contextmanager
 def watching_for_failures(spawned: bool) -> Iterator[FailureWatch | None]:
-    """A ``FailureWatch`` over this process's group for the block (None outside a group of more
-    than one process)."""
+    """A ``FailureWatch`` over this process's group for the block (None outside a group of several processes)."""
     store = job_store()
     if store is None or dist.get_world_size() < 2:
         yield None

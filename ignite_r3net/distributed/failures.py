@@ -1,10 +1,6 @@
-"""A failed worker becomes one line: ``rank N failed on HOST: <type>: <cause>``, its traceback in
-a file, and every other rank of the job ends with the same line.
-
-``run_reporting_failures`` is the entry every worker runs; the launching process turns what a
-spawned worker raised into the error to report with ``spawn_failure``. The line travels to the
-other ranks through the job's store (``failure_board``), not through the collective they may be
-blocked in.
+"""A failed worker becomes one line, ``rank N failed on HOST: <type>: <cause>``, with its traceback in a file;
+every other rank of the job ends with the same line, which travels through the job's store
+(``failure_board``), not through the collective they may be blocked in.
 """
 
 from __future__ import annotations
@@ -48,12 +44,14 @@ def run_reporting_failures(
             if isinstance(e, SystemExit) and not e.code:
                 raise
             raise _failure(e, traceback_dir, watch) from None
-    _release_worker_state()
+    # collect what fn built before ignite destroys the process group (right after this returns): the Engine's
+    # handler cycles hold the DDP model, whose Reducer keeps the gloo group alive; left to the collector, the
+    # group is never destroyed and its threads are torn down with the interpreter
+    gc.collect()
 
 
 def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | None) -> BaseException:
-    """What a worker whose ``fn`` failed with ``e`` raises: ``Terminated`` after SIGTERM, else
-    ``WorkerFailed`` with the job's line (another rank's, when one failed first)."""
+    """``Terminated`` after SIGTERM, else ``WorkerFailed`` with the job's line (another rank's, if it failed first)."""
     if terminating():
         # after SIGTERM, a peer or DataLoader worker that the same signal ended is no failure
         # of this rank (and ``Terminated`` may have been swallowed in a fork hook)
@@ -68,21 +66,12 @@ def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | 
 
 
 def _peer_lost_line(e: BaseException) -> str:
-    """The cause of ``e`` in one line; a peer that went away (no rank published why: it was
-    killed, or its node was lost) in words that say what happened, whatever the backend's; the
-    traceback file keeps the backend's own."""
+    """The cause of ``e`` in one line; a lost peer (killed, or its node lost: no rank published why) in words that
+    say so, whatever the backend's (the traceback file keeps those)."""
     message = error_line(e, default="")
     if isinstance(e, dist.DistNetworkError) or any(words in message for words in _PEER_LOST):
         return "lost the connection to another rank, which failed or was stopped (its own error says why)"
     return message
-
-
-def _release_worker_state() -> None:
-    """Collect what ``fn`` built before ignite destroys the process group (right after this entry
-    returns). The Engine's handler cycles hold the DDP model, whose Reducer keeps the gloo group
-    alive: left to the collector, the group is never destroyed and its threads are torn down with
-    the interpreter."""
-    gc.collect()
 
 
 def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
@@ -97,9 +86,8 @@ def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
 
 
 def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
-    """The error a spawned worker's failure is reported as, from the exception torch's spawn
-    re-raised (which holds the worker's traceback as text); ``first_rank``: the rank of this
-    node's first worker."""
+    """The error a spawned worker's failure is reported as, from the exception torch's spawn re-raised (the
+    worker's traceback as text); ``first_rank``: the rank of this node's first worker."""
     rank = first_rank + getattr(e, "error_index", 0)
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
