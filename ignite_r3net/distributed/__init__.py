@@ -2,6 +2,6 @@
 
 ``launch`` runs ``fn(local_rank, arg)`` on every worker; ``topology`` (how many processes, where they meet),
 ``devices``, ``slurm`` and ``torchrun`` say how; ``rendezvous`` makes separately started processes meet;
-``signals``, ``failures`` and ``failure_board`` end the whole job with one line on SIGTERM, Ctrl-C or a failed
-rank; ``process_setup`` holds per-process settings; ``ranks`` holds ``rank_zero_only`` and the typed collectives.
+``signals`` and ``failures`` end the whole job, on every node, with one line on SIGTERM, Ctrl-C or a failed rank;
+``process_setup`` holds per-process settings; ``ranks`` holds ``rank_zero_only`` and the typed collectives.
 """
