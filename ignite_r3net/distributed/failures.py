@@ -230,14 +230,11 @@ class FailureWatch:
             if self._main_left.is_set():
                 return  # the line may be this rank's own, published after its main thread left
             if line is not None:
-                self._end_for(line)
+                self._read(line)
+                _abort_group()
+                if not self._main_left.wait(GRACE_S):
+                    _end_process(line, print_line=not self._spawned)
                 return
-
-    def _end_for(self, line: str) -> None:
-        self._read(line)
-        _abort_group()
-        if not self._main_left.wait(GRACE_S):
-            _end_process(line, print_line=not self._spawned)
 
 
 def _abort_group() -> None:

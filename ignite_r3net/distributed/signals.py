@@ -32,7 +32,7 @@ def raise_on_sigterm() -> Any:
 
     def terminate(signum: int, frame: Any) -> None:
         _terminating.set()
-        signal.signal(signal.SIGCHLD, _ignore_signal)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, terminate)
@@ -42,10 +42,6 @@ def restore_sigterm(previous: Any) -> None:
     """Put back the SIGTERM handler ``raise_on_sigterm`` replaced (None: it replaced none)."""
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _ignore_signal(signum: int, frame: Any) -> None:
-    pass
 
 
 def terminating() -> bool:
