@@ -1,30 +1,44 @@
-"""A failed worker becomes one line: ``rank N failed on HOST: <type>: <cause>``, its traceback in
-a file, and every other rank of the job ends with the same line.
+"""A failed worker becomes one line, ``rank N failed on HOST: <type>: <cause>``, with its traceback in a file, and
+every rank of the job, on every node, ends with that line.
 
-``run_reporting_failures`` is the entry every worker runs; the launching process turns what a
-spawned worker raised into the error to report with ``spawn_failure``. The line travels to the
-other ranks through the job's store (``failure_board``), not through the collective they may be
-blocked in.
+A rank blocked in a collective does not always notice that a peer died: NCCL's kernel waits for a peer on another
+node until the watchdog aborts the process at ``--dist-timeout``, with no line. So the first rank that fails writes
+its line into the TCP store the job's processes share (node 0's launcher's, torchrun's agent's, or rank 0's), a
+channel apart from the collective, and a thread of every rank watches it. A rank that finds a line there aborts its
+process group, which ends NCCL's collectives with an error so that the main thread reports the line as its own
+failure; a main thread still blocked ``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can
+interrupt) ends with the process.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import socket
+import sys
+import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from ..console import tolerate_closed_console
 from ..errors import RanksDisagree, Terminated, UserError, WorkerFailed, error_line
-from .failure_board import FailureWatch, host, watching_for_failures
-from .signals import ignore_interrupts_in_worker, terminating
+from .signals import ignore_interrupts_in_worker, stop_children, terminating, threads_leave_signals_to_main
 
 T = TypeVar("T")
+
+POLL_S = 1.0  # how often a rank reads the store; every rank adds one request per period
+GRACE_S = 10.0  # how long the main thread has to end by itself once the failure is known
+SEEN_WAIT_S = 5.0  # how long the failed process keeps the store for the others to read its line
+CHILDREN_GRACE_S = 2.0  # DataLoader workers of a process that must end: SIGTERM, then SIGKILL
 
 # gloo's and NCCL's words for a peer that went away
 _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
@@ -48,12 +62,14 @@ def run_reporting_failures(
             if isinstance(e, SystemExit) and not e.code:
                 raise
             raise _failure(e, traceback_dir, watch) from None
-    _release_worker_state()
+    # collect what fn built before ignite destroys the process group (right after this returns): the Engine's
+    # handler cycles hold the DDP model, whose Reducer keeps the gloo group alive; left to the collector, the
+    # group is never destroyed and its threads are torn down with the interpreter
+    gc.collect()
 
 
 def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | None) -> BaseException:
-    """What a worker whose ``fn`` failed with ``e`` raises: ``Terminated`` after SIGTERM, else
-    ``WorkerFailed`` with the job's line (another rank's, when one failed first)."""
+    """``Terminated`` after SIGTERM, else ``WorkerFailed`` with the job's line (another rank's, if it failed first)."""
     if terminating():
         # after SIGTERM, a peer or DataLoader worker that the same signal ended is no failure
         # of this rank (and ``Terminated`` may have been swallowed in a fork hook)
@@ -68,21 +84,12 @@ def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | 
 
 
 def _peer_lost_line(e: BaseException) -> str:
-    """The cause of ``e`` in one line; a peer that went away (no rank published why: it was
-    killed, or its node was lost) in words that say what happened, whatever the backend's; the
-    traceback file keeps the backend's own."""
+    """The cause of ``e`` in one line; a lost peer (killed, or its node lost: no rank published why) in words that
+    say so, whatever the backend's (the traceback file keeps those)."""
     message = error_line(e, default="")
     if isinstance(e, dist.DistNetworkError) or any(words in message for words in _PEER_LOST):
         return "lost the connection to another rank, which failed or was stopped (its own error says why)"
     return message
-
-
-def _release_worker_state() -> None:
-    """Collect what ``fn`` built before ignite destroys the process group (right after this entry
-    returns). The Engine's handler cycles hold the DDP model, whose Reducer keeps the gloo group
-    alive: left to the collector, the group is never destroyed and its threads are torn down with
-    the interpreter."""
-    gc.collect()
 
 
 def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
@@ -97,9 +104,8 @@ def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
 
 
 def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
-    """The error a spawned worker's failure is reported as, from the exception torch's spawn
-    re-raised (which holds the worker's traceback as text); ``first_rank``: the rank of this
-    node's first worker."""
+    """The error a spawned worker's failure is reported as, from the exception torch's spawn re-raised (the
+    worker's traceback as text); ``first_rank``: the rank of this node's first worker."""
     rank = first_rank + getattr(e, "error_index", 0)
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
@@ -110,3 +116,160 @@ def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
         # killed without a word (SIGKILL, the kernel's out-of-memory killer): torch says how
         return WorkerFailed(f"rank {rank} failed on {host()}: its process exited unexpectedly ({last})")
     return WorkerFailed(f"rank {rank} failed on {host()}: {last}")
+
+
+# the board: the job's first failure line in its store, and the thread of every rank that watches it
+
+
+def host() -> str:  # as the failure line names this machine
+    return socket.gethostname()
+
+
+def _key(name: str) -> str:
+    # torchrun's agent keeps its store across restarts (--max-restarts): an attempt must not read
+    # the failure that ended the one before it
+    return f"ignite_r3net/failure/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
+
+
+def job_store() -> Any | None:
+    """The TCP store of this process's group, unprefixed (the launcher of a multi-node job reads it too); None
+    outside a process group or for a group formed on another kind of store."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    store = distributed_c10d._get_default_store()
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return store if isinstance(store, dist.TCPStore) else None
+
+
+def published(store: Any) -> str | None:
+    """The line of the job's first failure, or None while no process failed."""
+    if not store.check([_key("line")]):
+        return None
+    return bytes(store.get(_key("line"))).decode()
+
+
+def publish(store: Any, line: str, readers: int) -> str:
+    """Record ``line`` as the job's failure unless another process recorded one first; return the line the job
+    ends with. This process may serve the store (rank 0, node 0's launcher), so the first to publish keeps it up
+    until the ``readers`` others have read the line, ``SEEN_WAIT_S`` at most (a dead rank never reads)."""
+    first = bytes(store.compare_set(_key("line"), "", line)).decode()
+    if first == line:
+        deadline = time.monotonic() + SEEN_WAIT_S
+        while store.add(_key("seen"), 0) < readers and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return first
+
+
+def publish_quietly(store: Any | None, line: str, readers: int) -> str:
+    """``publish``, or ``line`` itself where there is no store or it is gone."""
+    if store is None:
+        return line
+    try:
+        return publish(store, line, readers)
+    except dist.DistError:
+        return line
+
+
+class FailureWatch:
+    """A thread that reads the job's store every ``POLL_S`` for another rank's failure and ends this process."""
+
+    def __init__(self, store: Any, readers: int, spawned: bool) -> None:
+        self._store = store.clone()  # its own connection: the main thread may block in the store
+        self._readers = readers
+        self._spawned = spawned
+        self._main_left = threading.Event()
+        self._lock = threading.Lock()
+        self.failure: str | None = None
+        with threads_leave_signals_to_main():
+            self._thread = threading.Thread(target=self._watch, name="failure-watch", daemon=True)
+            self._thread.start()
+
+    def main_left(self) -> None:  # the main thread returned or raised: the watch stops
+        self._main_left.set()
+
+    def stop(self) -> None:
+        self.main_left()
+        self._thread.join(POLL_S + 1.0)
+
+    def peer_failure(self) -> str | None:
+        """Another rank's failure line, if one is published (this rank read it, or reads it now)."""
+        if self.failure is None:
+            try:
+                line = published(self._store)
+            except dist.DistError:
+                return None
+            if line is not None:
+                self._read(line)
+        return self.failure
+
+    def report(self, line: str) -> str:
+        """Publish this rank's failure ``line``; return the job's (an earlier one may have won)."""
+        first = publish_quietly(self._store, line, self._readers)
+        if first != line:
+            self._read(first)
+        return first
+
+    def _read(self, line: str) -> None:
+        """Keep the job's failure ``line`` and tell its publisher this rank has read it (once)."""
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = line
+        try:
+            self._store.add(_key("seen"), 1)
+        except dist.DistError:
+            pass
+
+    def _watch(self) -> None:
+        while not self._main_left.wait(POLL_S):
+            try:
+                line = published(self._store)
+            except dist.DistError:
+                return  # the store's process ended: the job is over or ends by itself
+            if self._main_left.is_set():
+                return  # the line may be this rank's own, published after its main thread left
+            if line is not None:
+                self._read(line)
+                _abort_group()
+                if not self._main_left.wait(GRACE_S):
+                    _end_process(line, print_line=not self._spawned)
+                return
+
+
+def _abort_group() -> None:
+    """Abort the default group's communicators: NCCL's collectives then end with an error in the main thread
+    (gloo ignores it). The group stays registered, for ignite's clean-up to destroy."""
+    try:
+        distributed_c10d._get_default_group().abort()
+    except (RuntimeError, ValueError):
+        pass  # no group, or none left to abort
+
+
+def _end_process(line: str, print_line: bool) -> None:
+    """End this process and its DataLoader workers with the job's failure ``line`` (printed here unless a launcher
+    of ours reports it).
+
+    The one hard exit of the package. Its cause: the main thread is blocked in C++ (gloo waiting for a dead peer
+    until --dist-timeout, a store wait, a CUDA sync) and no thread can interrupt that: a signal's Python handler
+    runs only once the call returns, and an exception can only be raised in the main thread between bytecodes."""
+    if print_line:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    stop_children(CHILDREN_GRACE_S)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@contextmanager
+def watching_for_failures(spawned: bool) -> Iterator[FailureWatch | None]:
+    """A ``FailureWatch`` over this process's group for the block (None outside a group of several processes)."""
+    store = job_store()
+    if store is None or dist.get_world_size() < 2:
+        yield None
+        return
+    watch = FailureWatch(store, dist.get_world_size() - 1, spawned)
+    try:
+        yield watch
+    finally:
+        watch.stop()

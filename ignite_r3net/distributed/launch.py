@@ -1,12 +1,6 @@
-"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job.
-
-It spawns workers through ``idist.Parallel``, joins the group of a job whose ranks were started
-by torchrun or srun, or runs ``fn`` in this process, as ``spec`` and the environment say. Processes
-started separately first meet in Python (``rendezvous.meet``), announcing where and waiting at
-most ``--dist-timeout``. A failure in any worker becomes one ``WorkerFailed`` line naming the rank
-and the cause (the traceback goes to ``<traceback_dir>/error-rank<N>.log``); spawned siblings are
-stopped, and the ranks of the other nodes end with the same line (``failure_board``), so the job
-ends with a non-zero exit code instead of hanging in a collective.
+"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job, as ``spec`` and the
+environment say: spawned through ``idist.Parallel``, as one rank of a group whose ranks torchrun or srun started,
+or in this process. Processes started separately first meet in Python (``rendezvous.meet``).
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ import torch
 from ..console import quiet_library_logs
 from ..errors import UserError, WorkerFailed
 from .devices import local_rank_on_its_gpu
-from .failure_board import publish_quietly
-from .failures import run_reporting_failures, spawn_failure
+from .failures import publish_quietly, run_reporting_failures, spawn_failure
 from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
 from .rendezvous import Meeting, meet
 from .signals import raise_on_sigterm, restore_sigterm, stop_children
@@ -63,11 +56,10 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
-    """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed.
-
-    Raises ``Terminated`` (SIGTERM) or ``KeyboardInterrupt`` (Ctrl-C) after stopping the spawned
-    workers, ``RendezvousFailed`` when the processes of the job did not meet, ``RanksDisagree``
-    when they were started differently."""
+    """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed (its traceback
+    goes to ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` (SIGTERM) or ``KeyboardInterrupt`` (Ctrl-C)
+    after stopping the spawned workers, ``RendezvousFailed`` when the job's processes did not meet,
+    ``RanksDisagree`` when they were started differently."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
@@ -91,9 +83,8 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
 
 
 def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> UserError:
-    """The error this node's launcher ends with: the job's first failure as the store of a
-    multi-node job records it (this node's worker may have ended for another node's failed rank),
-    else what this node's worker raised; a worker that died without a word (SIGKILL, the kernel's
+    """The job's first failure as the store of a multi-node job records it (this node's worker may have ended for
+    another node's failed rank), else ``failure``; a worker that died without a word (SIGKILL, the kernel's
     out-of-memory killer) is announced to the other nodes here."""
     if store is None or not isinstance(failure, WorkerFailed):
         return failure
@@ -102,9 +93,9 @@ def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> 
 
 @contextmanager
 def joined_group(spec: LaunchSpec) -> Iterator[None]:
-    """This process as one rank of a job whose ranks were started separately (torchrun, srun, or
-    torch's variables set by hand): meet, form the group with ``--dist-timeout``, and destroy it
-    at the end. ignite's ``Parallel`` would join without the timeout (c10d's 30 minutes)."""
+    """This process as one rank of a job whose ranks were started separately (torchrun, srun, or torch's variables
+    set by hand): meet, form the group with ``--dist-timeout`` (ignite's ``Parallel`` would join without it:
+    c10d's 30 minutes), and destroy it at the end."""
     backend = spec.resolved_backend
     endpoint = rendezvous_endpoint(spec)
     task = spec.slurm
@@ -135,9 +126,8 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
 
 @contextmanager
 def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
-    """For the nodes of a multi-node launch (``--nnodes``, or one srun task per node): meet before
-    spawning, node 0 serving the store that every node's workers then use; the block gets the
-    store (None for a launch on one node)."""
+    """The nodes of a multi-node launch (``--nnodes``, or one srun task per node) meet before spawning; the block
+    gets the store node 0 serves, which every node's workers then use (None for a launch on one node)."""
     if not spec.spawns() or spec.spawns_alone():
         yield None
         return

@@ -13,22 +13,18 @@ import torch
 
 
 def freeze_long_lived_objects() -> None:
-    """Exempt every object alive now from the cyclic garbage collector for the rest of the process.
-
-    torch, torchvision and ignite leave about a million import-time objects that live until exit;
-    without the freeze every full collection, several of them at interpreter shutdown, walks them
-    all. Frozen pages are also not copied into forked DataLoader workers."""
+    """Exempt every object alive now from the cyclic garbage collector for the rest of the process: torch,
+    torchvision and ignite leave about a million import-time objects that every full collection (several at
+    interpreter shutdown) would walk. Frozen pages are also not copied into forked DataLoader workers."""
     gc.collect()
     gc.freeze()
 
 
 def quiet_launcher_logs() -> None:
-    """Silence what would repeat our one-line error: torch's "Terminating process N via signal
-    SIGTERM" when a rank fails, and the resource tracker's "leaked semaphore" warning about the
-    DataLoader workers of ranks that were terminated (their clean-up is right).
-
-    The resource tracker starts later, in whichever process first needs it, and takes its
-    warning filters from the environment, hence ``PYTHONWARNINGS``."""
+    """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" when a
+    rank fails, and the resource tracker's "leaked semaphore" warning about the DataLoader workers of terminated
+    ranks (their clean-up is right). The resource tracker starts later, in whichever process first needs it, and
+    takes its warning filters from the environment, hence ``PYTHONWARNINGS``."""
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     quiet = "ignore:resource_tracker:UserWarning"
     current = os.environ.get("PYTHONWARNINGS", "")
@@ -45,9 +41,8 @@ def available_cpus() -> int:
 
 
 def worker_thread_count(device: torch.device, limit: int | None = None) -> int:
-    """The torch threads one worker on ``device`` should use: ``OMP_NUM_THREADS`` when set, else
-    its share of the host's cores (``available_cpus() // processes on this node``), at most
-    ``limit``. On a GPU the count is left as it is (the CPU only feeds the device)."""
+    """The torch threads one worker on ``device`` should use, at most ``limit``: ``OMP_NUM_THREADS`` when set,
+    else its share of the host's cores. On a GPU the count is left as it is (the CPU only feeds the device)."""
     if device.type != "cpu" or "OMP_NUM_THREADS" in os.environ:
         threads = torch.get_num_threads()
     else:
@@ -58,8 +53,7 @@ def worker_thread_count(device: torch.device, limit: int | None = None) -> int:
 
 
 def set_worker_threads(device: torch.device, limit: int | None = None) -> int:
-    """Give this worker ``worker_thread_count(device, limit)`` torch threads; returns the count.
-    Every worker entry calls it (training, evaluation, scoring, prediction)."""
+    """Give this worker ``worker_thread_count(device, limit)`` torch threads; returns the count."""
     threads = worker_thread_count(device, limit)
     if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
@@ -68,8 +62,8 @@ def set_worker_threads(device: torch.device, limit: int | None = None) -> int:
 
 @contextmanager
 def worker_threads(device: torch.device, limit: int | None = None) -> Iterator[int]:
-    """``set_worker_threads`` for the block, restoring the count after it: for workers that may
-    run inside the launching process (``--nproc 1``), which goes on with its own setting."""
+    """``set_worker_threads`` for the block, for workers that may run inside the launching process
+    (``--nproc 1``): it goes on with its own count afterwards."""
     before = torch.get_num_threads()
     try:
         yield set_worker_threads(device, limit)

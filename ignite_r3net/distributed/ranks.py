@@ -8,30 +8,26 @@ from typing import Any, cast
 import ignite.distributed as idist
 import torch
 
+# run the wrapped function on rank 0 only (files, TensorBoard, the console); every rank still calls
+# it, so it never hides a collective
 rank_zero_only = idist.one_rank_only(rank=0)
-"""Decorator: run the wrapped function on rank 0 only (files, TensorBoard, the console). Every rank
-still calls it, so it never hides a collective."""
 
 
 # ignite types each collective for tensors, numbers and strings at once; these say which
 def all_reduce_tensor(tensor: torch.Tensor, op: str = "SUM") -> torch.Tensor:
-    """``idist.all_reduce`` of a tensor (``op``: ``"SUM"``, ``"MIN"``, ...), across all ranks."""
     return cast(torch.Tensor, idist.all_reduce(tensor, op=op))
 
 
 def broadcast_tensor(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-    """``idist.broadcast`` of a tensor: rank ``src``'s values on every rank."""
     return cast(torch.Tensor, idist.broadcast(tensor, src=src))
 
 
 def all_gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """``idist.all_gather`` of a tensor: every rank's, concatenated along the first dimension in
-    rank order (the tensors must have one shape)."""
+    """Every rank's ``tensor`` (all of one shape), concatenated along the first dimension in rank order."""
     return cast(torch.Tensor, idist.all_gather(tensor))
 
 
 def all_gather_strings(text: str) -> list[str]:
-    """``idist.all_gather`` of a string: every rank's, in rank order."""
     return cast(list[str], idist.all_gather(text))
 
 
@@ -46,6 +42,5 @@ def _rank_zero() -> bool:
 
 
 def is_rank_zero() -> bool:
-    """Whether this process is rank 0: for settings of work every rank does but only rank 0 shows
-    (a progress bar). Work that only rank 0 does is a ``rank_zero_only`` function instead."""
+    """For work every rank does but only rank 0 shows (a progress bar); rank-0-only work uses ``rank_zero_only``."""
     return bool(_rank_zero())

@@ -1,19 +1,18 @@
-"""The rendezvous of processes started separately (srun tasks, ranks started with torch's variables,
-the nodes of a multi-node launch): they meet at a TCP store in Python first, and c10d then forms
-the process group among processes that are all there.
+"""The rendezvous of processes started separately (srun tasks, ranks started with torch's variables, the nodes of
+a multi-node launch): they meet at a TCP store in Python first, and c10d then forms the process group among
+processes that are all there.
 
-Why not let c10d wait: it waits for its peers inside C++ (the TCPStore client's connect loop, the
-server's wait for its clients, gloo's full-mesh connect), retrying on EINTR, so the Python handlers
-of SIGTERM and SIGINT never run while it waits and only SIGKILL ends the process; it says nothing
-while it waits; and a process that joins through ignite's ``Parallel`` waits c10d's 30 minutes,
-since ``Parallel`` passes the timeout only to the processes it spawns. Here every wait is a short
-call in a Python loop: a signal ends it at once, a line every ``REPORT_EVERY_S`` says what it waits
-for, and ``--dist-timeout`` ends it with one line naming what is missing.
+Why not let c10d wait: it waits for its peers inside C++ (the TCPStore client's connect loop, the server's wait for
+its clients, gloo's full-mesh connect), retrying on EINTR, so the Python handlers of SIGTERM and SIGINT never run
+while it waits and only SIGKILL ends the process; it says nothing while it waits; and a process that joins through
+ignite's ``Parallel`` waits c10d's 30 minutes, since ``Parallel`` passes the timeout only to the processes it
+spawns. Here every wait is a short call in a Python loop: a signal ends it at once, a line every
+``REPORT_EVERY_S`` says what it waits for, and ``--dist-timeout`` ends it with one line naming what is missing.
 
-Participant 0 serves the store and the others connect to it (first with a plain socket, so that
-c10d's client never logs a failed attempt); c10d's processes then use it as torchrun's workers use
-their agent's store (``TORCHELASTIC_USE_AGENT_STORE``). Participant 0 also compares what each
-participant must have alike (the world size, the backend, ``--nproc``) and hands out the verdict.
+Participant 0 serves the store, the others connect to it (first with a plain socket, so that c10d's client never
+logs a failed attempt), and c10d's processes then use it as torchrun's workers use their agent's store. Participant
+0 also compares what each participant must have alike (the world size, the backend, ``--nproc``) and hands out
+the verdict.
 """
 
 from __future__ import annotations
@@ -35,16 +34,16 @@ from .topology import Endpoint
 
 REPORT_EVERY_S = 30.0
 POLL_S = 0.5
-STORE_OP_TIMEOUT_S = 30.0  # a store call blocks this long at most when the other end vanished
+_STORE_OP_TIMEOUT = datetime.timedelta(seconds=30)  # the longest a store call blocks when the other end vanished
 VERDICT_READ_S = 10.0  # how long a refusing participant 0 keeps its store for the others to read why
 _COUNT, _VERDICT = "ignite_r3net/meeting/count", "ignite_r3net/meeting/verdict"
-_VERDICT_READ = "ignite_r3net/meeting/verdict_read"
+_VERDICT_READ, _ARRIVED = "ignite_r3net/meeting/verdict_read", "ignite_r3net/meeting/arrived/"
 
 
 @dataclass(frozen=True)
 class Meeting:
-    """``count`` participants (the ranks, or the launching processes of the nodes) meeting at
-    ``endpoint``; this process is participant ``index``."""
+    """``count`` participants (the ranks, or the nodes' launching processes) meeting at ``endpoint``; this
+    process is participant ``index``."""
 
     kind: str  # "rank" or "node"
     index: int
@@ -82,10 +81,9 @@ class Meeting:
 
 
 def meet(meeting: Meeting) -> Any:
-    """Announce, meet every participant of ``meeting`` and return the store (keep it for as long
-    as the group lives: participant 0's process serves it). Raises ``RendezvousFailed`` when
-    ``--dist-timeout`` runs out, and ``RanksDisagree`` when the participants differ in
-    ``meeting.alike``."""
+    """Announce, meet every participant and return the store (keep it for as long as the group lives: participant
+    0's process serves it). Raises ``RendezvousFailed`` when ``--dist-timeout`` runs out, ``RanksDisagree`` when
+    the participants differ in ``meeting.alike``."""
     print(meeting.announce(), file=sys.stderr, flush=True)
     wait = _Wait(meeting)
     try:
@@ -132,19 +130,11 @@ class _Wait:
             time.sleep(min(POLL_S, self.remaining()))
 
 
-def _arrived_key(index: int) -> str:
-    return f"ignite_r3net/meeting/arrived/{index}"
-
-
-def _store_timeout() -> datetime.timedelta:
-    return datetime.timedelta(seconds=STORE_OP_TIMEOUT_S)
-
-
 def _serve(meeting: Meeting) -> Any:
     endpoint = meeting.endpoint
     try:
         return dist.TCPStore(
-            endpoint.addr, endpoint.port, is_master=True, wait_for_workers=False, timeout=_store_timeout()
+            endpoint.addr, endpoint.port, is_master=True, wait_for_workers=False, timeout=_STORE_OP_TIMEOUT
         )
     except dist.DistError as e:
         raise RendezvousFailed(
@@ -154,15 +144,16 @@ def _serve(meeting: Meeting) -> Any:
 
 
 def _reach(meeting: Meeting, wait: _Wait) -> Any:
-    """Wait in Python until participant 0's store accepts connections, then connect c10d's client,
-    which thus succeeds at its first attempt."""
+    """Wait in Python until participant 0's store accepts connections, then connect c10d's client (which thus
+    succeeds at its first attempt)."""
     endpoint = meeting.endpoint
     try:
         socket.getaddrinfo(endpoint.addr, endpoint.port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
+        setting, origin = endpoint.addr_from
+        where = f"{setting} from {origin}" if origin else setting
         raise RendezvousFailed(
-            f"{meeting.who}: the rendezvous address {endpoint.addr} ({_setting(endpoint.addr_from)}) does not "
-            f"resolve: {e.strerror}"
+            f"{meeting.who}: the rendezvous address {endpoint.addr} ({where}) does not resolve: {e.strerror}"
         ) from None
     host = f"{meeting.kind} 0"
     wait.until(
@@ -174,7 +165,7 @@ def _reach(meeting: Meeting, wait: _Wait) -> Any:
             "or a firewall blocks the port"
         ),
     )
-    return dist.TCPStore(endpoint.addr, endpoint.port, is_master=False, timeout=_store_timeout())
+    return dist.TCPStore(endpoint.addr, endpoint.port, is_master=False, timeout=_STORE_OP_TIMEOUT)
 
 
 def _answers(endpoint: Endpoint, timeout: float) -> bool:
@@ -191,7 +182,7 @@ def _arrive(store: Any, meeting: Meeting) -> None:
             f"{meeting.who} is already at the rendezvous at {meeting.endpoint}: two processes were given the "
             f"same {'--node-rank' if meeting.kind == 'node' else 'rank'}"
         )
-    store.set(_arrived_key(meeting.index), json.dumps(dict(meeting.alike)))
+    store.set(f"{_ARRIVED}{meeting.index}", json.dumps(dict(meeting.alike)))
     store.add(_COUNT, 1)
 
 
@@ -199,7 +190,7 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
     """Participant 0: wait for everyone, compare what they must share, publish the verdict."""
 
     def absent() -> list[str]:
-        return [f"{meeting.kind} {i}" for i in range(1, meeting.count) if not store.check([_arrived_key(i)])]
+        return [f"{meeting.kind} {i}" for i in range(1, meeting.count) if not store.check([f"{_ARRIVED}{i}"])]
 
     def timed_out() -> str:
         missing = absent()
@@ -215,7 +206,7 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
     )
     refusal = None
     for index in range(1, meeting.count):
-        theirs = json.loads(store.get(_arrived_key(index)))
+        theirs = json.loads(store.get(f"{_ARRIVED}{index}"))
         refusal = disagreement(
             f"{meeting.kind}s", (meeting.who, meeting.alike, {}), (f"{meeting.kind} {index}", theirs, {})
         )
@@ -228,16 +219,12 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
 
 
 def _let_the_others_read(store: Any, meeting: Meeting) -> None:
-    """A refusal ends participant 0's process, and with it the store the others poll for the
-    verdict: wait until each has read it (``VERDICT_READ_S`` at most), so that every participant
-    stops with the same line rather than with a lost connection."""
+    """A refusal ends participant 0's process, and with it the store the others poll for the verdict: wait until
+    each has read it (``VERDICT_READ_S`` at most), so that every participant stops with the same line rather than
+    with a lost connection."""
     deadline = time.monotonic() + VERDICT_READ_S
     while store.add(_VERDICT_READ, 0) < meeting.count - 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def _setting(source: tuple[str, str]) -> str:
-    return f"{source[0]} from {source[1]}" if source[1] else source[0]
 
 
 def _names(who: list[str], shown: int = 8) -> str:

@@ -1,15 +1,6 @@
-"""What ``srun`` tells each task: its rank among the job's tasks, the nodes, the job id.
-
-Two ways to run under SLURM (see examples/slurm/train.sbatch):
-
-* one task per GPU (``srun --ntasks-per-node 8 python run.py ...``): every task is one rank and
-  they join one process group;
-* one task per node (``srun --ntasks-per-node 1 python run.py --nproc 8 ...``): every task spawns
-  ``--nproc`` workers; the tasks are the nodes.
-
-The rendezvous is on the first node of the allocation, at port 15000 + the last four digits of the
-job id (as ignite derives it), unless ``--master-addr`` / ``--master-port`` are given.
-"""
+"""What ``srun`` tells each task. A task is either one rank (one task per GPU) or one node that spawns
+``--nproc`` workers (``srun --ntasks-per-node 1``); the default rendezvous is on the allocation's first node
+(see examples/slurm/train.sbatch)."""
 
 from __future__ import annotations
 
@@ -38,7 +29,7 @@ class SlurmTask:
         return self.ntasks == self.nnodes
 
     @property
-    def default_port(self) -> int:
+    def default_port(self) -> int:  # as ignite derives it
         return 15000 + int(self.job_id[-4:]) if self.job_id[-4:].isdigit() else 29500
 
     def master_addr(self) -> str:
@@ -61,9 +52,8 @@ def slurm_task() -> SlurmTask | None:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``), as
-    ``scontrol show hostnames`` expands it, with a parser of the list syntax where scontrol is
-    missing."""
+    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``), from ``scontrol show
+    hostnames`` or, where scontrol is missing, a parser of the list syntax."""
     try:
         out = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10, check=True

@@ -1,5 +1,4 @@
-"""What this program knows of torchrun: whether it started this process, and a warning about its
-restarts. A leaf: the environment only."""
+"""What this program knows of torchrun, from the environment only."""
 
 from __future__ import annotations
 
@@ -15,10 +14,9 @@ def started_by_torchrun(env: Mapping[str, str] | None = None) -> bool:
 
 
 def warn_if_restarts_share_a_store() -> None:
-    """Warn when torchrun restarts workers (``--max-restarts``) with its shared rendezvous store:
-    the restarted group reads its peers' addresses from that store without a per-attempt prefix,
-    can find a dead peer's address and fails with "Gloo connectFullMesh failed". torch's opt-out,
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, gives each attempt its own store."""
+    """Warn when torchrun restarts workers (``--max-restarts``) with its shared rendezvous store: the restarted
+    group reads its peers' addresses there without a per-attempt prefix, can find a dead peer's and fails with
+    "Gloo connectFullMesh failed". TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 gives each attempt its own store."""
     env = os.environ
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
         if env.get("RANK") == "0" and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
