@@ -127,9 +127,6 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     return results
 
 
-# ------------------------------------------------------------------------------ options, inputs
-
-
 def _check_environment(out: str) -> None:
     if rank_set_by_launcher():
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
@@ -218,9 +215,6 @@ def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bo
     return Pair(method, bench.name, [(m, k) for _, m, k in match.pairs], len(match.masks_without_map))
 
 
-# ---------------------------------------------------------------------------- checkpoint methods
-
-
 StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
@@ -283,9 +277,6 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
         scoring.write_manifest(root / bench.name, key, method.source, images)
 
 
-# ------------------------------------------------------------------------------------- outputs
-
-
 def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
     """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves, in the
     order of ``pairs``; warns about resized maps."""
@@ -341,5 +332,4 @@ def _write_per_image(
 
 
 def _per_image_mae(cells: CellScores, dataset: str, methods: list[str]) -> dict[str, dict[str, float]]:
-    """``{method: {stem: MAE}}`` on ``dataset``, for the figure's choice of images."""
     return {m: {stem: row["mae"] for stem, row in cells[dataset, m].items()} for m in methods if (dataset, m) in cells}

@@ -90,7 +90,9 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
         checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
         inference=replace(options.inference, backbone=weights.backbone),
     )
-    _make_map_folders(options)
+    if options.save_maps:  # each data set's folder, made here so that ranks never race on it
+        for name in options.names or ():
+            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
     in_process = None if spec.spawns() or rank_set_by_launcher() else weights
@@ -114,12 +116,6 @@ def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) ->
     }
     values.update({f"--data {name}": listing for name, listing in zip(options.names, listings)})
     return values
-
-
-def _make_map_folders(options: EvaluateOptions) -> None:
-    if options.save_maps:  # made here so that ranks never race on it
-        for name in options.names or ():
-            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
 
 
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None, dict[str, str]]) -> None:

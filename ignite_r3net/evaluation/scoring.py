@@ -98,8 +98,6 @@ def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> N
     write_json({"key": key, "checkpoint": os.fspath(checkpoint), "images": images}, maps_dir / MANIFEST)
 
 
-# ------------------------------------------------------------------------------------- scoring
-
 LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 

@@ -39,7 +39,6 @@ from .maps import files_by_stem, load_saliency_map
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
 
 FIGURE_FORMAT = 1  # bump when the figure's record changes
 
@@ -185,7 +184,9 @@ def build_figure(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Figu
     column_in = (WIDTH_IN - GAP_IN * (columns - 1)) / columns
     row_in = min(MAX_ROW_IN, column_in / max(aspects))
     height_in = HEADER_IN + len(rows) * row_in + (len(rows) - 1) * GAP_IN
-    fig = _figure(height_in)
+    from matplotlib.figure import Figure  # here: matplotlib costs ~0.4 s to import (see plots._figure)
+
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
     for j, name in enumerate(headers):
         x = j * (column_in + GAP_IN) + column_in / 2
         size = min(FONT_SIZE, 72 * column_in / (0.6 * max(len(name), 1)))  # long names shrink to their column
@@ -228,13 +229,6 @@ def _resize(picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(picture).resize((size[1], size[0]), Image.Resampling.LANCZOS))
 
 
-def _figure(height_in: float) -> Figure:
-    # imported here: matplotlib costs ~0.4 s to import (see plots._figure)
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
-
-
 Box = tuple[float, float, float, float]  # left, bottom, width, height, as fractions of the figure
 
 
@@ -243,7 +237,9 @@ def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[
     ax = fig.add_axes(box)
     ax.set_axis_off()
     if picture is None:
-        ax.add_patch(_missing_face())
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((0, 0), 1, 1, facecolor=MISSING_FACE, edgecolor=MISSING_LINE, linewidth=0.6))
         ax.plot([0, 1], [0, 1], [0, 1], [1, 0], color=MISSING_LINE, linewidth=0.6)
         ax.text(0.5, 0.5, "missing", ha="center", va="center", fontsize=FONT_SIZE - 1, color="#555555")
         ax.set_xlim(0, 1)
@@ -254,12 +250,6 @@ def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[
         ax.imshow(shown, interpolation="none", aspect="auto", cmap="gray", vmin=0, vmax=255)
     else:
         ax.imshow(shown, interpolation="none", aspect="auto")
-
-
-def _missing_face() -> Rectangle:
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((0, 0), 1, 1, facecolor=MISSING_FACE, edgecolor=MISSING_LINE, linewidth=0.6)
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
