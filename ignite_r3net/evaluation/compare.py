@@ -2,16 +2,13 @@
 
 1. Every option, data set and method is checked first (one ``error:`` line before any work).
 2. A checkpoint method's maps (a file, or ``hf-hub:ORG/NAME[@REVISION]``) are made by
-   ``evaluate_checkpoint`` (``save_maps=OUT/maps/<method>``) unless that folder already holds the
-   maps of the same checkpoint, images and options.
+   ``evaluate_checkpoint`` into ``OUT/maps/<method>`` unless that folder already holds the maps of
+   the same checkpoint, images and options.
 3. Each method's maps are matched to each data set's masks by file stem: a method without a data
    set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
-4. Pairs (method, data set) not in the cache are scored on ``nproc`` processes (``scoring``): the
-   images of all pairs are dealt to the ranks in turn and each pair's metric all-reduces exact sums,
-   so any number of processes gives the numbers of one, bit for bit.
-5. ``results.json``, ``table.md/.csv/.tex`` and ``curves/`` are written from the cache entries.
-6. ``figures/visual_<dataset>.png/.pdf``, the visual comparison, are drawn unless nothing they
-   show changed (``visual_comparison``).
+4. Pairs (method, data set) not in the cache are scored (``scoring``) on ``nproc`` processes.
+5. ``results.json``, ``table.md/.csv/.tex``, ``curves/`` and ``per_image/`` are written from the
+   cache entries, and ``figures/`` (``visual_comparison``) unless nothing they show changed.
 """
 
 from __future__ import annotations
@@ -37,13 +34,12 @@ from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
 from . import scoring
-from .comparison_table import build_table, table_csv, table_latex, table_markdown
+from .comparison_table import build_table, comparison_csv, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, match_maps
 from .paper_numbers import published_rows
-from .per_image import comparison_csv
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
 
@@ -55,7 +51,7 @@ _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 @dataclass(frozen=True)
 class Benchmark:
     """A data set: its masks folder and, when the images can be found, the folder ``list_pairs``
-    reads (a DUTS-layout folder or an MSRA10K-style one), which checkpoint methods need."""
+    reads, which checkpoint methods need."""
 
     name: str
     masks: Path
@@ -86,31 +82,20 @@ class Pair:
     missing: int
 
 
-def _datasets(options: CompareOptions) -> list[str]:
-    """``--datasets`` as ``NAME=DIR`` items: standard sets given by name found in ``--data-root``."""
-    return resolve_names(options.datasets, options.data_root, "--datasets", named=True)
-
-
 def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
-    """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``),
-    writing everything into ``options.out``; returns the results (``{dataset: {method: {metric:
-    value, "count": n}}}``).
+    """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``, or a
+    standard set's name found in ``--data-root``), writing everything into ``options.out``; returns
+    the results (``{dataset: {method: {metric: value, "count": n}}}``).
 
-    Args:
-        options: the command's options; ``inference`` says how checkpoint methods make their
-            maps, ``processes`` how many processes score (and make maps).
-
-    Raises:
-        OptionError: a wrong option, a missing or ambiguous data set or method folder, missing maps
-            (without ``allow_missing``), a missing extra (``--crf``), or a run under torchrun.
-        DataError: a checkpoint method's data set has problems (all of them listed).
-        CheckpointError: a checkpoint method's file cannot be read.
-        WorkerFailed: a rank failed while making maps or scoring.
+    Raises ``OptionError`` (a wrong option, a missing or ambiguous data set or method folder, missing
+    maps without ``allow_missing``, a missing extra, a run under torchrun), ``DataError`` (every
+    problem of a checkpoint method's data set), ``CheckpointError`` and ``WorkerFailed``.
     """
     options.validate()
     _check_environment(options.out)
     options = replace(options, processes=processes_on_device(options.processes))
-    benches = [_benchmark(name, folder) for name, folder in parse_named(_datasets(options), "--datasets")]
+    datasets_given = resolve_names(options.datasets, options.data_root, "--datasets", named=True)
+    benches = [_benchmark(name, folder) for name, folder in parse_named(datasets_given, "--datasets")]
     if options.show_stems:
         check_stems(options.show_stems, {b.name: b.masks for b in benches})
     entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]
@@ -135,21 +120,11 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     _write_per_image(per_image, datasets, methods, options, out_dir)
     if options.show or options.show_stems:
         # pairs[method] follows the order of benches; checkpoint methods' maps are in out_dir/maps by now
-        figures = [
-            figure_data(
-                b.name,
-                b.masks,
-                b.data,
-                {m.name: pairs[m.name][i].files for m in entries},
-                _per_image_mae(per_image, b.name, methods),
-            )
-            for i, b in enumerate(benches)
-        ]
+        shown = [{m.name: pairs[m.name][i].files for m in entries} for i in range(len(benches))]
+        mae = [_per_image_mae(per_image, b.name, methods) for b in benches]
+        figures = [figure_data(b.name, b.masks, b.data, shown[i], mae[i]) for i, b in enumerate(benches)]
         draw_figures(figures, options.show, options.show_stems, out_dir)
     return results
-
-
-# ------------------------------------------------------------------------------ options, inputs
 
 
 def _check_environment(out: str) -> None:
@@ -160,8 +135,7 @@ def _check_environment(out: str) -> None:
 
 
 def _benchmark(name: str, folder: str) -> Benchmark:
-    """A data set from ``NAME=DIR``: DIR is a masks folder, or a data set folder holding images and
-    masks (DUTS layout: an images and a masks subfolder; MSRA10K: name.jpg beside name.png)."""
+    """A data set from ``NAME=DIR``: DIR is a masks folder or a data set folder (``locate_dataset``)."""
     path = Path(folder)
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
@@ -191,8 +165,7 @@ def _dataset_folder(source: Path, dataset: str) -> Path | None:
     return loose[0] if loose else None
 
 
-def _name_key(name: str) -> str:
-    """A folder name as compared with a data set name: lower case, letters and digits only."""
+def _name_key(name: str) -> str:  # a folder name as compared with a data set name
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
@@ -242,15 +215,12 @@ def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bo
     return Pair(method, bench.name, [(m, k) for _, m, k in match.pairs], len(match.masks_without_map))
 
 
-# ---------------------------------------------------------------------------- checkpoint methods
-
-
 StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
 def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> StaleMaps:
-    """The data sets whose maps must be (re)made; checks them (the images can be found, the data set
-    and the checkpoint can be read) before any work."""
+    """The data sets whose maps must be (re)made, checked (images found, data set and checkpoint
+    readable) before any work."""
     stale = []
     settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
     # the input size only when given: maps made at full resolution keep their key
@@ -307,12 +277,9 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
         scoring.write_manifest(root / bench.name, key, method.source, images)
 
 
-# ------------------------------------------------------------------------------------- outputs
-
-
 def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
-    """``results`` (``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}``) and the
-    curves, in the order of ``pairs``; warns about resized maps."""
+    """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves, in the
+    order of ``pairs``; warns about resized maps."""
     results: dict[str, dict[str, dict[str, float]]] = {}
     curves: dict[str, dict[str, dict[str, list[float]]]] = {}
     for pair, entry in zip(pairs, scores):
@@ -330,7 +297,7 @@ def _write_outputs(
     results: dict, curves: dict, datasets: list[str], methods: list[str], options: CompareOptions, out: Path
 ) -> None:
     """results.json, the three tables, and the PR and F-measure curves of each data set."""
-    results = {d: {m: results[d][m] for m in methods if m in results.get(d, {})} for d in datasets}
+    results = _in_order(results, datasets, methods)
     write_json(results, out / "results.json")
     published, notes = published_rows(options.reference or [], datasets)
     table = build_table(results, datasets, methods, options.metrics, options.digits, options.protocol, published)
@@ -344,30 +311,25 @@ def _write_outputs(
         if lines:
             plot_pr(lines, dataset, out / "curves" / f"pr_{dataset}")
             plot_fm(lines, dataset, out / "curves" / f"fm_{dataset}")
-    write_json(
-        {d: {m: curves[d][m] for m in methods if m in curves.get(d, {})} for d in datasets},
-        out / "curves" / "curves.json",
-    )
+    write_json(_in_order(curves, datasets, methods), out / "curves" / "curves.json")
     print(markdown, flush=True)
     print(f"wrote results.json, table.md, table.csv, table.tex, curves/ and per_image/ to {out}", flush=True)
 
 
+def _in_order(by_dataset: dict, datasets: list[str], methods: list[str]) -> dict:
+    return {d: {m: by_dataset[d][m] for m in methods if m in by_dataset.get(d, {})} for d in datasets}
+
+
 def _write_per_image(
-    cells: CellScores,
-    datasets: list[str],
-    methods: list[str],
-    options: CompareOptions,
-    out: Path,
+    cells: CellScores, datasets: list[str], methods: list[str], options: CompareOptions, out: Path
 ) -> None:
     """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
-    ``--metrics``; ``cells``: each scored (data set, method)'s ``{stem: {metric: value}}``."""
+    ``--metrics``."""
     for dataset in datasets:
         present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
         if present:
-            csv_text = comparison_csv(present, options.metrics, options.protocol)
-            write_text(csv_text, out / "per_image" / f"{dataset}.csv")
+            write_text(comparison_csv(present, options.metrics, options.protocol), out / "per_image" / f"{dataset}.csv")
 
 
 def _per_image_mae(cells: CellScores, dataset: str, methods: list[str]) -> dict[str, dict[str, float]]:
-    """``{method: {stem: MAE}}`` on ``dataset``, for the figure's choice of images."""
     return {m: {stem: row["mae"] for stem, row in cells[dataset, m].items()} for m in methods if (dataset, m) in cells}

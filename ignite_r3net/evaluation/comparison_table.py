@@ -1,23 +1,24 @@
 """``compare``'s tables: one row per method, a column group per data set, as markdown, CSV and
-LaTeX, with the best value of each column bold and the second-best underlined.
+LaTeX, the best value of each column bold and the second-best underlined. Without torch: the
+command line lists ``DEFAULT_METRICS`` in ``compare --help``.
 
-Plain Python, without torch: the command line lists ``DEFAULT_METRICS`` in ``compare --help``.
+Also the per-image scores as CSV, to find the images a model fails on: ``evaluate --per-image``
+(one row per image of every data set) and ``compare``'s ``OUT/per_image/<dataset>.csv`` (one row
+per image, a column per method and metric). Values are written in full (Python's shortest
+round-trip form); each is the image's own score as ``SaliencyMetrics.per_image_scores`` defines it.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..metrics.keys import PROTOCOL_MARK, PROTOCOL_METRICS, protocol_note
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_note
 
-#: ``compare``'s table columns unless ``--metrics`` says otherwise: the ones papers print.
-DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")
-
-#: Metrics where a lower value is better; every other metric is better higher.
-LOWER_IS_BETTER = frozenset({"mae"})
+DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # unless --metrics says otherwise: the ones papers print
+LOWER_IS_BETTER = frozenset({"mae"})  # every other metric is better higher
 _LATEX_NAMES = {  # math mode
     "mae": r"\mathcal{M}",
     "maxF": r"F_\beta^{\max}",
@@ -38,8 +39,8 @@ Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # dataset -> method -
 
 @dataclass(frozen=True)
 class TableCell:
-    """One table entry: its printed value (None: no maps), its rank in the column (1 best, 2
-    second-best, 0 other) and whether maps were missing."""
+    """One entry: its printed value (None: no maps), its rank in the column (1 best, 2 second, 0
+    other) and whether maps were missing."""
 
     text: str | None
     rank: int = 0
@@ -63,7 +64,6 @@ class ComparisonTable:
         return [(d, m) for d in self.datasets for m in self.metrics]
 
     def mark(self, metric: str, mark: str = PROTOCOL_MARK) -> str:
-        """``mark`` when ``metric`` follows the protocol's own definition, else nothing."""
         return mark if metric in self.protocol_metrics else ""
 
 
@@ -97,8 +97,8 @@ def build_table(
 
 
 def _column_ranks(texts: list[str | None], partial: list[bool], metric: str) -> list[int]:
-    """1 for the best printed value, 2 for the second-best, 0 for the rest; nothing is ranked
-    unless at least two complete values are there to compare."""
+    """1 for the best printed value, 2 for the second-best, 0 for the rest (all 0 with fewer than two
+    complete values)."""
     values = [float(t) if t is not None and not p else None for t, p in zip(texts, partial)]
     present = [v for v in values if v is not None]
     if len(present) < 2:
@@ -142,9 +142,8 @@ def table_markdown(table: ComparisonTable) -> str:
 
 
 def table_csv(table: ComparisonTable) -> str:
-    """CSV for spreadsheets and pandas: plain numbers (no marks), empty where a method has no maps;
-    columns named ``<dataset>/<metric>``, ``<dataset>/<metric> (r3net)`` where the metric follows
-    the original R3Net code (``--protocol r3net``)."""
+    """CSV: plain numbers (no marks), empty where a method has no maps; columns named
+    ``<dataset>/<metric>``, with `` (r3net)`` where the metric follows ``--protocol r3net``."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["method"] + [f"{d}/{m}{table.mark(m, ' (r3net)')}" for d, m in table.columns])
@@ -154,8 +153,7 @@ def table_csv(table: ComparisonTable) -> str:
 
 
 def table_latex(table: ComparisonTable) -> str:
-    r"""A booktabs ``tabular``: one column group per data set, best values \textbf, second-best
-    \underline."""
+    r"""A booktabs ``tabular``: one column group per data set, best values \textbf, second-best \underline."""
     n = len(table.metrics)
     groups = " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{_latex_escape(d)}}}" for d in table.datasets)
     rules = " ".join(rf"\cmidrule(lr){{{2 + k * n}-{1 + (k + 1) * n}}}" for k in range(len(table.datasets)))
@@ -189,3 +187,38 @@ def _styled(cell: TableCell, best: str, second: str, partial_mark: str) -> str:
 
 def _latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+
+
+def column_name(metric: str, protocol: str) -> str:
+    """``mae``, or ``mae (r3net)`` where the protocol defines it its own way (as in ``table.csv``)."""
+    return f"{metric} ({protocol})" if metric in PROTOCOL_METRICS[protocol] else metric
+
+
+def evaluation_csv(datasets: Mapping[str, Sequence[ImageScores]], protocol: str) -> str:
+    """``dataset,image,<nine metrics>``: the data sets in the order given, their images sorted by stem."""
+    header = ["dataset", "image", *(column_name(m, protocol) for m in METRIC_KEYS)]
+    rows = [
+        [dataset, stem, *(repr(scores[m]) for m in METRIC_KEYS)]
+        for dataset, images in datasets.items()
+        for stem, scores in sorted(images, key=lambda row: row[0])
+    ]
+    return _csv([header, *rows])
+
+
+def comparison_csv(methods: Mapping[str, Sequence[ImageScores]], metrics: Sequence[str], protocol: str) -> str:
+    """``image,<method>/<metric>,...`` for one data set: a row per image any method has (sorted by
+    stem), the methods and ``metrics`` in the order given, empty where a method lacks the image."""
+    by_method = {method: dict(rows) for method, rows in methods.items()}
+    stems = sorted({stem for rows in by_method.values() for stem in rows})
+    header = ["image", *(f"{method}/{column_name(m, protocol)}" for method in by_method for m in metrics)]
+    rows = [
+        [stem, *(repr(scores[stem][m]) if stem in scores else "" for scores in by_method.values() for m in metrics)]
+        for stem in stems
+    ]
+    return _csv([header, *rows])
+
+
+def _csv(rows: list[list[str]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()

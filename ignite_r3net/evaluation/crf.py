@@ -1,11 +1,9 @@
 """Dense-CRF refinement of saliency maps, as the original R3Net ``infer.py`` applies it.
 
-The original (``misc.crf_refine``, borrowed from DSS) builds a two-label fully connected CRF over
-the image: the unary energy comes from the saliency probability, tempered by ``tau`` and a sigmoid
-of the probability; the pairwise terms are a Gaussian (``sxy=3, compat=3``) and a bilateral
-(``sxy=60, srgb=5, compat=5``) kernel; one mean-field step is run and the foreground marginal,
-times 255 and truncated to uint8, is the refined map. The parameters below are those.
-
+The original (``misc.crf_refine``, borrowed from DSS) builds a two-label fully connected CRF: the
+unary energy comes from the saliency probability, tempered by ``tau`` and a sigmoid of the
+probability; a Gaussian and a bilateral pairwise kernel; one mean-field step, whose foreground
+marginal, times 255 and truncated to uint8, is the refined map. The parameters below are those.
 ``pydensecrf2`` (imported as ``pydensecrf``) is an optional extra: without it ``--crf`` fails with
 one line telling how to install it.
 """
@@ -19,8 +17,6 @@ import torch
 
 from ..errors import OptionError
 
-__all__ = ["CRF_MISSING", "require_crf", "crf_refine"]
-
 CRF_MISSING = "--crf needs the optional extra: pip install 'ignite_r3net[crf]'"
 
 _TAU = 1.05  # temperature of the unary energy
@@ -31,10 +27,8 @@ _STEPS = 1
 
 
 def require_crf() -> ModuleType:
-    """The ``pydensecrf.densecrf`` module, or a one-line ``OptionError`` saying how to get it.
-
-    Commands call this before any work, so a missing extra fails at once, not after inference.
-    """
+    """The ``pydensecrf.densecrf`` module, or a one-line ``OptionError`` saying how to get it
+    (commands call this before any work, not after inference)."""
     try:
         import pydensecrf.densecrf as dcrf
     except ImportError:
@@ -47,15 +41,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def crf_refine(image: torch.Tensor, saliency: torch.Tensor) -> torch.Tensor:
-    """Refine one saliency map with a dense CRF over its image.
-
-    Args:
-        image: uint8 ``(3, H, W)`` RGB.
-        saliency: uint8 ``(H, W)`` map, 0..255.
-
-    Returns:
-        uint8 ``(H, W)`` refined map on ``saliency``'s device.
-    """
+    """Refine a uint8 ``(H, W)`` map with a dense CRF over its uint8 ``(3, H, W)`` RGB image; the
+    uint8 result is on ``saliency``'s device."""
     dcrf = require_crf()
     if image.dtype != torch.uint8 or saliency.dtype != torch.uint8:
         raise TypeError(f"crf_refine needs uint8 inputs, got {image.dtype} and {saliency.dtype}")
@@ -65,11 +52,9 @@ def crf_refine(image: torch.Tensor, saliency: torch.Tensor) -> torch.Tensor:
     # pydensecrf reads the image as a C-contiguous (H, W, 3) uint8 buffer
     rgb = np.ascontiguousarray(image.permute(1, 2, 0).cpu().numpy())
     prob = saliency.cpu().numpy().astype(np.float64) / 255.0
-
     background = -np.log(1.0 - prob + _EPSILON) / (_TAU * _sigmoid(1.0 - prob))
     foreground = -np.log(prob + _EPSILON) / (_TAU * _sigmoid(prob))
     unary = np.ascontiguousarray(np.stack([background.ravel(), foreground.ravel()]).astype(np.float32))
-
     crf = dcrf.DenseCRF2D(w, h, 2)
     crf.setUnaryEnergy(unary)
     crf.addPairwiseGaussian(**_GAUSSIAN)

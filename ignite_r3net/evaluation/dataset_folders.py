@@ -17,17 +17,17 @@ _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 @dataclass(frozen=True)
 class DatasetFolder:
     """The masks folder of a data set and, when its images can be found, the folder ``list_pairs``
-    reads (a DUTS-layout data set folder, or an MSRA10K-style one), which inference needs."""
+    reads, which inference needs."""
 
     masks: Path
     data: Path | None
 
 
 def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
-    """The masks and the data of ``folder``: a data set folder (DUTS layout: an images and a masks
-    subfolder; MSRA10K: name.jpg beside name.png), the masks half of a DUTS-layout one, or a
-    masks folder alone. ``folder`` must be an existing folder; the images half of a data set is an
-    ``OptionError`` quoting ``given``, the option as typed (its photos would be scored as masks)."""
+    """The masks and the data of the existing ``folder``: a data set folder (DUTS layout: an images
+    and a masks subfolder; MSRA10K: name.jpg beside name.png), the masks half of a DUTS-layout one,
+    or a masks folder alone. The images half of a data set is an ``OptionError`` quoting ``given``,
+    the option as typed (its photos would be scored as masks)."""
     path = Path(folder).resolve()
     split = split_dirs(path)
     if split is not None:
@@ -44,7 +44,7 @@ def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
 
 
 def _has_images_beside_masks(folder: Path) -> bool:
-    """Whether ``folder`` is MSRA10K-style (an image beside some ``.png`` mask of the same stem)."""
+    # MSRA10K-style: an image beside some .png mask of the same stem
     pngs = {p.stem for p in folder.glob("*.png")}
     return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
 

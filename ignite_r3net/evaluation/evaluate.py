@@ -1,8 +1,9 @@
-"""``evaluate``: score a checkpoint on data sets, or saliency maps already on disk.
+"""``evaluate``: score a checkpoint on data sets, or saliency maps already on disk; one table row
+and one JSON entry per data set.
 
 * ``evaluate_checkpoint``: full-resolution inference (batch 1, each image at its own size) on one
-  or many processes, one table row and one JSON entry per data set. Every rank scores an unpadded
-  shard and the metrics all-reduce exact sums, so N processes give the numbers of one.
+  or many processes. Every rank scores an unpadded shard and the metrics all-reduce exact sums, so
+  N processes give the numbers of one.
 * ``evaluate_maps``: any method's saliency maps matched to masks by file stem, scored by
   ``maps.score_maps`` (the code ``compare`` scores with too).
 
@@ -12,6 +13,7 @@ launching process before any worker starts, so it fails with one line instead of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +22,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
-from ..atomic_files import write_text
+from ..atomic_files import write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.loader import SaliencyEvalSet, build_eval_loader
@@ -33,7 +35,7 @@ from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
-from ..metrics.keys import METRIC_KEYS
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_fields, protocol_note
 from ..metrics.saliency import SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics
@@ -41,22 +43,17 @@ from ..options import EvaluateOptions
 from ..options.fields import values_by_flag
 from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
+from .comparison_table import evaluation_csv
 from .crf import crf_refine, require_crf
 from .dataset_folders import locate_dataset, named_folders
 from .maps import dataset_names, match_maps, output_path, save_map, score_maps
-from .metrics_table import report
-from .per_image import ImageScores, evaluation_csv
 
 Row = dict[str, float]
 
 
 def evaluate(options: EvaluateOptions) -> None:
-    """What ``python run.py evaluate`` runs: ``evaluate_maps`` with ``--maps``, else
-    ``evaluate_checkpoint``.
-
-    Raises:
-        OptionError: an option, or a combination of them, is wrong (before any work).
-    """
+    """``evaluate_maps`` with ``--maps``, else ``evaluate_checkpoint``; a wrong option is an
+    ``OptionError`` before any work."""
     options.validate()
     if options.maps is not None:
         evaluate_maps(options)
@@ -65,21 +62,13 @@ def evaluate(options: EvaluateOptions) -> None:
 
 
 def evaluate_checkpoint(options: EvaluateOptions) -> None:
-    """Score ``options.checkpoint`` on every data set folder of ``options.data``, on
-    ``options.processes.nproc`` processes; rank 0 prints the table (unless ``options.quiet``) and
-    writes ``options.json_path``.
+    """Score ``options.checkpoint`` on every data set folder of ``options.data``; rank 0 prints the
+    table (unless ``options.quiet``) and writes ``--json``. Maps go to ``save_maps/<dataset>/<stem>.png``,
+    a data set's name being its entry in ``options.names`` (by default derived from its folder).
 
-    Args:
-        options: the command's options (``--checkpoint``, ``--data``, ``--save-maps``, ``--json``,
-            the inference and process options). Maps go to ``save_maps/<dataset>/<stem>.png``; a
-            data set's name is its entry in ``options.names``, by default derived from its folder.
-
-    Raises:
-        OptionError: a wrong option, an unwritable ``--json`` or ``--save-maps``, a missing extra
-            (``--crf``), or a checkpoint that does not fit ``--backbone``.
-        DataError: a data set folder with problems (all of them listed).
-        CheckpointError: the checkpoint cannot be read.
-        WorkerFailed: a rank failed during the run (one line naming it).
+    Raises ``OptionError`` (a wrong option, an unwritable output, a missing extra, a checkpoint that
+    does not fit ``--backbone``), ``DataError`` (every problem of a data set folder),
+    ``CheckpointError`` and ``WorkerFailed`` (one line naming the rank).
     """
     options.validate()
     options = replace(options, processes=processes_on_device(options.processes))
@@ -102,7 +91,9 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
         checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
         inference=replace(options.inference, backbone=weights.backbone),
     )
-    _make_map_folders(options)
+    if options.save_maps:  # each data set's folder, made here so that ranks never race on it
+        for name in options.names or ():
+            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
     spec = LaunchSpec.on_one_node(options.processes)
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
     in_process = None if spec.spawns() or rank_set_by_launcher() else weights
@@ -122,17 +113,9 @@ def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) ->
     }
 
 
-def _make_map_folders(options: EvaluateOptions) -> None:
-    """``--save-maps``'s folder per data set, made here so that ranks never race on it."""
-    if options.save_maps:
-        for name in options.names or ():
-            (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
-
-
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None, dict[str, str]]) -> None:
-    """Runs on every rank: refuse ranks started differently, score each data set on this rank's
-    shard; rank 0 reports. ``job`` holds the weights already read when the worker runs in the
-    launching process, and what every rank must share."""
+    """Every rank: score each data set on this rank's shard; rank 0 reports. ``job`` holds the
+    weights when the worker runs in the launching process, and what every rank must share."""
     options, weights, shared = job
     refuse_unless_ranks_agree(shared)
     freeze_long_lived_objects()
@@ -140,8 +123,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
     assert options.checkpoint is not None and options.data and options.names
     with worker_threads(device), inference_numerics(options.inference.tf32 == "on"):
         model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-        rank, world = idist.get_rank(), idist.get_world_size()
-        workers = options.inference.workers
+        rank, world, workers = idist.get_rank(), idist.get_world_size(), options.inference.workers
         # a damaged JPEG is scored as decoded, as other toolboxes would, but named (libjpeg names no file)
         loaders = [build_eval_loader(f, world, rank, workers, warn_damaged=True) for f in options.data]
         total = sum(len(cast(SaliencyEvalSet, loader.dataset)) for loader in loaders)
@@ -160,9 +142,8 @@ def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: Eval
     rows = {name: row for name, (row, _) in scored.items()}
     report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
     if options.per_image:
-        write_text(
-            evaluation_csv({name: images for name, (_, images) in scored.items()}, options.protocol), options.per_image
-        )
+        per_image = {name: images for name, (_, images) in scored.items()}
+        write_text(evaluation_csv(per_image, options.protocol), options.per_image)
     if options.save_maps and not options.quiet:
         print(f"maps written to {options.save_maps}", flush=True)
 
@@ -170,8 +151,8 @@ def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: Eval
 def _evaluate_dataset(
     model: torch.nn.Module, device: torch.device, name: str, loader: Any, options: EvaluateOptions, progress: Progress
 ) -> tuple[Row, list[ImageScores]]:
-    """This rank's share (``loader``) of the data set ``name`` scored; the row (and with
-    ``--per-image`` every image's scores) over all ranks: a collective."""
+    """The row (and with ``--per-image`` every image's scores) of data set ``name`` over all ranks,
+    this rank scoring ``loader``: a collective."""
     inference = options.inference
     evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
     # handlers run in the order they are added: refine, then save, then score the refined map
@@ -199,12 +180,9 @@ def _save_maps(engine: Engine, out_dir: Path) -> None:
 
 
 def evaluate_maps(options: EvaluateOptions) -> Row:
-    """Score the saliency maps in ``options.maps`` against the masks in ``options.gt`` (matched by
-    file stem); prints the table, writes ``options.json_path`` and returns the row.
-
-    Raises:
-        OptionError: a wrong option, an unwritable ``--json``, or no map matching a mask.
-    """
+    """Score the maps in ``options.maps`` against the masks in ``options.gt`` (matched by file
+    stem); prints the table, writes ``--json`` and returns the row. Raises ``OptionError`` for a
+    wrong option, an unwritable ``--json``, or no map matching a mask."""
     options.validate()
     maps, gt, json_path = options.maps, options.gt, options.json_path
     assert maps is not None and gt is not None
@@ -213,16 +191,12 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     # a data set folder, as compare takes it, stands for its masks
     masks = locate_dataset(gt, f"--gt {gt}").masks if Path(gt).is_dir() else Path(gt)
     match = match_maps(maps, masks)
-    if match.maps_without_mask:
-        warn(
-            f"{len(match.maps_without_mask)} map(s) without a mask in {masks}, skipped: "
-            f"{listing(p.name for p in match.maps_without_mask)}"
-        )
-    if match.masks_without_map:
-        warn(
-            f"{len(match.masks_without_map)} mask(s) without a map in {maps}, skipped: "
-            f"{listing(p.name for p in match.masks_without_map)}"
-        )
+    for files, what in (
+        (match.maps_without_mask, f"map(s) without a mask in {masks}"),
+        (match.masks_without_map, f"mask(s) without a map in {maps}"),
+    ):
+        if files:
+            warn(f"{len(files)} {what}, skipped: {listing(p.name for p in files)}")
     if not match.pairs:
         raise OptionError(f"no map in {maps} matches a mask in {masks} by file name")
     metric = SaliencyMetrics(protocol=options.protocol, per_image=bool(options.per_image))
@@ -237,3 +211,29 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     if options.per_image:
         write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)
     return row
+
+
+def format_table(rows: Mapping[str, Mapping[str, float]], protocol: str = "standard") -> str:
+    """One row per data set: the image count and the nine metrics; the columns ``protocol`` defines
+    its own way are marked, with a note under the table."""
+    marked = PROTOCOL_METRICS[protocol]
+    header = ["dataset", "images", *(k + PROTOCOL_MARK if k in marked else k for k in METRIC_KEYS)]
+    body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in METRIC_KEYS] for name, r in rows.items()]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        for line in [header, *body]
+    ]
+    note = protocol_note(protocol)
+    return "\n".join(lines + ([note] if note else []))
+
+
+def report(
+    rows: Mapping[str, Mapping[str, float]], json_path: str | None, print_table: bool = True, protocol: str = "standard"
+) -> None:
+    """Print the table and, with ``json_path``, write the rows as JSON keyed by data set (each row
+    saying which metrics follow a non-standard ``protocol``)."""
+    if print_table:
+        print(format_table(rows, protocol), flush=True)
+    if json_path:
+        write_json({name: {**row, **protocol_fields(protocol)} for name, row in rows.items()}, json_path)

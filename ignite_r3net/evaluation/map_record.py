@@ -1,22 +1,17 @@
 """Which maps in a ``predict`` output folder are done, and by which model, so that a stopped run
 continues where it stopped.
 
-"The same model" is the key of a run: a SHA-256 over the model file's bytes (the checkpoint or
-exported file: a retrained file at the same path is another model, a copy elsewhere the same), every
-option that changes a map's pixels (all of ``predict``'s options but the inputs, the output folder,
-how the work is spread and shown), and the versions of this package and torch.
+The key of a run is a SHA-256 over the model file's bytes (a retrained file at the same path is
+another model, a copy elsewhere the same), every option that changes a map's pixels, and the
+versions of this package and torch. In ``OUTPUT/.predict/`` (hidden: never read as a map or input),
+``<key>.json`` says what the key stands for, for people, and ``<key>.rank<N>.done`` lists every
+map rank N wrote, one JSON string a line appended after the map was renamed into place (a line cut
+short by a crash is skipped: that map is redone).
 
-In ``OUTPUT/.predict/`` (hidden: never read as a map or an input):
-
-* ``<key>.json``: what the key stands for (model file, its SHA-256, options, versions), for people;
-* ``<key>.rank<N>.done``: the name of every map rank N wrote, one JSON string a line, appended
-  after the map was renamed into place (a line cut short by a crash is skipped: that map is redone).
-
-A map counts as done when its file exists and a journal of this key lists it. Neither the maps nor
-the journals are fsynced (milliseconds per map): against a killed process the rename is enough,
-and a map a power loss took back is missing, so it is made again. A run of another key
-first removes the other keys' journals (their maps are about to be replaced), so a journal never
-vouches for a file another model wrote. Failed images are never listed: a rerun tries them again.
+A map is done when its file exists and a journal of this key lists it. Nothing is fsynced
+(milliseconds per map): against a killed process the rename is enough, and a map a power loss took
+back is missing, so it is made again. A run of another key first removes the other keys' journals,
+so a journal never vouches for a file another model wrote. Failed images are never listed.
 """
 
 from __future__ import annotations
@@ -38,8 +33,8 @@ RECORD_DIR = ".predict"
 
 
 def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """What decides the maps: the model file (path and SHA-256), ``settings`` (the options that
-    change pixels) and the versions of this package and torch."""
+    """What decides the maps: the model file (path, SHA-256), ``settings`` (the options that change
+    pixels) and the versions of this package and torch."""
     return {
         "model": os.fspath(Path(model_file).resolve()),
         "sha256": sha256_of(model_file),
@@ -73,8 +68,8 @@ class MapRecord:
         return {name for name in names if name in listed and name in present}
 
     def begin(self, description: Mapping[str, Any]) -> None:
-        """Before any map is written (the job's leading process): forget other keys' journals and
-        describe this key (``run_lock.claimed_folder`` removed the temporaries an interrupted run left)."""
+        """Before any map is written (the leading process): forget other keys' journals and describe
+        this key (``run_lock.claimed_folder`` removed the temporaries an interrupted run left)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         for path in self.folder.iterdir():
             if not path.name.startswith(self.key + "."):
@@ -82,19 +77,17 @@ class MapRecord:
         write_json(dict(description), self.folder / f"{self.key}.json")
 
     def journal(self, rank: int) -> Journal:
-        """Rank ``rank``'s journal, open for appending."""
         self.folder.mkdir(parents=True, exist_ok=True)
         return Journal(self.folder / f"{self.key}.rank{rank}.done")
 
 
 class Journal:
-    """One rank's list of the maps it wrote (a context manager)."""
+    """One rank's list of the maps it wrote, open for appending (a context manager)."""
 
     def __init__(self, path: Path) -> None:
         self._file: IO[str] = open(path, "a", encoding="utf-8", buffering=1)  # a line reaches the file at once
 
-    def add(self, name: str) -> None:
-        """Record ``name`` as written: call after the map has its final name."""
+    def add(self, name: str) -> None:  # after the map has its final name
         self._file.write(json.dumps(name) + "\n")
 
     def __enter__(self) -> Journal:

@@ -24,42 +24,14 @@ from ..data.folder import IMAGE_EXTS
 from ..errors import DataError, OptionError
 from ..metrics.saliency import SaliencyMetrics
 
-__all__ = [
-    "MAP_EXTS",
-    "MapMatch",
-    "match_maps",
-    "files_by_stem",
-    "load_saliency_map",
-    "resize_map",
-    "score_maps",
-    "safe_stem",
-    "output_path",
-    "save_map",
-    "dataset_names",
-]
-
-
 MAP_EXTS = IMAGE_EXTS  # any image format the data loader reads
 # Preference when one stem has several files (an MSRA10K-style folder holds name.jpg + name.png):
 # the lossless formats first, since masks and maps are normally PNG.
 _PREFERENCE = {ext: i for i, ext in enumerate((".png", ".bmp", ".tif", ".tiff", ".webp", ".jpg", ".jpeg"))}
 # Folder names that say "this is the masks half of a data set", so its parent names the data set.
-_GENERIC_DIRS = {
-    "gt",
-    "gts",
-    "mask",
-    "masks",
-    "groundtruth",
-    "ground_truth",
-    "label",
-    "labels",
-    "images",
-    "imgs",
-    "image",
-    "maps",
-    "sal",
-    "saliency",
-}
+_GENERIC_DIRS = set(
+    "gt gts mask masks groundtruth ground_truth label labels images imgs image maps sal saliency".split()
+)
 
 
 @dataclass
@@ -90,11 +62,8 @@ def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
 
 
 def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
-    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (non-recursive).
-
-    When a folder holds two files with one stem (``a.jpg`` and ``a.png``) the PNG is used, so an
-    MSRA10K-style folder of images beside masks works as ``gt_dir``.
-    """
+    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (non-recursive;
+    of ``a.jpg`` and ``a.png`` the PNG, so an MSRA10K-style folder works as ``gt_dir``)."""
     maps = files_by_stem(Path(maps_dir), "maps")
     masks = files_by_stem(Path(gt_dir), "ground-truth")
     return MapMatch(

@@ -1,9 +1,7 @@
 """The published numbers of R3Net that ``reproduce`` and ``compare --reference`` set beside ours,
-each reference with its source (``paper_numbers.json`` in this package).
-
-Two references: ``r3net-paper`` (the paper's table, with CRF) and ``r3net-released-maps`` (the
-authors' released maps scored by a named public evaluation, marked as such). A number no source
-confirmed is left out: a reference may lack a data set, or every one.
+each with its source (``paper_numbers.json``): ``r3net-paper`` (the paper's table, with CRF) and
+``r3net-released-maps`` (the authors' released maps scored by a named public evaluation). A number
+no source confirmed is left out: a reference may lack a data set, or every one.
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ def _file() -> dict[str, Any]:
 
 
 def reference(name: str) -> Reference:
-    """The reference ``name`` (one of ``REFERENCE_NAMES``)."""
     entry = _file()[name]
     return Reference(name, entry["label"], entry["source"], entry["kind"], entry["sets"], entry.get("note", ""))
 
@@ -60,16 +57,16 @@ PUBLISHED_MARK = "‡"
 def published_rows(names: Sequence[str], datasets: Sequence[str]) -> tuple[dict[str, Results], list[str]]:
     """``compare --reference``: a table row per reference (``"R3Net (paper) ‡"`` -> dataset ->
     metric -> value) on the ``datasets`` that name a standard set (any alias), and the notes
-    giving each reference's source. A reference without a number for any of them warns."""
+    giving each reference's source; warns of a reference without a number for any of them."""
     # imported here: the data package loads numpy, and compare's options (this module's
     # REFERENCE_NAMES) must not, so that --help answers at once
     from ..data.registry import standard_set
 
     rows: dict[str, Results] = {}
     notes = []
+    known = {d: standard_set(d) for d in datasets}
     for name in names:
         found = reference(name)
-        known = {d: standard_set(d) for d in datasets}
         values = {d: found.sets[s.name] for d, s in known.items() if s is not None and s.name in found.sets}
         if not values:
             warn(

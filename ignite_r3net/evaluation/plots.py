@@ -1,8 +1,6 @@
-"""The curves of ``compare``: precision-recall and F-measure against threshold, one line per method.
-
-Drawn with matplotlib's object API (``Figure`` renders through the Agg canvas for PNG and the SVG
-backend for SVG), so no display, no ``pyplot`` and no global backend choice are involved. A
-method keeps its colour and line style in every plot, whichever data sets it lacks.
+"""The curves of ``compare``: precision-recall and F-measure against threshold, one line per method,
+which keeps its colour and line style in every plot. Drawn with matplotlib's object API
+(``Figure``): no display, no ``pyplot``, no global backend choice.
 """
 
 from __future__ import annotations
@@ -17,19 +15,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-#: Line colours (matplotlib's tab10), in the order methods are given; after ten the styles change.
-COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
+# line colours (matplotlib's tab10), in the order methods are given; after ten the styles change
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 LINESTYLES = ("-", "--", "-.", ":")
 FIGSIZE = (4.8, 4.0)  # inches
 DPI = 120
@@ -43,8 +30,7 @@ def method_style(index: int) -> dict[str, Any]:
 
 
 def plot_pr(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -> list[Path]:
-    """Precision against recall, one line per ``(method, style index, curve)``; writes
-    ``stem.png`` and ``stem.svg`` and returns their paths."""
+    """Precision against recall, one line per ``(method, style index, curve)``, into ``stem.png/.svg``."""
     fig, ax = _figure(dataset, "Recall", "Precision")
     for name, index, curve in lines:
         ax.plot(curve["recall"], curve["precision"], label=name, linewidth=1.6, **method_style(index))
@@ -55,8 +41,7 @@ def plot_pr(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -
 
 
 def plot_fm(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -> list[Path]:
-    """F-measure against threshold (0..255), one line per ``(method, style index, curve)``;
-    writes ``stem.png`` and ``stem.svg`` and returns their paths."""
+    """F-measure against threshold (0..255), as ``plot_pr``."""
     fig, ax = _figure(dataset, "Threshold", "F-measure")
     for name, index, curve in lines:
         ax.plot(range(len(curve["fmeasure"])), curve["fmeasure"], label=name, linewidth=1.6, **method_style(index))

@@ -1,12 +1,10 @@
-"""``predict``: an 8-bit PNG saliency map (or, with ``--cutout``, an RGBA cutout: ``cutouts``), at
-the input's own size and with its stem, per image, from a checkpoint (PyTorch) or from a file
-written by ``export`` (onnxruntime or TorchScript).
+"""``predict``: an 8-bit PNG saliency map (or with ``--cutout`` an RGBA cutout), at the input's own
+size and with its stem, per image, from a checkpoint or from a file written by ``export``.
 
-Everything a user can get wrong (options, inputs, the output folder, the model file, a missing
-extra) is checked here, in the launching process, before any worker starts. The maps the output
-folder already holds from the same model and options are skipped (``map_record``); the others are
-dealt over ``--nproc`` processes, or the ranks of torchrun or srun (``predict_worker``). Images that
-cannot be read are listed at the end and make the exit code 1; the others' maps are written.
+Everything a user can get wrong is checked here, in the launching process, before any worker
+starts. The maps the output folder already holds from the same model and options are skipped
+(``map_record``); the others are dealt over ``--nproc`` processes, or the ranks of torchrun or srun
+(``predict_worker``). Images that cannot be read are listed at the end and make the exit code 1.
 """
 
 from __future__ import annotations
@@ -45,20 +43,12 @@ _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.pred
 
 def predict(options: PredictOptions) -> dict[str, Any]:
     """Write one map (or cutout) per input image (files, or the images directly inside folders) into
-    ``options.output``, skipping those already there from the same model and options (all of them
-    with ``options.overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
+    ``options.output``, skipping those already there from the same model and options (unless
+    ``--overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
 
-    Args:
-        options: the command's options. The maps come from ``options.checkpoint`` (PyTorch) or
-            from ``options.model``, a file written by ``export`` (``.onnx``: onnxruntime;
-            otherwise TorchScript); exactly one of the two is given.
-
-    Raises:
-        OptionError: a wrong option, a missing input, two inputs that would write one map, an
-            output that is not a folder, or a missing extra (``--crf``, onnxruntime).
-        CheckpointError: the checkpoint or exported model cannot be read.
-        ImagesFailed: some images could not be read (listed); the others' maps were written.
-        WorkerFailed: a rank failed (one line naming it).
+    Raises ``OptionError`` (a wrong option, a missing input, two inputs that would write one map, an
+    output that is not a folder, a missing extra), ``CheckpointError`` (an unreadable model file),
+    ``ImagesFailed`` (some images could not be read; the others' maps were written) and ``WorkerFailed``.
     """
     options.validate()
     options = replace(options, processes=processes_on_device(options.processes))
@@ -88,7 +78,6 @@ def predict(options: PredictOptions) -> dict[str, Any]:
 def _predict_on_workers(
     options: PredictOptions, todo: list[tuple[Path, Path]], key: str, weights: Any, spec: LaunchSpec
 ) -> dict[str, Any]:
-    """The maps of ``todo`` made by the workers ``spec`` starts or joins; their outcome."""
     spawned = spec.spawns()
     # the maps to make, by name: each node may see the folders at other paths
     names = "\n".join(f"{src.name}\t{dst.name}" for src, dst in todo)
@@ -110,8 +99,7 @@ def _predict_on_workers(
 
 
 def _check_options(options: PredictOptions) -> Path:
-    """The extras the options need are installed and the launcher fits them; returns the output
-    folder (not created yet)."""
+    """The extras the options need are installed and the launcher fits them; returns the output folder."""
     if options.model is not None and is_onnx(options.model):
         require_onnxruntime()
     if options.inference.crf:
@@ -124,8 +112,8 @@ def _check_options(options: PredictOptions) -> Path:
 
 
 def _check_model(options: PredictOptions) -> Any:
-    """Read the model once here, so that a bad file is one line before any worker starts; returns
-    a checkpoint's weights (for a worker that runs in this process)."""
+    """Read the model here, so that a bad file is one line before any worker starts; returns a
+    checkpoint's weights (for a worker that runs in this process)."""
     if options.model is not None:
         load_exported(options.model, "cpu")
         return None
@@ -134,8 +122,7 @@ def _check_model(options: PredictOptions) -> Any:
 
 
 def _pixel_settings(options: PredictOptions) -> dict[str, Any]:
-    """The options that change a map's pixels: every option but the ``_NOT_PIXELS`` ones (an
-    option added later counts until it is listed there)."""
+    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
     return {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
 
 
@@ -150,8 +137,7 @@ def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
 
 
 def _outcome(job: PredictJob) -> dict[str, Any]:
-    """What the workers found: from the job itself when they ran in this process, else from the
-    file rank 0 left."""
+    """What the workers found: in the job when they ran in this process, else in rank 0's file."""
     if job.outcome or job.outcome_file is None:
         return dict(job.outcome)
     path = Path(job.outcome_file)
@@ -162,8 +148,7 @@ def _outcome(job: PredictJob) -> dict[str, Any]:
 
 
 def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
-    """The last lines: maps (``noun``: or cutouts) written and the speed; the images that failed,
-    as one error."""
+    """The last lines: maps (or cutouts: ``noun``) written and the speed; the images that failed, as one error."""
     seconds, written = outcome["seconds"], outcome["written"]
     rate = f", {written / seconds:.3g} images/s" if seconds > 0 and written else ""
     echo(f"wrote {written} {noun}(s) to {out} in {seconds:.1f} s{rate}")
@@ -199,7 +184,7 @@ def collect_inputs(inputs: Iterable[str]) -> list[Path]:
 
 
 def _refuse_masks_half(folder: Path, given: str) -> None:
-    """The masks half of a DUTS-layout data set given as ``--input``: its masks would be predicted on."""
+    # the masks half of a DUTS-layout data set: its masks would be predicted on
     half = dataset_of_half(folder)
     split = split_dirs(half[0]) if half is not None and half[1] == "masks" else None
     if half is not None and split is not None:
@@ -209,9 +194,8 @@ def _refuse_masks_half(folder: Path, given: str) -> None:
 
 
 def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
-    """The inputs among a folder's images. An MSRA10K-style data set folder holds name.jpg beside
-    its mask name.png: as in the data loader's side-by-side layout, the .png of such a pair is the
-    mask, not an input (a note says how many were passed over)."""
+    """The inputs among a folder's images: of MSRA10K's name.jpg beside name.png, the .png is the
+    mask, as in the data loader's side-by-side layout (a note says how many were passed over)."""
     stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
     masks = [f for f in images if f.suffix.lower() == ".png" and f.stem in stems_with_other]
     if masks:
@@ -224,7 +208,6 @@ def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
 
 
 def _no_images(folder: Path) -> str:
-    """Why ``--input folder`` gives nothing, with the folder to give instead when it is a data set."""
     try:
         split = split_dirs(folder)
     except DataError:
@@ -235,8 +218,7 @@ def _no_images(folder: Path) -> str:
 
 
 def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:
-    """(input, output PNG) pairs inside ``out_dir``; two inputs that would write one file are an
-    error naming both, rather than one map silently replacing the other."""
+    """(input, output PNG) pairs inside ``out_dir``; two inputs that would write one file are an error."""
     planned: dict[Path, Path] = {}
     pairs = []
     for src in inputs:

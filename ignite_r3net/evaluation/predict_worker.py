@@ -1,12 +1,18 @@
-"""What every rank of ``predict`` runs: read the sizes of its share of the images, agree on one batch
-plan with the other ranks, make the maps of its batches, write each atomically and record it.
+"""What every rank of ``predict`` runs, and the batch plan and cutouts it writes.
 
 1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
-2. Every rank computes the same plan (``batch_plan``): equal sizes together, batch j to rank j mod N.
+2. Every rank computes the same plan (``plan_batches``): images of equal size in batches, batch j to
+   rank j mod N. It depends on the sizes and ``--batch-size`` only, never on the number of
+   processes, so N processes write the maps of one, byte for byte.
 3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
-4. Each map (or cutout) is written under a temporary name and renamed (``maps.save_map``,
-   ``cutouts.save_cutout``), then listed in the rank's journal (``map_record``).
+4. Each map (or cutout) is written under a temporary name and renamed, then listed in the rank's
+   journal (``map_record``).
 5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
+
+A cutout (``--cutout``) is the input image (decoded as the model saw it: RGB, EXIF orientation
+applied) with the map as its alpha channel, one RGBA PNG per image. Without ``--threshold`` the
+alpha is the 8-bit map itself, so it can be read back (``Image.open(p).getchannel("A")``); with it,
+the alpha (or the map) is hard: 255 where the saliency is at least the threshold, else 0.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
+import numpy as np
 import torch
+from PIL import Image
 
-from ..atomic_files import write_json
+from ..atomic_files import atomic_output, write_json
 from ..console import echo
 from ..data.checks import image_size
 from ..data.decode import load_image
@@ -35,12 +43,14 @@ from ..model.trained_model import TrainedWeights, build_model, read_trained_weig
 from ..numerics import inference_numerics
 from ..options import PredictOptions
 from ..progress import Progress
-from .batch_plan import Size, deal, plan_batches
 from .crf import crf_refine
-from .cutouts import hard_map, save_cutout
 from .map_record import MapRecord
 from .maps import save_map
 
+# a batch holds no more pixels than --batch-size images of this size (MSRA10K's): a folder of camera
+# photos of one size runs in small batches, or one by one, instead of exhausting memory
+REFERENCE_PIXELS = 400 * 300
+Size = tuple[int, int]  # (height, width)
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
 
@@ -64,14 +74,12 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
     refuse_unless_ranks_agree(job.shared)  # ranks of torchrun or srun, each started by its own command
     freeze_long_lived_objects()
     rank, world = idist.get_rank(), idist.get_world_size()
-    device = idist.device()
-    options = job.options
-    batches = deal(plan_batches(gather_sizes(job.sources), options.batch_size), rank, world)
-    shown = options.progress and is_rank_zero()
+    device, options = idist.device(), job.options
+    batches = plan_batches(gather_sizes(job.sources), options.batch_size)[rank::world]  # batch j: rank j mod N
     with worker_threads(device) as threads, inference_numerics(options.inference.tf32 == "on"):
         to_maps = map_function(options, device, job.weights, threads)
         start = time.perf_counter()
-        with Progress(len(job.sources), "predict", "image", enabled=shown) as progress:
+        with Progress(len(job.sources), "predict", "image", enabled=options.progress and is_rank_zero()) as progress:
             written, failed = _predict_batches(job, batches, to_maps, device, progress)
             progress.complete()
         seconds = time.perf_counter() - start
@@ -94,12 +102,31 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
         size = image_size(sources[index])
         if size is not None:
             mine[position] = torch.tensor(size)
-    every = all_gather_tensor(mine.to(idist.device())).cpu().view(world, share, 2)
-    sizes: list[Size | None] = []
-    for index in range(len(sources)):
-        height, width = every[index % world, index // world].tolist()
-        sizes.append((height, width) if height >= 0 else None)
-    return sizes
+    every = all_gather_tensor(mine.to(idist.device())).cpu().view(world, share, 2).tolist()
+    sizes = [every[index % world][index // world] for index in range(len(sources))]
+    return [(height, width) if height >= 0 else None for height, width in sizes]
+
+
+def batch_limit(size: Size, batch_size: int) -> int:
+    """How many images of ``size`` one batch may hold: ``batch_size``, fewer for large images."""
+    height, width = size
+    return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
+
+
+def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
+    """Batches of image indices, ordered by their first image: equal sizes together (in index
+    order), at most ``batch_limit`` each; an image of unknown size (unreadable header) alone."""
+    groups: dict[Size, list[int]] = {}
+    batches: list[list[int]] = []
+    for index, size in enumerate(sizes):
+        if size is None:
+            batches.append([index])
+        else:
+            groups.setdefault(size, []).append(index)
+    for size, indices in groups.items():
+        step = batch_limit(size, batch_size)
+        batches += [indices[i : i + step] for i in range(0, len(indices), step)]
+    return sorted(batches, key=lambda batch: batch[0])
 
 
 def map_function(
@@ -122,7 +149,7 @@ def map_function(
 
 @rank_zero_only
 def _say_onnx_provider(provider: str, device: torch.device, threads: int) -> None:
-    """Which onnxruntime provider runs the model (rank 0's; each rank has its own GPU's or the CPU's)."""
+    # rank 0's provider; each rank has its own GPU's or the CPU's
     if provider == "CUDAExecutionProvider":
         echo("onnxruntime runs the model with CUDAExecutionProvider, each rank on its own GPU")
         return
@@ -163,8 +190,7 @@ def _predict_batches(
 
 
 def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
-    """One image's result, atomically: its map (CRF-refined, made hard with ``--threshold``) or,
-    with ``--cutout``, the image with the map as its alpha channel."""
+    """One image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically."""
     if options.inference.crf:
         saliency = crf_refine(image, saliency)
     if options.threshold is not None:
@@ -173,6 +199,22 @@ def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: to
         save_cutout(path, image, saliency)
     else:
         save_map(path, saliency)
+
+
+def hard_map(saliency: torch.Tensor, threshold: float) -> torch.Tensor:
+    """A uint8 ``(H, W)`` map made binary: 255 where ``saliency / 255 >= threshold``, else 0.
+    Compared in float64, so a threshold given as ``k / 255`` keeps exactly the values from ``k`` up."""
+    return torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
+
+
+def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
+    """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG, atomically."""
+    if image.shape[1:] != alpha.shape:
+        raise ValueError(f"image {tuple(image.shape)} and map {tuple(alpha.shape)} differ in size")
+    rgb = image.detach().to("cpu", torch.uint8).permute(1, 2, 0).numpy()
+    rgba = np.dstack([rgb, alpha.detach().to("cpu", torch.uint8).numpy()])
+    with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
+        Image.fromarray(rgba, mode="RGBA").save(tmp, format="PNG")
 
 
 class BatchFiles(torch.utils.data.Dataset):

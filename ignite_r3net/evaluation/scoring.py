@@ -1,26 +1,19 @@
 """Scoring the (method, data set) cells of ``compare``: a cache keyed by what decides the numbers,
 and the work of the cells it lacks spread over processes.
 
-A cell's key is a SHA-256 over
+A cell's key is a SHA-256 over every (map, mask) file it scores (absolute path, size, mtime in ns),
+the protocol, and the code that turns files into numbers (the sources of the metrics package and of
+the map and mask readers, the versions of the libraries they call). Its entry,
+``OUT/cache/<key>.json``, holds the nine metrics, the image count, how many maps were resized, the
+256-point curves and every image's own scores: renaming a method or reordering the command line
+reuses it, any change to a file or the code misses it.
 
-* every (map, mask) file it scores: absolute path, size and modification time (ns);
-* the protocol;
-* the code that turns files into numbers: the sources of the metrics package and of the modules that
-  read maps and masks, and the versions of the libraries they call (torch, torchvision, numpy,
-  scipy, Pillow).
+The images of all missing cells are dealt to the ranks in turn (image i of their concatenation to
+rank i mod world size), each cell's ``SaliencyMetrics`` all-reduces exact sums and rank 0 writes the
+entry, so any number of processes writes the entries of one, bit for bit.
 
-An entry is ``OUT/cache/<key>.json``, written atomically, holding the nine metrics, the image count,
-how many maps were resized, the 256-point curves and every image's own scores (by mask stem). The
-key names the file, so renaming a method or changing the order of the command line reuses it, and
-any change to a file or the code misses it.
-
-Cells the cache lacks are scored by ``score_cells`` on ``spec.nproc`` processes: the images of all
-cells are dealt to the ranks in turn (image i of their concatenation to rank i mod world size), each
-cell's ``SaliencyMetrics`` all-reduces exact sums, and rank 0 writes the entry. Any number of
-processes therefore writes the entries of one, bit for bit.
-Checkpoint methods have a second key for their inference (``inference_key``): the checkpoint file,
-the images and masks, the inference options and the package version; it is kept in a manifest beside
-the maps, written after the last map, so an interrupted inference is redone.
+Checkpoint methods have a second key for their inference (``inference_key``), kept in a manifest
+written beside the maps after the last one, so an interrupted inference is redone.
 """
 
 from __future__ import annotations
@@ -49,18 +42,6 @@ from ..metrics.saliency import SaliencyMetrics
 from ..progress import Progress
 from .maps import load_saliency_map, score_maps
 
-__all__ = [
-    "CACHE_FORMAT",
-    "score_cells",
-    "code_version",
-    "pair_key",
-    "read_entry",
-    "write_entry",
-    "inference_key",
-    "read_manifest",
-    "write_manifest",
-]
-
 CACHE_FORMAT = 2  # bump when an entry's layout changes (2: per-image scores)
 MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
 _LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
@@ -75,8 +56,7 @@ def code_version() -> str:
 
 
 def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> str:
-    """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code``
-    (``code_version()``)."""
+    """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code_version()``."""
     key = ContentKey("scores", CACHE_FORMAT).add_values([protocol, code])
     return key.add_files(p for pair in pairs for p in pair).hexdigest()
 
@@ -118,14 +98,12 @@ def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> N
     write_json({"key": key, "checkpoint": os.fspath(checkpoint), "images": images}, maps_dir / MANIFEST)
 
 
-# ------------------------------------------------------------------------------------- scoring
-
 LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 @dataclass
 class ScoreJob:
-    """The cells to score, for every rank; picklable, so spawned workers receive it."""
+    """The cells to score, for every rank (picklable, for spawned workers)."""
 
     cells: list[tuple[str, list[tuple[str, str]], str]]  # (label, (map, mask) files, entry path)
     protocol: str
@@ -135,9 +113,8 @@ class ScoreJob:
 def score_cells(
     cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec, progress: bool = True
 ) -> list[dict[str, Any]]:
-    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring
-    the ones ``cache`` lacks on ``spec.nproc`` processes (in this one when 1); prints what was computed, and
-    shows the progress over their maps unless ``progress`` is False."""
+    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``),
+    scoring the ones ``cache`` lacks on ``spec.nproc`` processes (in this one when 1)."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
     todo: dict[str, LabelledFiles] = {}  # by key: two methods given the same maps are scored once
@@ -147,14 +124,11 @@ def score_cells(
     print(f"{sum(k not in todo for k in keys)} of {len(cells)} (method, data set) pair(s) from the cache", flush=True)
     if todo:
         print(f"scoring {len(todo)} pair(s) on {spec.nproc} process(es)", flush=True)
-        job = ScoreJob(
-            [
-                (label, [(str(m), str(k)) for m, k in files], str(cache / f"{key}.json"))
-                for key, (label, files) in todo.items()
-            ],
-            protocol,
-            progress,
-        )
+        work = [
+            (label, [(str(m), str(k)) for m, k in files], str(cache / f"{key}.json"))
+            for key, (label, files) in todo.items()
+        ]
+        job = ScoreJob(work, protocol, progress)
         if spec.nproc == 1:  # in this process: an unreadable map is a plain one-line error
             _score_worker(0, job)
         else:
@@ -166,22 +140,17 @@ def score_cells(
 
 
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
-    """Runs on every rank: score this rank's share of each cell's images; rank 0 stores the entry."""
+    """Every rank: score this rank's share of each cell's images; rank 0 stores the entries."""
     freeze_long_lived_objects()
+    total = sum(len(files) for _, files, _ in job.cells)
     # one thread: a map's tensors are small (~0.1 M pixels) and intra-op threads cost more than
     # they give (scoring ran 10x slower with 2 threads than with 1 on a busy 2-core machine)
     with worker_threads(idist.device(), limit=1):
-        _score_share(job)
-
-
-def _score_share(job: ScoreJob) -> None:
-    total = sum(len(files) for _, files, _ in job.cells)
-    with Progress(total, "score", "map", enabled=job.progress and is_rank_zero()) as progress:
-        _score_cells(job, progress)
+        with Progress(total, "score", "map", enabled=job.progress and is_rank_zero()) as progress:
+            _score_cells(job, progress)
 
 
 def _score_cells(job: ScoreJob, progress: Progress) -> None:
-    """Each cell of ``job``: this rank's share of its maps, counted by ``progress`` for every rank."""
     rank, world = idist.get_rank(), idist.get_world_size()
     dealt = 0
     for label, files, entry_path in job.cells:

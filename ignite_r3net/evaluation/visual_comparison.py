@@ -1,50 +1,52 @@
-"""The visual comparison of ``compare``: which images it shows, and when it must be drawn again.
+"""The visual comparison of ``compare``: which images it shows, when it must be drawn again, and
+the drawing.
 
 * **Choice.** ``--show N`` takes the N images on which the methods disagree most: the largest
   difference between the methods' MAE on the image (with one method, its largest MAE: its failures),
   ties broken by file name, so the choice is the same on every run. The per-image MAE is the one
-  ``compare``'s scoring keeps for ``per_image/<dataset>.csv`` (the ``--protocol``'s MAE of the map,
-  resized to its mask, against the mask): no pass of its own. ``--show-stems`` names the images
-  instead, in its order.
+  ``compare``'s scoring keeps for ``per_image/<dataset>.csv``: no pass of its own. ``--show-stems``
+  names the images instead, in its order.
 * **Cache.** ``OUT/figures/visual_<dataset>.json`` records what was drawn: the key (the chosen stems,
-  every shown file's path, size and modification time, the columns' names and order, and the
-  drawing code and library versions), the stems and their MAEs. It is written after the PNG and
-  PDF, so a rerun with the same key keeps the figure and an interrupted one draws it again."""
+  every shown file's path, size and modification time, the columns, and the drawing code and library
+  versions), the stems and their MAEs. It is written after the PNG and PDF, so a rerun with the same
+  key keeps the figure and an interrupted one draws it again.
+* **Drawing.** Rows of images, one column per kind (the image, the ground truth, each method's map),
+  the column names on top. Sized for print: the figure is a two-column paper's text width and every
+  cell is resampled to 300 pixels per inch of its printed size, so the PNG (300 dpi) shows each cell
+  pixel for pixel and the PDF embeds exactly those pixels (``interpolation="none"``) under vector
+  text, with TrueType fonts (Type 42: what publishers' PDF checks accept). All rows have one height;
+  each cell keeps its image's aspect, centred in its column. A missing map is a grey cell with a
+  cross and the word "missing". Drawn with matplotlib's object API, as ``plots`` draws the curves.
+"""
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
-from ..atomic_files import write_json
+import numpy as np
+from PIL import Image
+
+from ..atomic_files import atomic_output, write_json
 from ..content_key import ContentKey
+from ..data.decode import load_image, load_mask
 from ..data.folder import list_pairs
 from ..errors import DataError, OptionError, listing, note
-from . import visual_figure
-from .maps import files_by_stem
-from .visual_figure import Cell, draw_visual_comparison
+from .maps import files_by_stem, load_saliency_map
 
-__all__ = [
-    "FIGURE_FORMAT",
-    "FigureData",
-    "figure_data",
-    "check_stems",
-    "draw_figures",
-    "choose_stems",
-    "figure_row",
-]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FIGURE_FORMAT = 1  # bump when the figure's record changes
 
 
 @dataclass(frozen=True)
 class FigureData:
-    """What the figure of one data set can show: its masks and images by stem (images empty when
-    the data set is a masks folder), each method's maps by stem, in command-line order, and each
-    method's per-image MAE by stem."""
+    """What the figure of one data set can show, each by stem: its masks and images (none for a
+    masks folder), each method's maps (in command-line order) and each method's per-image MAE."""
 
     name: str
     masks: Mapping[str, Path]
@@ -60,15 +62,14 @@ def figure_data(
     maps: Mapping[str, list[tuple[Path, Path]]],
     mae: Mapping[str, Mapping[str, float]],
 ) -> FigureData:
-    """The figure's inputs for data set ``name``: its masks folder, the folder ``list_pairs`` reads
-    its images from (None: a masks folder alone), each method's matched ``(map, mask)`` files and
-    its per-image MAE (``{method: {mask stem: MAE}}``, from the scoring)."""
+    """The figure's inputs for data set ``name``: ``data`` is the folder ``list_pairs`` reads its
+    images from (None: a masks folder alone), ``maps`` each method's matched ``(map, mask)`` files."""
     images: dict[str, Path] = {}
     if data is not None:
         try:
             images = {mask.stem: image for image, mask in list_pairs(data)}
         except DataError:  # images that do not pair with the masks: the figure goes without them
-            images = {}
+            pass
     by_method = {method: {mask.stem: m for m, mask in files} for method, files in maps.items()}
     return FigureData(name, files_by_stem(masks, "ground-truth"), images, by_method, mae)
 
@@ -85,8 +86,8 @@ def check_stems(stems: list[str], masks: Mapping[str, Path]) -> None:
 
 
 def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, out: Path) -> None:
-    """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` for every data set: ``show``
-    images chosen as the module says, or ``stems`` (those of each data set, in their order)."""
+    """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` of ``show`` images chosen as
+    the module says, or of ``stems`` (those of each data set, in their order)."""
     for figure in figures:
         chosen = [s for s in stems if s in figure.masks] if stems is not None else choose_stems(figure.mae, show)
         if not chosen:
@@ -97,8 +98,8 @@ def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, 
 
 
 def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
-    """The ``count`` stems where the methods' MAEs (``{method: {stem: mae}}``) differ most, ties
-    broken by stem; with one method, those where its MAE is largest."""
+    """The ``count`` stems where the methods' MAEs (``{method: {stem: mae}}``) differ most (with one
+    method, where its MAE is largest), ties broken by stem."""
     per_stem: dict[str, list[float]] = {}
     for values in maes.values():
         for stem, mae in values.items():
@@ -108,8 +109,7 @@ def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[st
     def score(values: list[float]) -> float:
         return max(values) - min(values) if several else max(values)
 
-    ranked = sorted(per_stem, key=lambda stem: (-score(per_stem[stem]), stem))
-    return ranked[:count]
+    return sorted(per_stem, key=lambda stem: (-score(per_stem[stem]), stem))[:count]
 
 
 def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
@@ -140,10 +140,8 @@ def figure_row(figure: FigureData, stem: str) -> list[Cell]:
 
 
 def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) -> str:
-    """SHA-256 over the columns, the stems, every shown file (path, size, mtime; "missing" for an
-    empty cell) and the drawing code and the versions of the libraries it draws with."""
-    code = Path(inspect.getsourcefile(visual_figure) or "")
-    key = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([code])
+    """SHA-256 over the columns, the stems, every shown file and the drawing code and libraries."""
+    key = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([Path(__file__)])
     key.add_libraries(["matplotlib", "pillow", "numpy"])
     return key.add_files(cell.path for row in rows for cell in row).hexdigest()
 
@@ -153,3 +151,122 @@ def _recorded_key(record: Path) -> str | None:
         return json.loads(record.read_text(encoding="utf-8")).get("key")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+WIDTH_IN = 7.16  # a two-column paper's text width (IEEE, ACM, CVF), in inches
+DPI = 300  # print resolution of the cells
+GAP_IN = 0.03  # between cells
+HEADER_IN = 0.22  # the row of column names
+MAX_ROW_IN = 1.6  # with few columns, rows stop growing here
+FONT_SIZE = 8.0
+MISSING_FACE, MISSING_LINE = "#e6e6e6", "#a0a0a0"
+PNG_LEVEL = 1  # zlib level of the PNG (see write_png)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One picture of a row: ``kind`` is ``image`` (RGB), ``mask`` or ``map``; ``path`` None: a missing map."""
+
+    kind: str
+    path: Path | None
+
+
+def draw_visual_comparison(headers: Sequence[str], rows: Sequence[Sequence[Cell]], stem: Path) -> list[Path]:
+    """Draw ``rows`` under ``headers`` (one per column) into ``stem.png`` and ``stem.pdf``; returns their paths."""
+    return _save(build_figure(headers, rows), stem)
+
+
+def build_figure(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Figure:
+    """The figure of ``rows`` under ``headers``, every cell of a row at the size of the row's mask."""
+    pictures = [_row_pictures(row) for row in rows]
+    aspects = [size[1] / size[0] for size in (_row_size(row) for row in pictures)]
+    columns = len(headers)
+    column_in = (WIDTH_IN - GAP_IN * (columns - 1)) / columns
+    row_in = min(MAX_ROW_IN, column_in / max(aspects))
+    height_in = HEADER_IN + len(rows) * row_in + (len(rows) - 1) * GAP_IN
+    from matplotlib.figure import Figure  # here: matplotlib costs ~0.4 s to import (see plots._figure)
+
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
+    for j, name in enumerate(headers):
+        x = j * (column_in + GAP_IN) + column_in / 2
+        size = min(FONT_SIZE, 72 * column_in / (0.6 * max(len(name), 1)))  # long names shrink to their column
+        fig.text(x / WIDTH_IN, 1 - HEADER_IN / 2 / height_in, name, ha="center", va="center", fontsize=size)
+    for i, (row, aspect) in enumerate(zip(pictures, aspects)):
+        top = HEADER_IN + i * (row_in + GAP_IN)
+        cell_in = row_in * aspect
+        for j, picture in enumerate(row):
+            left = j * (column_in + GAP_IN) + (column_in - cell_in) / 2
+            box = (left / WIDTH_IN, 1 - (top + row_in) / height_in, cell_in / WIDTH_IN, row_in / height_in)
+            _draw_cell(fig, box, picture, (round(row_in * DPI), round(cell_in * DPI)))
+    return fig
+
+
+def _row_pictures(row: Sequence[Cell]) -> list[np.ndarray | None]:
+    """The row's pixels: uint8 ``(H, W, 3)`` images and ``(H, W)`` masks and maps, all at the mask's
+    size; None for a missing map."""
+    mask_index = next(i for i, c in enumerate(row) if c.kind == "mask")
+    pictures = [_read(c) for c in row]
+    size = pictures[mask_index].shape[:2]  # type: ignore[union-attr]  # the mask is never missing
+    return [p if p is None or p.shape[:2] == size else _resize(p, size) for p in pictures]
+
+
+def _row_size(row: list[np.ndarray | None]) -> tuple[int, int]:
+    return next(p.shape[:2] for p in row if p is not None)
+
+
+def _read(cell: Cell) -> np.ndarray | None:
+    if cell.path is None:
+        return None
+    if cell.kind == "image":  # decoded as the model sees it: RGB, EXIF orientation applied
+        return load_image(cell.path).permute(1, 2, 0).numpy()
+    if cell.kind == "mask":
+        return load_mask(cell.path)[0].numpy()
+    return load_saliency_map(cell.path).numpy()
+
+
+def _resize(picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``picture`` resampled to ``size`` (H, W) with Lanczos filtering (it only shows, never scores)."""
+    return np.asarray(Image.fromarray(picture).resize((size[1], size[0]), Image.Resampling.LANCZOS))
+
+
+Box = tuple[float, float, float, float]  # left, bottom, width, height, as fractions of the figure
+
+
+def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[int, int]) -> None:
+    """One cell in ``box``: the picture resampled to ``pixels`` (H, W), or the missing-map mark."""
+    ax = fig.add_axes(box)
+    ax.set_axis_off()
+    if picture is None:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((0, 0), 1, 1, facecolor=MISSING_FACE, edgecolor=MISSING_LINE, linewidth=0.6))
+        ax.plot([0, 1], [0, 1], [0, 1], [1, 0], color=MISSING_LINE, linewidth=0.6)
+        ax.text(0.5, 0.5, "missing", ha="center", va="center", fontsize=FONT_SIZE - 1, color="#555555")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        return
+    shown = _resize(picture, pixels) if picture.shape[:2] != pixels else picture
+    if shown.ndim == 2:  # masks and maps: their gray values as they are, not stretched to their range
+        ax.imshow(shown, interpolation="none", aspect="auto", cmap="gray", vmin=0, vmax=255)
+    else:
+        ax.imshow(shown, interpolation="none", aspect="auto")
+
+
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """``stem.png`` (300 dpi) and ``stem.pdf`` (vector, TrueType fonts), each atomically, without
+    dates, so equal figures give equal files."""
+    import matplotlib
+
+    paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")]
+    with matplotlib.rc_context({"pdf.fonttype": 42}):
+        with atomic_output(paths[0]) as tmp:
+            write_png(fig, tmp)
+        with atomic_output(paths[1]) as tmp:
+            fig.savefig(tmp, format="pdf", dpi=DPI, metadata={"CreationDate": None})
+    return paths
+
+
+def write_png(fig: Figure, target: Path | BinaryIO) -> None:
+    """``fig`` as a 300 dpi PNG at zlib level 1, not matplotlib's 6: photos and soft maps shrink little
+    under harder compression (``benchmarks/bench_figure.py``: 1.65x faster to write, and 10% smaller)."""
+    fig.savefig(target, format="png", dpi=DPI, metadata={"Software": None}, pil_kwargs={"compress_level": PNG_LEVEL})
