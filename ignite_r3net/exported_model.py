@@ -1,14 +1,6 @@
-"""A model written by ``export``: its contract, and running the file with onnxruntime or TorchScript.
-
-The contract of every exported file (written into the file as metadata, and in the README):
-
-* input ``image``: RGB ``uint8`` ``(N, 3, H, W)``, 0..255; batch, height and width are dynamic;
-* output ``saliency``: ``float32`` ``(N, 1, H, W)``, probabilities in 0..1 at the input's size;
-* the ImageNet normalisation is inside the graph; ``round(saliency * 255)`` is the 8-bit map that
-  ``predict`` writes.
-
-``predict --model`` runs such a file through :func:`load_exported`. onnxruntime is an optional
-extra: without it an ``.onnx`` model fails with one line telling how to install it.
+"""A model written by ``export``: its contract (``contract``, stored in the file), and running the file
+with onnxruntime or TorchScript (``load_exported``, for ``predict --model``). onnxruntime is an
+optional extra: without it an ``.onnx`` model fails with one line telling how to install it.
 """
 
 from __future__ import annotations
@@ -26,21 +18,6 @@ import torch
 from .errors import OptionError, error_line
 from .model.hub import is_hub_source
 
-__all__ = [
-    "INPUT_NAME",
-    "OUTPUT_NAME",
-    "METADATA_FILE",
-    "ONNXRUNTIME_MISSING",
-    "ExportedModel",
-    "OnnxModel",
-    "contract",
-    "is_onnx",
-    "load_exported",
-    "onnx_providers",
-    "quiet_torchscript",
-    "require_onnxruntime",
-]
-
 INPUT_NAME = "image"
 OUTPUT_NAME = "saliency"
 METADATA_FILE = "ignite_r3net.json"  # the TorchScript ``_extra_files`` entry holding the contract
@@ -51,8 +28,8 @@ ExportedModel = Callable[[torch.Tensor], torch.Tensor]
 
 
 def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, str]:
-    """The metadata written into every exported file (ONNX ``metadata_props``, TorchScript
-    ``_extra_files``): what goes in, what comes out, and where the weights came from."""
+    """The metadata of every exported file (ONNX ``metadata_props``, TorchScript ``_extra_files``):
+    what goes in, what comes out, and where the weights came from."""
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": backbone,
@@ -67,14 +44,12 @@ def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, s
 
 
 def is_onnx(path: str | Path) -> bool:
-    """Whether ``path`` names an ONNX file (by its suffix; anything else is taken as TorchScript)."""
+    """Whether ``path`` names an ONNX file by its suffix (anything else is taken as TorchScript)."""
     return Path(path).suffix.lower() == ".onnx"
 
 
 def require_onnxruntime() -> ModuleType:
-    """The ``onnxruntime`` module, or a one-line ``OptionError`` saying how to get it.
-
-    Commands call this before any work, so a missing extra fails at once."""
+    """The ``onnxruntime`` module, or a one-line ``OptionError`` saying how to get it."""
     try:
         import onnxruntime
     except ImportError:
@@ -83,12 +58,10 @@ def require_onnxruntime() -> ModuleType:
 
 
 def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> ExportedModel:
-    """The exported model in ``path`` (``.onnx``: onnxruntime; otherwise TorchScript) as a callable
-    from a uint8 ``(N, 3, H, W)`` batch to float ``(N, 1, H, W)`` saliency on the batch's device.
-
-    ``threads`` sets onnxruntime's intra-op threads (TorchScript uses torch's). Raises
-    ``OptionError`` (one line naming the file) when the file is missing, unreadable or does not
-    take uint8 images."""
+    """The exported model in ``path`` (``.onnx``: onnxruntime, else TorchScript) as a callable from a
+    uint8 ``(N, 3, H, W)`` batch to float ``(N, 1, H, W)`` saliency on the batch's device; ``threads``:
+    onnxruntime's intra-op threads. A one-line ``OptionError`` when the file is missing, unreadable
+    or does not take uint8 images."""
     path = Path(path)
     if not path.is_file():
         raise OptionError(f"--model {path} does not exist")
@@ -98,9 +71,8 @@ def load_exported(path: str | Path, device: torch.device | str = "cpu", threads:
 
 
 def onnx_providers(device: torch.device) -> list[Any]:
-    """onnxruntime's execution providers for a process computing on ``device``, first choice first: on
-    a GPU, the CUDA provider on that GPU when onnxruntime-gpu is installed (``device_id``: without it
-    every process runs on GPU 0), then the CPU's."""
+    """onnxruntime's execution providers for ``device``, first choice first: on a GPU, the CUDA provider
+    on that GPU (without ``device_id`` every process runs on GPU 0) when installed, then the CPU's."""
     ort = require_onnxruntime()
     providers: list[Any] = ["CPUExecutionProvider"]
     if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
@@ -119,8 +91,8 @@ class OnnxModel:
 
     @property
     def provider(self) -> str:
-        """The execution provider that runs the model (``CUDAExecutionProvider``, ...): the first of
-        those onnxruntime could set up (it falls back to the CPU's, silently, when CUDA fails)."""
+        """The execution provider that runs the model: the first onnxruntime could set up (it falls back
+        to the CPU's, silently, when CUDA fails)."""
         return str(self.session.get_providers()[0])
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
@@ -176,9 +148,8 @@ def _torchscript_load_reason(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def quiet_torchscript() -> Iterator[None]:
-    """Silence torch's deprecation warning on every ``torch.jit`` call inside the block (torch 2.14
-    deprecates TorchScript in favour of ``torch.export``; it is still what libtorch C++ and mobile
-    apps load, so the format is offered, without a warning per call)."""
+    """Silence torch's deprecation warning on ``torch.jit`` calls in the block (TorchScript is
+    deprecated since torch 2.14, but still what libtorch C++ and mobile apps load)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=FutureWarning)
         yield

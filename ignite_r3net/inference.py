@@ -1,11 +1,8 @@
-"""Inference as an ignite Engine, shared by validation during training, ``evaluate`` and ``predict``.
-Each step yields 8-bit saliency maps at the input's own size, exactly what a saved PNG would hold,
-so metrics on the fly equal metrics on saved maps.
-
-The model sees each image at full resolution (the original's protocol) unless an inference size is
-asked for (``--size N``: N x N; ``--max-side N``: the longer side at most N): the image is then
-resized (bilinear, antialiased) for the model and its saliency resized back (bilinear) before it
-becomes the 8-bit map, so maps are always scored and written at the image's own size."""
+"""Inference as an ignite Engine, shared by validation, ``evaluate`` and ``predict``: each step yields
+the 8-bit maps a saved PNG would hold, at the input's own size, so metrics on the fly equal metrics
+on saved maps. The model sees each image at full resolution (the original's protocol) unless
+``--size`` / ``--max-side`` ask for another size: the image is resized for the model and its
+saliency resized back."""
 
 from __future__ import annotations
 
@@ -24,8 +21,8 @@ from torch import nn
 from .data.transforms import normalize_image
 from .progress import Progress
 
+# the autocast dtype of each --amp choice (config.AMP_MODES), in training and inference
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""The autocast dtype of each ``--amp`` choice (``config.AMP_MODES``), in training and inference."""
 
 
 # a uint8 image batch (N, 3, h, w) to saliency probabilities (N, 1, h, w): a model or an exported file
@@ -46,9 +43,8 @@ def inference_shape(height: int, width: int, size: int | None = None, max_side: 
 def saliency_at_input_size(
     run: SaliencyFunction, images: torch.Tensor, size: int | None = None, max_side: int | None = None
 ) -> torch.Tensor:
-    """``run`` on the uint8 batch ``images`` resized to ``inference_shape`` (bilinear, antialiased,
-    back to uint8: the input an exported model takes), its saliency resized back to the batch's
-    own size (bilinear)."""
+    """``run`` on the uint8 batch resized to ``inference_shape`` (bilinear, antialiased, back to uint8:
+    what an exported model takes), its saliency resized back to the batch's size (bilinear)."""
     height, width = images.shape[-2:]
     shape = inference_shape(height, width, size, max_side)
     if shape == (height, width):
@@ -62,8 +58,7 @@ def saliency_at_input_size(
 def predict_maps(
     model: nn.Module, images: torch.Tensor, amp: str = "off", size: int | None = None, max_side: int | None = None
 ) -> torch.Tensor:
-    """Saliency maps (N,H,W) uint8 for a uint8 batch (N,3,H,W) already on the model's device, the
-    model run at ``inference_shape`` (default: the batch's own size)."""
+    """Saliency maps (N,H,W) uint8 of a uint8 batch (N,3,H,W) on the model's device, run at ``inference_shape``."""
     model.eval()
     dtype = AMP_DTYPES[amp]
 
@@ -75,21 +70,20 @@ def predict_maps(
 
 
 def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
-    """Saliency probabilities (N,1,H,W) in 0..1 as the 8-bit maps (N,H,W) that are scored and saved:
-    ``round(p * 255)``. Also applied to the output of an exported model (``predict --model``)."""
+    """Saliency probabilities (N,1,H,W) in 0..1 (a model's or an exported file's) as the 8-bit maps
+    (N,H,W) that are scored and saved: ``round(p * 255)``."""
     return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
+# an evaluator step's output: the 8-bit (H, W) maps and masks of its images
 MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
-"""An evaluator step's output: the 8-bit (H, W) maps and masks of its images."""
 
 
 def create_evaluator(
     model: nn.Module, device: torch.device, amp: str = "off", size: int | None = None, max_side: int | None = None
 ) -> Engine:
-    """An Engine whose output is ``(maps, gts)``: lists of (H,W) uint8 tensors, one per image at its
-    own size (the model run at ``inference_shape``; the batch, with the images' ``name``, stays in
-    ``engine.state.batch`` for whoever saves or scores the maps by name)."""
+    """An Engine whose output is ``(maps, gts)``, (H,W) uint8 tensors at each image's size; the batch,
+    with the images' ``name``, stays in ``engine.state.batch`` for whoever saves or scores by name."""
 
     def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         if any(batch.get("problem", ())):  # a pair the loader could not read, left out (validation)
@@ -106,14 +100,12 @@ def create_evaluator(
 
 
 def evaluator_step(engine: Engine) -> tuple[dict[str, Any], MapsAndMasks]:
-    """The batch and the output of the evaluator's current step (ignite annotates ``State.batch``
-    and ``State.output`` as ``int``)."""
+    """The batch and output of the evaluator's step (ignite annotates ``State.batch``/``output`` as int)."""
     return cast(dict[str, Any], engine.state.batch), cast(MapsAndMasks, engine.state.output)
 
 
 def attach_scoring(evaluator: Engine, metric: Metric) -> None:
-    """Feed every step's ``(maps, gts, names)`` to ``metric`` (after the handlers added before this
-    one, e.g. a CRF refinement)."""
+    """Feed every step's ``(maps, gts, names)`` to ``metric``, after the handlers added before (a CRF)."""
 
     def update(engine: Engine) -> None:
         batch, (maps, gts) = evaluator_step(engine)
@@ -123,13 +115,9 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:
-    """Run ``evaluator`` over this rank's shard of ``loader`` and return ``metric`` over the images
-    of every rank (a collective: call it on all ranks).
-
-    A rank whose shard is empty (fewer images than ranks) skips the run but still joins the
-    all-reduce inside ``compute()``; per-image sums are exact, so N processes equal one.
-    ``progress`` counts this rank's images times the world size (the shards differ by one image
-    at most)."""
+    """Run ``evaluator`` over this rank's shard of ``loader``; ``metric`` over every rank's images (a
+    collective: an empty shard skips the run but joins ``compute()``'s all-reduce). ``progress``
+    counts this rank's images times the world size (the shards differ by one image at most)."""
     metric.reset()
     if len(loader.sampler) > 0:
         with _counting(evaluator, progress):
@@ -139,7 +127,6 @@ def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progre
 
 @contextmanager
 def _counting(evaluator: Engine, progress: Progress | None) -> Iterator[None]:
-    """``progress`` advanced by every step's images, on every rank's behalf, while the block runs."""
     if progress is None:
         yield
         return

@@ -1,6 +1,4 @@
-"""What ``export`` can write: the formats, the file suffix of each and the ONNX opsets.
-
-Plain data, without torch: the command line's ``export`` choices and ``--help`` come from here."""
+"""What ``export`` can write: formats, suffixes, ONNX opsets. Plain data, without torch, for ``--help``."""
 
 FORMATS = ("onnx", "torchscript", "hub")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}  # the file formats; hub writes a folder

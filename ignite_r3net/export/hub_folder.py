@@ -1,13 +1,8 @@
-"""``export --format hub``: a folder ready for ``hf upload ORG/NAME DIR``, which every command then
-reads back as ``--checkpoint hf-hub:ORG/NAME``.
-
-* ``model.safetensors``: the model's state_dict in this package's key layout (safetensors: no
-  pickle, nothing to execute on load);
-* ``config.json``: the backbone (what ``read_trained_weights`` reads beside the weights), the input
-  contract of the exported files (``runtime.contract``), the source checkpoint and its sha256, the
-  starting weights and their sha256, and the training recipe from the run's ``config.json`` beside
-  the checkpoint (verbatim: review its paths before uploading), when there is one;
-* ``README.md``: the model card (``model_card``).
+"""``export --format hub``: a folder for ``hf upload ORG/NAME DIR``, which every command then reads
+as ``--checkpoint hf-hub:ORG/NAME``: ``model.safetensors`` (the state_dict in our key layout, no
+pickle), ``config.json`` (the backbone, the exported files' input contract, the source checkpoint,
+the starting weights with their sha256s, and the run's training recipe verbatim when the checkpoint
+has one beside it: review its paths before uploading) and ``README.md``, the model card.
 
 The folder is filled under a temporary name, read back (weights, backbone, output on an image) and
 only then renamed to ``--output``: a failed export leaves the folder that was there.
@@ -31,21 +26,15 @@ from ..options import ExportOptions
 from ..output_paths import check_writable_folder
 from .model_card import model_card, read_results
 
-__all__ = ["HUB_FORMAT", "CARD", "write_hub_folder", "hub_config"]
-
 HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
 CARD = "README.md"
 _CHECK_SHAPE = (1, 3, 45, 71)
 
 
 def write_hub_folder(options: ExportOptions) -> Path:
-    """Write the Hub folder of ``options.checkpoint`` to ``options.output``; returns its path.
-
-    Raises:
-        OptionError: an output that is a file or a folder of other files, an unreadable ``--results``.
-        CheckpointError: the checkpoint cannot be read.
-        ExportError: the written folder does not give back the model.
-    """
+    """Write the Hub folder of ``options.checkpoint`` to ``options.output``; returns its path. Raises
+    ``OptionError`` (an output that is a file or a folder of other files, an unreadable ``--results``),
+    ``CheckpointError`` (unreadable checkpoint) or ``ExportError`` (the folder does not give the model)."""
     out = _check_output_folder(Path(options.output))
     results = read_results(options.results) if options.results else None
     weights = read_trained_weights(options.checkpoint, options.backbone)
@@ -80,9 +69,8 @@ def hub_config(weights: TrainedWeights) -> dict[str, Any]:
 
 
 def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(training recipe, starting weights) from the config.json beside ``checkpoint``: a training
-    run's (``TrainConfig``), or a Hub folder's, whose records are carried over; (None, None) when
-    there is none."""
+    """(training recipe, starting weights) from the config.json beside ``checkpoint``, a training run's
+    or a Hub folder's (its records carried over); (None, None) when there is none."""
     try:
         record = json.loads((checkpoint.parent / HUB_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -101,8 +89,7 @@ def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any]
 
 
 def _check_output_folder(out: Path) -> Path:
-    """``--output`` of ``--format hub``: a new or empty folder, or one holding an earlier hub export
-    (it is replaced whole); never a file or a folder of other files."""
+    """A new or empty folder, or one holding an earlier hub export (replaced whole)."""
     if out.exists() and not out.is_dir():
         raise OptionError(f"--output {out} is a file; --format hub writes a folder")
     if out.is_dir() and any(out.iterdir()) and not _is_hub_export(out):
@@ -122,8 +109,7 @@ def _is_hub_export(folder: Path) -> bool:
 
 @torch.no_grad()
 def _check_folder(folder: Path, model: torch.nn.Module, backbone: str) -> None:
-    """Read ``folder`` back as every command will (backbone from its config.json) and compare the
-    weights and an output with ``model``'s; raises ``ExportError`` on any difference."""
+    """Read ``folder`` back as every command will and compare its weights and an output with ``model``'s."""
     back = read_trained_weights(folder / HUB_WEIGHTS)
     if back.backbone != backbone:
         raise ExportError(f"the exported folder reads as backbone {back.backbone}, not {backbone}")

@@ -1,10 +1,6 @@
-"""The model card (``README.md``) of ``export --format hub``: YAML metadata the Hub indexes (library,
-licence, tags, pipeline, training data sets, base model), then what the model is, how to run it,
-how it was trained and, with ``--results``, how it scores.
-
-``--results`` takes either results.json this package writes: ``evaluate --json`` (``{dataset:
-{"images": n, metric: value}}``) or ``compare`` (``{dataset: {method: {metric: value, "count":
-n}}}``). Plain Python, without torch.
+"""The model card (``README.md``) of ``export --format hub``: YAML metadata the Hub indexes, what the
+model is, how to run it, how it was trained and, with ``--results`` (the results.json of ``evaluate
+--json`` or of ``compare``), how it scores. Plain Python, without torch.
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
 from ..model.hub import HF_PREFIX, is_hub_source
 from ..options.json_file import load_json
-
-__all__ = ["DEFAULT_LICENSE", "TAGS", "read_results", "model_card"]
 
 DEFAULT_LICENSE = "mit"  # this package's; the user states the weights' own with --license
 TAGS = ("saliency-detection", "salient-object-detection", "image-segmentation", "r3net", "pytorch-ignite")
@@ -37,9 +31,8 @@ _CITATION = """@inproceedings{deng2018r3net,
 
 
 def read_results(path: str | Path) -> tuple[str, Results]:
-    """``("evaluate" | "compare", results)`` from a results.json, as ``{dataset: {method: row}}``
-    (an ``evaluate`` file's rows under the method name ``"this model"``). Raises ``OptionError``
-    naming the file when it is neither form or lacks a metric of the card's table."""
+    """``("evaluate" | "compare", {dataset: {method: row}})`` from a results.json (``evaluate``'s rows
+    under the method ``"this model"``). ``OptionError`` when it is neither or lacks a table metric."""
     what = f"--results {path}"
     data = load_json(path, what)
     if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
@@ -61,10 +54,8 @@ def _is_number(value: Any) -> bool:
 
 
 def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, options: Mapping[str, Any]) -> str:
-    """The README.md of a hub export described by its ``config`` (the folder's config.json).
-
-    ``options``: ``license`` (None: ``DEFAULT_LICENSE``), ``trained_on`` (data set names for the
-    metadata), ``repo_id`` (for the usage lines)."""
+    """The README.md of a hub export with this ``config.json``. ``options``: ``license`` (None:
+    ``DEFAULT_LICENSE``), ``trained_on`` (data set names), ``repo_id`` (for the usage lines)."""
     repo = options.get("repo_id") or "ORG/NAME"
     parts = [
         _metadata(config, options),

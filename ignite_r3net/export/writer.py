@@ -1,21 +1,14 @@
-"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps
-without this package (or, with ``--format hub``, as a Hugging Face Hub folder: ``hub_folder``).
+"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without
+this package (``--format hub``: ``hub_folder``). The file holds :class:`SaliencyGraph`, uint8 RGB
+``(N, 3, H, W)`` in, float ``(N, 1, H, W)`` in 0..1 out, batch, height and width dynamic.
 
-What is exported is :class:`SaliencyGraph`, the inference graph: uint8 RGB ``(N, 3, H, W)`` in,
-the ImageNet normalisation (the constants and operations of ``normalize_image``), R3Net in eval
-mode (sigmoid of the last refinement, resized to the input), float ``(N, 1, H, W)`` in 0..1 out.
-Batch, height and width are dynamic.
+* ONNX: ``torch.onnx.export(dynamo=True)``, torch's supported exporter (the TorchScript-based one is
+  deprecated); opset 18 is the oldest it writes natively (down-converting to 17 fails for R3Net).
+* TorchScript: ``torch.jit.trace``; R3Net's sizes all come from tensor shapes, which the tracer
+  records as shape operations, so the trace holds at every input size (tested).
 
-* ONNX goes through ``torch.onnx.export(dynamo=True)`` (``torch.export``, translated by
-  onnxscript), torch's default and supported exporter; the TorchScript-based one is deprecated and
-  marked for removal. Opsets 18 to 23: 18 is the oldest it writes natively (it would try to
-  down-convert to 17 and, for this model, fail).
-* TorchScript is ``torch.jit.trace``: R3Net's sizes all come from tensor shapes, which the
-  tracer records as shape operations, so the trace holds at every input size (tested).
-
-The file is written under a temporary name, loaded back standalone (onnxruntime session,
-``torch.jit.load``), run on an image of another size and batch than the one traced and compared
-with the PyTorch model, and only then renamed to ``--output``: a failed export leaves no file.
+The file is written under a temporary name, loaded back standalone, compared with the PyTorch model
+at another batch and size than the traced one, and only then renamed: a failed export leaves no file.
 """
 
 from __future__ import annotations
@@ -32,54 +25,27 @@ from .. import __version__
 from ..atomic_files import atomic_output
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
-from ..exported_model import (
-    INPUT_NAME,
-    METADATA_FILE,
-    OUTPUT_NAME,
-    contract,
-    load_exported,
-    quiet_torchscript,
-)
+from ..exported_model import INPUT_NAME, METADATA_FILE, OUTPUT_NAME, contract, load_exported, quiet_torchscript
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ExportOptions
 from ..output_paths import check_writable_file
-from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from .formats import SUFFIXES
 from .hub_folder import write_hub_folder
 
-__all__ = [
-    "FORMATS",
-    "SUFFIXES",
-    "DEFAULT_OPSET",
-    "OPSETS",
-    "ONNX_EXPORT_MISSING",
-    "SaliencyGraph",
-    "export_model",
-]
-
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
+_ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
 
-# Example input for tracing, and a different batch and size for checking the written file. The
-# sizes differ from each other (equal ones would let the exporter tie height to width) and exceed
-# 32 (the backbone's stride), so no size is specialised to 1.
+# Example input for tracing, and another batch and size for checking the file: height != width (or
+# the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
 _TRACE_SHAPE = (2, 3, 64, 96)
 _CHECK_SHAPE = (1, 3, 45, 71)
 
 
 class SaliencyGraph(nn.Module):
-    """R3Net's inference graph with its preprocessing: uint8 RGB ``(N, 3, H, W)`` to saliency
-    ``(N, 1, H, W)`` in 0..1.
-
-    The normalisation is ``normalize_image``'s, written with buffers (they follow the module to
-    its device) rather than constants made at call time: ``x * (1 / (255 std)) + (-mean / std)``
-    in float32, bit for bit the same tensor.
-
-    Example::
-
-        >>> graph = SaliencyGraph(R3Net("resnet18"))
-        >>> graph(torch.zeros(1, 3, 64, 64, dtype=torch.uint8)).shape
-        torch.Size([1, 1, 64, 64])
-    """
+    """R3Net in eval mode with its preprocessing: uint8 RGB ``(N, 3, H, W)`` to saliency ``(N, 1, H, W)``
+    in 0..1. ``normalize_image``'s normalisation, bit for bit, in buffers that follow the module to
+    its device: ``x * (1 / (255 std)) + (-mean / std)`` in float32."""
 
     scale: torch.Tensor
     shift: torch.Tensor
@@ -98,27 +64,15 @@ class SaliencyGraph(nn.Module):
 
 
 def export_model(options: ExportOptions) -> Path:
-    """Export the model in ``options.checkpoint`` to ``options.output`` as ``options.format``
-    (``onnx``, ``torchscript``, or ``hub``: ``hub_folder.write_hub_folder``); returns the path written.
-
-    Options are checked before the weights are read; the file is checked before it gets its name.
-
-    Args:
-        options: the command's options (``--checkpoint``, ``--format``, ``--output``, ``--opset``,
-            ``--backbone``).
-
-    Raises:
-        OptionError: a wrong option, an output name that does not fit the format, or a missing
-            extra (``--format onnx`` needs onnx, onnxscript and onnxruntime).
-        CheckpointError: the checkpoint cannot be read, or the file cannot be written.
-        ExportError: the written file does not load or does not give the PyTorch model's maps.
-    """
+    """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path.
+    Raises ``OptionError`` (a wrong option or output name, a missing extra), ``CheckpointError``
+    (unreadable checkpoint, unwritable file) or ``ExportError`` (the file does not give the maps)."""
     options.validate()
     if options.format == "hub":
         return write_hub_folder(options)
     out = _check_output(options)
-    if options.format == "onnx":
-        _require_onnx_export()
+    if options.format == "onnx" and any(importlib.util.find_spec(m) is None for m in _ONNX_MODULES):
+        raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
     metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
@@ -157,20 +111,11 @@ def _check_output(options: ExportOptions) -> Path:
     return out
 
 
-def _require_onnx_export() -> None:
-    """onnx and onnxscript (torch's exporter) and onnxruntime (the check of the written file)."""
-    if any(importlib.util.find_spec(name) is None for name in ("onnx", "onnxscript", "onnxruntime")):
-        raise OptionError(ONNX_EXPORT_MISSING)
-
-
 def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str], opset: int) -> None:
     # height and width from 33: at 32 or less the backbone's last map is 1x1 and torch.export would
     # want that case traced separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
-    batch, height, width = (
-        torch.export.Dim("batch"),
-        torch.export.Dim("height", min=33),
-        torch.export.Dim("width", min=33),
-    )
+    dim = torch.export.Dim
+    dynamic_shapes = {"image": {0: dim("batch"), 2: dim("height", min=33), 3: dim("width", min=33)}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's notes on decompositions: nothing to act on
         program = torch.onnx.export(
@@ -179,7 +124,7 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
             dynamo=True,
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
-            dynamic_shapes={"image": {0: batch, 2: height, 3: width}},
+            dynamic_shapes=dynamic_shapes,
             opset_version=opset,
             verbose=False,
         )
@@ -196,8 +141,7 @@ def _write_torchscript(graph: SaliencyGraph, example: torch.Tensor, path: Path, 
 
 @torch.no_grad()
 def _check_written(path: Path, graph: SaliencyGraph) -> float:
-    """Load ``path`` standalone, run it at another batch and size than the trace's and return its
-    largest difference to ``graph``; raises ``ExportError`` beyond ``TOLERANCE``."""
+    """The largest difference to ``graph`` of ``path`` loaded standalone; ``ExportError`` beyond ``TOLERANCE``."""
     image = torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     try:
         exported = load_exported(path)

@@ -1,18 +1,14 @@
 """Per-map histograms and the scores that follow from them: MAE, F- and E-measure curves, adaptive F
-and E (and the R3Net protocol's MAE and precision / recall).
+and E (and the R3Net protocol's MAE and precision / recall), for many maps at once on any device.
 
-PySODMetrics reads a prediction as ``pred_u8 / 255``, min-max normalised per image, and a ground
-truth as ``gt_u8 > 128``. So for every score but the weighted F-measure a map is fully described by
-how many of its pixels hold each uint8 value on the ground-truth foreground and background of each
-S-measure quadrant: a (4, 2, 256) histogram, computed for a batch of maps with one ``bincount``, on
-any device. The scores below are computed from these counts for many maps at once.
-
-Conventions copied from PySODMetrics on purpose (they decide the last digits):
+PySODMetrics reads a prediction as ``pred_u8 / 255`` min-max normalised per image, a ground truth as
+``gt_u8 > 128``. So for every score but the weighted F-measure a map is fully described by a
+(4, 2, 256) histogram: its pixels per S-measure quadrant, gt value and uint8 value (one ``bincount``
+per batch). Conventions copied from PySODMetrics on purpose (they decide the last digits):
 
 * the F- and E-measure curves bin the normalised prediction with ``floor(pred * 255)`` (numpy's
   ``astype(uint8)`` truncates) and count ``>=`` thresholds; precision with no predicted positive is 0;
-* adaptive thresholds are ``min(2 * mean(pred), 1)`` on the normalised float prediction;
-* ``EPS = 2**-52`` (numpy's ``np.spacing(1)``, MATLAB's ``eps``).
+* adaptive thresholds are ``min(2 * mean(pred), 1)`` on the normalised float prediction.
 """
 
 from __future__ import annotations
@@ -28,11 +24,9 @@ R3NET_EPS = 1e-4  # additive eps of R3Net's misc.cal_precision_recall_mae
 
 
 def normalised_levels(pred_u8: torch.Tensor) -> torch.Tensor:
-    """PySODMetrics' ``prepare_data`` as a per-map lookup table: (N, 256) float64 whose entry v is the
-    normalised value of a pixel of uint8 value v.
-
-    ``v / 255`` min-max normalised with the same float64 operations numpy does on every pixel, so the
-    table holds bit-identical values (and ``floor(levels * 255)`` the same bins)."""
+    """PySODMetrics' ``prepare_data`` as a per-map lookup table (N, 256) float64: entry v is the
+    normalised value of uint8 value v, with numpy's float64 operations, so bit-identical values (and
+    ``floor(levels * 255)`` the same bins)."""
     flat = pred_u8.flatten(1)
     low = flat.amin(1).double().view(-1, 1) / 255
     high = flat.amax(1).double().view(-1, 1) / 255
@@ -136,11 +130,9 @@ def fmeasure_curves(
 
 
 def emeasure(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
-    """Enhanced-alignment measure of binarised predictions from their confusion counts.
-
-    fg_fg / fg_bg: predicted-foreground pixels on gt foreground / background, (N, T); n_fg, size: gt
-    foreground and all pixels per map, (N,). PySODMetrics' closed form: the alignment matrix takes
-    one value on each of the four (pred, gt) classes."""
+    """Enhanced-alignment measure of binarised predictions from predicted-foreground pixels on gt
+    foreground / background (N, T), gt-foreground and all pixels per map (N,): PySODMetrics' closed
+    form, the alignment matrix takes one value on each of the four (pred, gt) classes."""
     n_fg, size = n_fg.view(-1, 1), size.view(-1, 1)
     pred_fg = fg_fg + fg_bg
     pred_bg = size - pred_fg
@@ -171,7 +163,7 @@ def adaptive_scores(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
     return adp_f[:, 0], adp_e[:, 0]
 
 
-# ------------------------------------------------------------------ the original R3Net evaluation
+# the original R3Net evaluation
 
 
 def r3net_mae(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> torch.Tensor:

@@ -23,39 +23,25 @@ from .weighted_f import weighted_fmeasure
 Maps = torch.Tensor | Sequence[torch.Tensor]
 
 # Per-image values summed into one float64 vector: name -> length (256: one per threshold t).
-_SLOTS = (
-    ("mae", 1),
-    ("precision", 256),
-    ("recall", 256),
-    ("fmeasure", 256),
-    ("adpF", 1),
-    ("emeasure", 256),
-    ("adpE", 1),
-    ("Sm", 1),
-    ("wF", 1),
-    ("images", 1),
-)
+_SLOTS = dict(mae=1, precision=256, recall=256, fmeasure=256, adpF=1, emeasure=256, adpE=1, Sm=1, wF=1, images=1)
 _OFFSETS = MappingProxyType(  # name -> its slice of the sums vector
-    {name: slice(end - length, end) for (name, length), end in zip(_SLOTS, accumulate(n for _, n in _SLOTS))}
+    {name: slice(end - n, end) for (name, n), end in zip(_SLOTS.items(), accumulate(_SLOTS.values()))}
 )
-_SUMS_LENGTH = sum(length for _, length in _SLOTS)
+_SUMS_LENGTH = sum(_SLOTS.values())
 
 _QUANTUM = 2.0**32
 _CHUNK_PIXELS = 1 << 21  # maps scored together: ~2 M pixels keep the int32 histogram keys at 8 MB
 
 
 def _exact(per_image: torch.Tensor) -> torch.Tensor:
-    """Round per-image values to multiples of 2**-32 before they are summed.
-
-    Sums of such values are exact in float64 (up to 2**21 images), so the order of additions (batch
-    size, shards across ranks, all-reduce order) cannot change a single bit of the result, and N
-    processes give exactly the numbers of one. The rounding moves each value by at most 1.2e-10."""
+    """Per-image values rounded to multiples of 2**-32 (moved by 1.2e-10 at most): their float64 sums
+    are exact up to 2**21 images, so the order of additions (batch size, shards across ranks,
+    all-reduce order) cannot change a bit of the result, and N processes give the numbers of one."""
     return torch.round(per_image.double() * _QUANTUM) / _QUANTUM
 
 
 def _to_uint8_pred(p: torch.Tensor) -> torch.Tensor:
-    """Float maps in [0, 1] become the uint8 PNG one would save (``round(p * 255)``), so that scoring
-    a tensor equals scoring its saved map; uint8 passes unchanged."""
+    """Float maps in [0, 1] as the uint8 map one would save (``round(p * 255)``); uint8 unchanged."""
     if p.dtype == torch.uint8:
         return p
     if not p.is_floating_point():
@@ -118,66 +104,30 @@ class SaliencyMetrics(Metric):
     r"""MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and
     weighted F-measure of saliency maps, in one pass.
 
-    ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: each a list of 2-D tensors or an
-    ``(N, H, W)`` tensor, and the images' names (kept with ``per_image=True``).
+    ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or ``(N, H, W)``
+    tensors, and the images' names (kept with ``per_image=True``). ``pred`` is uint8 0..255, or float
+    in [0, 1], first turned into the uint8 map one would save (``round(p * 255)``) so that scoring a
+    tensor equals scoring its PNG; ``gt`` is uint8 0..255 (or bool).
 
-    * ``pred``: ``uint8`` 0..255, or float in [0, 1], which is first turned into the uint8 map one
-      would save (``round(p * 255)``) so that scoring a tensor equals scoring its PNG.
-    * ``gt``: ``uint8`` 0..255 (or ``bool``).
-
-    Protocols:
-
-    * ``"standard"`` (default) equals PySODMetrics (``MAE``, ``Fmeasure``, ``Smeasure``,
-      ``Emeasure``, ``WeightedFmeasure``, all with ``normalize=True``): gt binarised at ``> 128``;
-      pred divided by 255 and min-max normalised per image; every score computed per image and
-      averaged over images. ``maxF``/``maxE`` are the maxima of the mean curves over the 256
-      thresholds, ``meanF``/``meanE`` their means, ``adpF``/``adpE`` use threshold
-      ``min(2 * mean(pred), 1)`` per image. Where they differ (degenerate S-measure quadrants) is
-      documented in :mod:`ignite_r3net.metrics.structure`.
-    * ``"r3net"`` reproduces the evaluation of the original R3Net code (``misc.py``,
-      ``cal_precision_recall_mae`` and ``cal_fmeasure``) for ``mae`` and ``maxF`` only: ``mae``
-      against the soft gt ``gt / 255`` with no min-max normalisation of the prediction; precision /
-      recall (each ``(tp + 1e-4) / (. + 1e-4)``) at ``pred_u8 > t`` for t = 0..255 against the gt
-      binarised at ``gt / 255 > 0.5``, averaged over the dataset, then
-      ``maxF = max_t 1.3 P R / (0.3 P + R)``. The other seven keys keep their standard values.
+    ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``structure``),
+    every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the
+    mean curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use
+    the threshold ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as
+    the original R3Net code (``misc.py``, ``histogram.r3net_mae`` and ``r3net_precision_recall``):
+    precision and recall averaged over the dataset, then ``maxF = max_t 1.3 P R / (0.3 P + R)``.
 
     Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on
-    ``device``; ``compute`` and :meth:`curves` all-reduce it (``sync_all_reduce``, one collective).
-    The sums are exact, so a distributed evaluation over a split dataset gives bit for bit the
-    numbers of a single process.
+    ``device``, which ``compute`` and :meth:`curves` all-reduce (one collective): the sums are exact,
+    so a distributed evaluation gives bit for bit the numbers of a single process.
 
-    With ``per_image=True`` it also keeps each image's own scores, the same per-image values the
-    sums are made of, and :meth:`per_image_scores` returns them by name. ``mae``, ``adpF``, ``Sm``,
-    ``adpE`` and ``wF`` are the image's values; ``meanF`` / ``meanE`` the mean and ``maxF`` / ``maxE``
-    the maximum of its own F / E curve over the 256 thresholds (r3net: ``maxF`` from its own
-    precision and recall). The data set's score is the mean of the images' values for all but
-    ``maxF`` and ``maxE`` (the maxima of the mean curves).
+    ``per_image=True`` also keeps each image's own scores, the values the sums are made of, for
+    :meth:`per_image_scores`: ``meanF`` / ``meanE`` are the mean and ``maxF`` / ``maxE`` the maximum
+    of the image's own curve (r3net ``maxF``: from its own precision and recall). The data set's
+    score is the mean of the images' values for all but ``maxF`` and ``maxE``.
 
-    Args:
-        output_transform: maps the engine's output to ``(pred, gt)`` or ``(pred, gt, names)``.
-        device: where the sums live and the histogram statistics are computed (the weighted
-            F-measure runs on the CPU).
-        protocol: ``"standard"`` or ``"r3net"``.
-        per_image: keep every image's scores for :meth:`per_image_scores` (names required).
-
-    Example:
-
-    .. code-block:: python
-
-        import torch
-        from ignite_r3net.metrics.saliency import SaliencyMetrics
-
-        gt = torch.zeros(2, 32, 32, dtype=torch.uint8)
-        gt[:, 8:24, 8:24] = 255
-        pred = gt.float() / 255 * 0.9  # float maps in [0, 1]
-        metric = SaliencyMetrics()
-        metric.update((pred, gt))
-        scores = metric.compute()  # {"mae": ..., "maxF": ..., ..., "wF": ...}
-        curves = metric.curves()  # {"precision", "recall", "fmeasure"}: 256 thresholds each
-
-    Attach it to an evaluator like any ignite metric: ``SaliencyMetrics().attach(evaluator, "sod")``
-    then ``evaluator.state.metrics["sod"]`` is the dict (ignite also spreads its keys into
-    ``state.metrics``).
+    ``device`` holds the sums and computes the histograms (the weighted F-measure runs on the CPU).
+    Attached as ``SaliencyMetrics().attach(evaluator, "sod")``, ``evaluator.state.metrics["sod"]``
+    is the dict of :meth:`compute` (ignite also spreads its keys into ``state.metrics``).
     """
 
     _state_dict_all_req_keys = ("_sums",)
@@ -318,30 +268,19 @@ class SaliencyMetrics(Metric):
         """The nine scores, averaged over every image seen by every process."""
         self._flush()
         m = self._means()
-        return {
-            "mae": float(m["mae"]),
-            "maxF": float(m["f_curve"].max()),
-            "meanF": float(m["fmeasure"].mean()),
-            "adpF": float(m["adpF"]),
-            "Sm": float(m["Sm"]),
-            "maxE": float(m["emeasure"].max()),
-            "meanE": float(m["emeasure"].mean()),
-            "adpE": float(m["adpE"]),
-            "wF": float(m["wF"]),
-        }
+        m |= {"maxF": m["f_curve"].max(), "meanF": m["fmeasure"].mean()}
+        m |= {"maxE": m["emeasure"].max(), "meanE": m["emeasure"].mean()}
+        return {key: float(m[key]) for key in METRIC_KEYS}
 
     def curves(self) -> dict[str, torch.Tensor]:
-        """Mean precision, recall and F-measure per threshold t = 0..255, in one collective.
-
-        A pixel is positive when ``floor(pred * 255) >= t`` (standard, pred normalised) or
-        ``pred_u8 > t`` (r3net). ``"fmeasure"`` is the curve whose maximum is ``maxF``: the mean of
-        the per-image F curves (standard) or F of the mean precision and recall (r3net)."""
+        """Mean precision, recall and F-measure per threshold t = 0..255 (one collective): positive is
+        ``floor(pred * 255) >= t`` (standard, pred normalised) or ``pred_u8 > t`` (r3net). ``"fmeasure"``
+        is the curve whose maximum is ``maxF``: the mean F curve, or F of the mean P and R (r3net)."""
         self._flush()
         m = self._means()
         return {"precision": m["precision"], "recall": m["recall"], "fmeasure": m["f_curve"]}
 
     def pr_curve(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean precision and recall over images, each of 256 values indexed by threshold t (see
-        :meth:`curves`)."""
+        """:meth:`curves`' mean precision and recall, 256 values each indexed by threshold t."""
         c = self.curves()
         return c["precision"], c["recall"]

@@ -1,18 +1,14 @@
-"""S-measure (structure measure, Fan et al., ICCV 2017) from the quadrant histogram, alpha = 0.5.
-
-Every quantity PySODMetrics' ``Smeasure`` takes of the pixels (means, variances, the covariance with
-the binary gt, per object / background and per quadrant) is a sum over pixel values, so it follows
-exactly from the counts of :func:`~ignite_r3net.metrics.histogram.quadrant_histogram`.
+"""S-measure (structure measure, Fan et al., ICCV 2017), alpha = 0.5. Every quantity PySODMetrics'
+``Smeasure`` takes of the pixels (means, variances, covariance with the binary gt, per object and per
+quadrant) is a sum over pixel values, so it follows exactly from the quadrant histogram.
 
 Two deliberate differences from PySODMetrics, both in degenerate quadrants:
 
-* A quadrant over which prediction and gt are both constant has ssim ``alpha = beta = 0``, which
-  scores 1. PySODMetrics computes the quadrant's mean with numpy's pairwise summation; when it does
-  not round back to the constant value, its variance comes out a few ulps above 0 and the quadrant
-  scores 0 instead (it depends on the value and the slice's shape: 249/255 over 15x6 does not round
-  back). We score the exact value, 1.
-* An empty quadrant (centroid on the last row or column) has weight 0. PySODMetrics averages an
-  empty slice there and returns NaN for the whole map; it contributes 0 here.
+* prediction and gt both constant: ssim has ``alpha = beta = 0`` and scores 1. PySODMetrics' pairwise
+  summed mean may not round back to the constant (249/255 over 15x6 does not), leaving a variance a
+  few ulps above 0 that scores 0; we score the exact value, 1.
+* an empty quadrant (centroid on the last row or column) has weight 0 and contributes 0 here;
+  PySODMetrics averages an empty slice and returns NaN for the whole map.
 """
 
 from __future__ import annotations

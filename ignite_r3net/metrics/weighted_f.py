@@ -1,29 +1,21 @@
 """Weighted F-measure (Margolin et al., "How to evaluate foreground maps?", CVPR 2014), beta^2 = 1.
 
-What PySODMetrics' ``WeightedFmeasure.cal_wfm`` computes (after the MATLAB code), for a normalised
-prediction ``pred`` and a bool ``gt`` with at least one foreground pixel:
+PySODMetrics' ``WeightedFmeasure.cal_wfm`` (after the MATLAB code), for a normalised ``pred`` and a
+bool ``gt`` with a foreground: ``Dst, Idxt = distance_transform_edt(~gt, return_indices=True)``;
+``E = |pred - gt|``; ``Et``: ``E`` with each background pixel taking its nearest foreground pixel's;
+``EA``: ``Et`` convolved with ``fspecial('gaussian', 7, 5)`` (zeros outside); ``Ew = min(E, EA)`` on
+the foreground, ``E * (2 - 0.5 ** (Dst / 5))`` on the background; ``R = 1 - mean(Ew[gt])``,
+``P = TPw / (TPw + FPw + eps)`` with ``TPw = sum(gt) - sum(Ew[gt])``, ``FPw = sum(Ew[~gt])``; the
+score is ``2 R P / (R + P + eps)``.
 
-* ``Dst, Idxt = scipy.ndimage.distance_transform_edt(~gt, return_indices=True)``: distance to, and
-  position of, the nearest foreground pixel;
-* ``E = |pred - gt|``; ``Et = E`` with each background pixel taking ``E`` of its nearest foreground
-  pixel; ``EA`` = ``Et`` convolved with MATLAB's ``fspecial('gaussian', 7, 5)`` (zeros outside);
-* ``Ew = min(E, EA)`` on the foreground, ``E * (2 - 0.5 ** (Dst / 5))`` on the background;
-* ``R = 1 - mean(Ew[gt])``, ``P = TPw / (TPw + FPw + eps)`` with ``TPw = sum(gt) - sum(Ew[gt])`` and
-  ``FPw = sum(Ew[~gt])``; the score is ``2 R P / (R + P + eps)``.
+The same scipy call gives PySODMetrics' own nearest pixels, ties included (OpenCV's faster distance
+transform gives no exact indices); the rest is restricted to where it matters:
 
-We make the same scipy call, so the nearest foreground pixels (ties included) are PySODMetrics'
-own, and restrict the rest to where it matters:
-
-* ``EA`` is read at foreground pixels only, and their 7x7 windows stay within 3 pixels of the
-  foreground: ``E``, ``Et``, ``EA`` and ``min(E, EA)`` are computed on the foreground's bounding box
-  grown by 3 pixels. Where the box meets the map's edge the convolution pads zeros, as scipy's
-  ``mode="constant"`` does at the same edge; elsewhere no window reaches past the box.
-* On the background ``E = pred``, so ``FPw = 2 sum(pred) - sum(pred * 0.5 ** (Dst / 5))`` over the
-  background: one full-map dot product with the decay, whose distances come exactly (integers) from
-  the indices.
-
-The scipy feature transform is most of the cost. OpenCV's distance transform is faster but gives no
-exact nearest-pixel indices, so the ties would no longer be PySODMetrics' own.
+* ``EA`` is read on the foreground only, whose 7x7 windows stay within 3 pixels of it: ``E``,
+  ``Et``, ``EA`` are computed on the foreground's bounding box grown by 3 (where the box meets the
+  map's edge the convolution pads zeros, as scipy's ``mode="constant"`` does there);
+* on the background ``E = pred``, so ``FPw = 2 sum(pred) - sum(pred * 0.5 ** (Dst / 5))`` there: one
+  full-map dot product with the decay, whose distances come exactly from the indices.
 """
 
 from __future__ import annotations
@@ -39,9 +31,8 @@ _REACH = 3  # half the Gaussian window: how far a foreground pixel's EA reads Et
 
 
 def gaussian_taps(size: int = 7, sigma: float = 5.0) -> np.ndarray:
-    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)``: the 2-D kernel is the outer
-    product of these taps (equal to it up to float64 rounding; fspecial's zeroing of values below
-    ``eps * max`` never triggers for 7 taps and sigma 5)."""
+    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)``, whose outer product is the
+    kernel up to float64 rounding (fspecial's zeroing below ``eps * max`` never triggers for 7, 5)."""
     x = np.arange(size) - (size - 1) / 2
     taps = np.exp(-(x * x) / (2 * sigma * sigma))
     return taps / taps.sum()

@@ -1,19 +1,12 @@
-"""``--pretrained``: where a backbone's starting weights come from, fetched once and recorded.
+"""``--pretrained``: where a backbone's starting weights come from: ``imagenet`` (the backbone's
+documented ImageNet-1k weights), ``none`` (random), a file (a torchvision or timm ResNet state_dict,
+or the original release's ``resnext_101_32x4d.pth``, read without unpickling code), a torchvision
+weights name (``IMAGENET1K_V2``, ``DEFAULT``; torch's hub cache, ``$TORCH_HOME``) or
+``hf-hub:ORG/NAME[@REVISION]`` (``model.hub``).
 
-Accepted sources:
-
-* ``imagenet`` (the default): the backbone's documented ImageNet-1k weights (``BACKBONES[name].imagenet``);
-* ``none``: random initialisation;
-* a file (``.pth``, ``.pt``, ``.bin``, ``.safetensors``): a torchvision or timm ResNet state_dict, or
-  the original R3Net release's ``resnext_101_32x4d.pth``; read without unpickling code;
-* a torchvision weights name of the backbone (``IMAGENET1K_V1``, ``IMAGENET1K_V2``, ``DEFAULT``),
-  downloaded into torch's hub cache (``$TORCH_HOME``);
-* ``hf-hub:ORG/NAME[@REVISION]``, e.g. timm's ``hf-hub:timm/resnext101_32x4d.gluon_in1k``, fetched
-  with ``huggingface_hub`` into its cache (``HF_HOME``, ``HF_HUB_OFFLINE`` honoured; ``model.hub``).
-
-``resolve_weights`` runs in the launching process (once per node, before any worker starts): it
-downloads what is missing, with a progress bar, and returns the local file and its sha256, which
-the run records in config.json and train.log. Workers only read that file.
+``resolve_weights`` runs in the launching process, once per node before any worker starts: it
+downloads what is missing and returns the local file and its sha256, which the run records; workers
+only read that file.
 """
 
 from __future__ import annotations
@@ -44,8 +37,7 @@ _WAYS_OUT = "use --pretrained none (random weights) or --pretrained FILE (a loca
 
 @dataclass(frozen=True)
 class Weights:
-    """The weights a run starts from: the source it was given (as resolved), the local file and its
-    sha256."""
+    """The weights a run starts from: the resolved source, the local file and its sha256."""
 
     source: str
     file: str
@@ -56,14 +48,13 @@ class Weights:
 
 
 def is_file_source(source: str) -> bool:
-    """Whether ``--pretrained`` names a file rather than a name (torchvision weights names are bare
-    identifiers such as ``IMAGENET1K_V2``)."""
+    """Whether ``--pretrained`` names a file (torchvision weights names are bare identifiers)."""
     return "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source)
 
 
 def resolve_weights(source: str, backbone: str) -> Weights | None:
     """The local file of ``--pretrained SOURCE`` for ``backbone``, downloaded when needed; None for
-    ``none``. Raises ``OptionError`` (one line: what was tried, the cache, the ways out)."""
+    ``none``. Raises a one-line ``OptionError``: what was tried, the cache, the ways out."""
     if source == NONE:
         return None
     what = f"--pretrained {source}"
@@ -100,8 +91,7 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
 
 
 def _fetch_from_hub(source: str, what: str) -> Path:
-    """The weights file of a Hugging Face Hub model repository: the first of ``HF_FILES`` it holds,
-    any of them in the cache before the network is tried."""
+    # the first of HF_FILES the repository holds; any of them in the cache before the network
     for filename in HF_FILES:
         cached = cached_hub_file(source, filename)
         if cached is not None:
@@ -114,7 +104,6 @@ def _fetch_from_hub(source: str, what: str) -> Path:
 
 
 def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
-    """torchvision's weights ``name`` for ``backbone``, from torch's hub cache or downloaded into it."""
     import torch.hub
     from torchvision.models import get_model_weights
 
@@ -134,20 +123,17 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
     url = (enum.DEFAULT if name == "DEFAULT" else enum[name]).url
     cache = Path(torch.hub.get_dir()) / "checkpoints"
     path = cache / os.path.basename(urlparse(url).path)
+    # torchvision names its files name-<first hex digits of the sha256>.pth, as torch.hub checks
+    match = re.search(r"-([a-f0-9]*)\.", path.name)
+    hash_prefix = match.group(1) if match else None
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # the launching processes of one node download once
         if not path.is_file():
             try:
-                torch.hub.download_url_to_file(url, str(path), hash_prefix=_hash_prefix(path.name), progress=True)
+                torch.hub.download_url_to_file(url, str(path), hash_prefix=hash_prefix, progress=True)
             except Exception as e:  # noqa: BLE001 - offline, proxy, disk: one line
                 raise OptionError(
                     f"{what}: cannot download {url} into torch's cache {cache} ({error_line(e)}); "
                     f"put the file there (TORCH_HOME selects the cache), or {_WAYS_OUT}"
                 ) from None
     return path
-
-
-def _hash_prefix(filename: str) -> str | None:
-    # torchvision names its files name-<first hex digits of the sha256>.pth, as torch.hub checks
-    match = re.search(r"-([a-f0-9]*)\.", filename)
-    return match.group(1) if match else None

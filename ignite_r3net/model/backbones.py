@@ -1,9 +1,5 @@
-"""The backbones R3Net can be built on: their names, how torchvision's ``ResNet`` class builds each
-and their ImageNet weights.
-
-Plain data, without torch: the command line lists the names in ``--help``. ``r3net.build_backbone``
-builds one (the five stages R3Net taps); ``backbone_weights.py`` fetches and loads weights.
-"""
+"""The backbones R3Net can be built on: how torchvision's ``ResNet`` class builds each, and their
+ImageNet weights. Plain data, without torch: the command line lists the names in ``--help``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Files of Hugging Face Hub model repositories, named ``hf-hub:ORG/NAME[@REVISION]``: the one
-fetcher behind ``--pretrained hf-hub:...`` (a backbone's starting weights) and every
-``--checkpoint hf-hub:...`` (a trained R3Net written by ``export --format hub``).
+"""Files of Hugging Face Hub repositories, ``hf-hub:ORG/NAME[@REVISION]``: the one fetcher behind
+``--pretrained hf-hub:...`` and ``--checkpoint hf-hub:...`` (a folder of ``export --format hub``).
 
-Files are fetched with ``huggingface_hub`` into its cache (``HF_HOME`` selects it; its lock makes
-concurrent launching processes download once) and read from there when they are already in it;
-with ``HF_HUB_OFFLINE=1`` only the cache is read. Whatever fails (not in the cache offline, an
-unknown repository or revision, no network) is one ``OptionError`` line.
+``huggingface_hub`` fetches into its cache (``HF_HOME``; its lock makes concurrent launching
+processes download once), which is read first; ``HF_HUB_OFFLINE=1`` reads only the cache. Any
+failure is one ``OptionError`` line.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from pathlib import Path
 from ..errors import OptionError, error_line
 
 HF_PREFIX = "hf-hub:"
+HUB_PROBE_SECONDS = 5
 
 
 def is_hub_source(source: str) -> bool:
@@ -23,21 +22,17 @@ def is_hub_source(source: str) -> bool:
 
 
 def parse_hub_source(source: str) -> tuple[str, str | None]:
-    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]``; revision None means ``main``.
-    The revision is a branch, a tag or a commit hash; it follows the first ``@`` (repository ids
-    cannot hold one). Raises ``ValueError`` when a part is empty."""
+    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]``; revision (a branch, tag or commit,
+    after the first ``@``: repository ids hold none) None means ``main``. ValueError if a part is empty."""
     repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
     if not repo_id or (at and not revision):
         raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
     return repo_id, revision or None
 
 
-HUB_PROBE_SECONDS = 5
-
-
 def cached_hub_file(source: str, filename: str) -> Path | None:
-    """``filename`` of the repository ``source`` names, from the Hugging Face cache alone (no
-    network); None when it is not there or ``source`` is malformed."""
+    """``filename`` of the repository ``source`` from the Hugging Face cache alone (no network); None
+    when it is not there or ``source`` is malformed."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
 
@@ -49,15 +44,9 @@ def cached_hub_file(source: str, filename: str) -> Path | None:
 
 
 def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
-    """The local path of ``filename`` in the repository ``source`` names, from the Hugging Face
-    cache or downloaded into it; None when the repository (at that revision) has no such file.
-
-    The cache is read first without any network. A file missing there is downloaded only after one
-    short request shows that the Hub answers: huggingface_hub retries a connection that fails five
-    times with growing pauses (23.5 s and six "Retrying in N s" lines before its error).
-
-    Raises ``OptionError`` in one line: ``what`` (the option and its value), why the file cannot be
-    had, where the cache is, and ``ways_out`` (what the user can do instead)."""
+    """The local path of ``filename`` in the repository ``source``, from the Hugging Face cache or
+    downloaded into it; None when the repository (at that revision) has no such file. Raises a
+    one-line ``OptionError``: ``what`` (the option and its value), why, the cache and ``ways_out``."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -72,6 +61,8 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
     ways = f"download it once where there is a network (HF_HOME selects the cache), or {ways_out}"
     if constants.HF_HUB_OFFLINE:
         raise OptionError(f"{missing} (HF_HUB_OFFLINE is set); {ways}")
+    # one short request first: huggingface_hub retries a failing connection five times with growing
+    # pauses (23.5 s and six "Retrying in N s" lines before its error)
     unreachable = _hub_unreachable(constants.ENDPOINT)
     if unreachable:
         raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {unreachable}); {ways}")
@@ -86,9 +77,8 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
 
 
 def _hub_unreachable(endpoint: str) -> str | None:
-    """Why ``endpoint`` does not answer one HEAD request within ``HUB_PROBE_SECONDS`` (through
-    huggingface_hub's own HTTP client: its proxies and certificates); None when it answers, with
-    any status."""
+    """Why ``endpoint`` does not answer a HEAD request in ``HUB_PROBE_SECONDS``; None when it answers
+    with any status. huggingface_hub's HTTP client: its proxies and certificates."""
     from huggingface_hub import get_session
 
     try:

@@ -1,15 +1,11 @@
 """Key mapping between the layouts of weights files, and strict loading (a leaf: no sources, no files).
 
-Three layouts are understood:
-
-* **ours** - ``backbone.layer0.conv1.weight``, ``backbone.layer1.0.conv1.weight``,
-  ``reduce_low.0.weight``, ``predict3.6.bias`` ... (optionally ``module.``-prefixed
-  by DistributedDataParallel);
-* **torchvision** (and timm) ResNet - ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
-* **original** (zijundeng/R3Net) - the torch7-converted ResNeXt is one nested
-  ``nn.Sequential``, so its keys are positional: ``0.weight`` (stem conv),
-  ``4.0.0.0.0.weight`` (layer1, block 0, first 1x1 conv). The original R3Net
-  wraps it as ``layer0`` (= children 0..3) and ``layer1..layer4`` (= children 4..7).
+* **ours**: ``backbone.layer0.conv1.weight``, ``reduce_low.0.weight``, ``predict3.6.bias`` ...
+  (``module.``-prefixed when saved from DistributedDataParallel);
+* **torchvision** (and timm) ResNet: ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
+* **original** (zijundeng/R3Net): the torch7-converted ResNeXt is one nested ``nn.Sequential`` with
+  positional keys, ``0.weight`` (stem conv), ``4.0.0.0.0.weight`` (layer1, block 0, first 1x1 conv);
+  the original R3Net wraps it as ``layer0`` (children 0..3) and ``layer1..layer4`` (children 4..7).
 """
 
 from __future__ import annotations
@@ -44,20 +40,13 @@ _ORIGINAL_BLOCK_PARTS = {
 _ORIGINAL_TOP = {"0": "conv1", "1": "bn1", "10.1": "fc"}
 _ORIGINAL_STAGE_OFFSET = 3  # child 4 is layer1, ..., child 7 is layer4
 _ORIGINAL_BLOCK_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)\.(weight|bias|running_mean|running_var|num_batches_tracked)$")
+# key prefixes of R3Net's head (everything but the backbone)
 HEAD_PREFIXES = ("reduce_low.", "reduce_high.") + tuple(f"predict{i}." for i in range(7))
-"""Key prefixes of R3Net's head (everything but the backbone)."""
 _DDP_PREFIX = "module."
 
 
-# --------------------------------------------------------------------------- key mapping
-
-
 def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
-    """Map the torch7-converted ResNeXt keys (``4.0.0.0.0.weight``) to torchvision keys.
-
-    The classifier (child ``10``) becomes ``fc.*``; raises ValueError on a key
-    that fits neither the stem, a residual block nor the classifier.
-    """
+    """The torch7-converted ResNeXt keys (``4.0.0.0.0.weight``) as torchvision keys; ValueError on others."""
     out: dict[str, torch.Tensor] = {}
     unknown = []
     for key, value in sd.items():
@@ -86,12 +75,7 @@ def _convert_original_backbone_key(key: str) -> str | None:
 
 
 def convert_original_r3net_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
-    """Map a whole original R3Net checkpoint to this package's R3Net keys.
-
-    Backbone keys (``layer0.0.weight``, ``layer1.0.0.0.0.0.weight``...) are
-    renamed; head keys (``reduce_low.*``, ``reduce_high.*``, ``predict0..6.*``)
-    already match and pass through.
-    """
+    """A whole original R3Net checkpoint in our keys: the backbone's renamed, the head's unchanged."""
     backbone: dict[str, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
     for key, value in _strip_ddp_prefix(sd).items():
@@ -102,8 +86,7 @@ def convert_original_r3net_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
         if match is None:
             raise ValueError(f"key {key!r} is not in the original R3Net layout")
         stage, rest = int(match.group(1)), match.group(2)
-        # layer0 is Sequential(children 0..3) of the converted net, so its
-        # indices are already the top-level ones; layerN is child N + 3.
+        # layer0 is Sequential(children 0..3): its indices are the top-level ones; layerN is child N + 3
         child = rest if stage == 0 else f"{stage + _ORIGINAL_STAGE_OFFSET}.{rest}"
         backbone[child] = value
     for key, value in convert_original_backbone_state_dict(backbone).items():
@@ -117,35 +100,16 @@ def _torchvision_to_backbone_key(key: str, prefix: str = "") -> str:
     return prefix + key
 
 
-def torchvision_to_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
-    """Map torchvision ResNet keys to :class:`Backbone` keys (``conv1.*`` -> ``layer0.conv1.*``)."""
-    return {_torchvision_to_backbone_key(k): v for k, v in sd.items()}
-
-
 def _strip_ddp_prefix(sd: StateDict) -> dict[str, torch.Tensor]:
     if sd and all(k.startswith(_DDP_PREFIX) for k in sd):
         return {k[len(_DDP_PREFIX) :]: v for k, v in sd.items()}
     return dict(sd)
 
 
-def _is_original_backbone_layout(sd: StateDict) -> bool:
-    return "0.weight" in sd
-
-
-def _is_original_r3net_layout(sd: StateDict) -> bool:
-    return "layer0.0.weight" in sd
-
-
-# --------------------------------------------------------------------------- loading
-
-
 def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
-    """Load ``sd`` exactly, raising ValueError that lists missing/unexpected keys.
-
-    ``num_batches_tracked`` buffers are tolerated when absent: checkpoints from
-    PyTorch < 0.4.1 (such as the original release) predate them, and they only
-    matter for BatchNorm with ``momentum=None``.
-    """
+    """Load ``sd`` exactly; a ValueError lists missing / unexpected keys. Absent ``num_batches_tracked``
+    buffers are tolerated: checkpoints of PyTorch < 0.4.1 (the original release) predate them, and
+    they only matter for BatchNorm with ``momentum=None``."""
     given = set(sd)
     sd = dict(sd)
     own = module.state_dict()
@@ -167,34 +131,25 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
 
 
 def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
-    """Detect the layout of a backbone state_dict and return it in :class:`Backbone` keys.
-
-    Accepts torchvision keys, the original torch7-converted ResNeXt keys or our
-    own Backbone keys; ``fc.*`` classifier keys are dropped (logged).
-    """
+    """A backbone state_dict in torchvision, original ResNeXt or our keys, in :class:`Backbone` keys;
+    ``fc.*`` classifier keys are dropped (logged)."""
     sd = _strip_ddp_prefix(sd)
-    if _is_original_backbone_layout(sd):
+    if "0.weight" in sd:  # the original torch7-converted ResNeXt
         sd = convert_original_backbone_state_dict(sd)
     fc_keys = sorted(k for k in sd if k.startswith("fc."))
     if fc_keys:
         logger.info("ignoring ImageNet classifier keys: %s", ", ".join(fc_keys))
-    return torchvision_to_backbone_state_dict({k: v for k, v in sd.items() if not k.startswith("fc.")})
+    return {_torchvision_to_backbone_key(k): v for k, v in sd.items() if not k.startswith("fc.")}
 
 
 def load_model_state(model: nn.Module, state_dict: StateDict) -> None:
-    """Load a whole R3Net state_dict strictly, whatever its layout.
-
-    Accepts our layout, our layout saved from a DDP-wrapped model (``module.``
-    prefix) or the original R3Net release layout. Raises ValueError listing
-    missing and unexpected keys.
-    """
+    """Load a whole R3Net state_dict of any layout strictly; a ValueError lists missing / unexpected keys."""
     strict_load(model, to_our_layout(state_dict), "model state_dict")
 
 
 def to_our_layout(state_dict: StateDict) -> dict[str, torch.Tensor]:
-    """An R3Net state_dict in our key layout: a DDP ``module.`` prefix is stripped and the
-    original release's layout converted."""
+    """An R3Net state_dict in our key layout: a DDP ``module.`` prefix stripped, the original's converted."""
     sd = _strip_ddp_prefix(state_dict)
-    if _is_original_r3net_layout(sd):
+    if "layer0.0.weight" in sd:  # the original release's
         sd = convert_original_r3net_state_dict(sd)
     return sd

@@ -1,14 +1,10 @@
-"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018), and its backbone: a
-ResNet / ResNeXt exposed as the five stages R3Net taps.
+"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018), on a ResNet / ResNeXt
+backbone exposed as the five stages R3Net taps.
 
-The head mirrors the authors' release module for module (same Sequential
-indices, same conv biases, one shared PReLU slope per activation), so an
-original checkpoint's head keys load unchanged; only the backbone keys are
-renamed (see key_layouts.py).
-
-All backbones are built from torchvision's ``ResNet`` class, so a torchvision (or timm) ImageNet
-state_dict maps onto them with a one-line key rename (``conv1.*`` -> ``layer0.conv1.*``). Building
-one downloads nothing: ``backbone_weights.py`` fetches and loads weights.
+The head mirrors the authors' release module for module (Sequential indices, conv biases, one
+PReLU slope per activation), so an original checkpoint's head keys load unchanged. Backbones are
+torchvision's ``ResNet``, so torchvision and timm state_dicts load after a key rename
+(``key_layouts``); building one downloads nothing.
 """
 
 from __future__ import annotations
@@ -45,21 +41,12 @@ NUM_PARAMETERS = {
 
 
 class Backbone(nn.Module):
-    """Five feature stages of a ResNet: ``layer0`` (stem) and ``layer1..layer4``.
-
-    ``channels`` gives the output channels of each stage, so a head can size
-    its convolutions for any backbone.
-    """
+    """Five feature stages of a ResNet, ``layer0`` (stem) to ``layer4``; ``channels``: each one's output channels."""
 
     def __init__(self, resnet: ResNet) -> None:
         super().__init__()
         self.layer0 = nn.Sequential(
-            OrderedDict(
-                conv1=resnet.conv1,
-                bn1=resnet.bn1,
-                relu=resnet.relu,
-                maxpool=resnet.maxpool,
-            )
+            OrderedDict(conv1=resnet.conv1, bn1=resnet.bn1, relu=resnet.relu, maxpool=resnet.maxpool)
         )
         self.layer1 = resnet.layer1
         self.layer2 = resnet.layer2
@@ -85,13 +72,11 @@ def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
 
     spec = backbone_spec(name)
     block = getattr(resnet, spec.block)
-    model = resnet.ResNet(block, list(spec.layers), groups=spec.groups, width_per_group=spec.width_per_group)
-    return Backbone(model)
+    return Backbone(resnet.ResNet(block, list(spec.layers), groups=spec.groups, width_per_group=spec.width_per_group))
 
 
 def num_parameters(backbone: str) -> int:
-    """R3Net's parameter count for ``backbone``: ``NUM_PARAMETERS``'s, else counted on a model built
-    on the meta device."""
+    """R3Net's parameter count for ``backbone``: ``NUM_PARAMETERS``'s, else counted on the meta device."""
     if backbone in NUM_PARAMETERS:
         return NUM_PARAMETERS[backbone]
     with torch.device("meta"):
@@ -100,8 +85,7 @@ def num_parameters(backbone: str) -> int:
 
 
 def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
-    # align_corners=True reproduces the bilinear upsampling of the PyTorch 0.3
-    # era the original was trained with.
+    # align_corners=True: the bilinear upsampling of the PyTorch 0.3 era the original was trained with
     if _deterministic_backward(x):
         return resize_by_matmul(x, (int(size[0]), int(size[1])))
     return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
@@ -143,20 +127,13 @@ def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: tor
 
 
 def _conv_bn_prelu(in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1) -> list[nn.Module]:
-    padding = dilation * (kernel_size // 2)
-    return [
-        nn.Conv2d(in_ch, out_ch, kernel_size, padding=padding, dilation=dilation),
-        nn.BatchNorm2d(out_ch),
-        nn.PReLU(),
-    ]
+    conv = nn.Conv2d(in_ch, out_ch, kernel_size, padding=dilation * (kernel_size // 2), dilation=dilation)
+    return [conv, nn.BatchNorm2d(out_ch), nn.PReLU()]
 
 
 class ASPP(nn.Module):
-    """Atrous spatial pyramid pooling (DeepLab v3) as used in R3Net's high-level path.
-
-    Four parallel convolutions (1x1; 3x3 at dilation 2, 4, 6) plus an image-level
-    branch, each to ``in_ch // 2`` channels, fused back to ``in_ch``.
-    """
+    """Atrous spatial pyramid pooling (DeepLab v3) of R3Net's high-level path: 1x1, 3x3 at dilation
+    2, 4, 6 and an image-level branch, each to ``in_ch // 2`` channels, fused back to ``in_ch``."""
 
     def __init__(self, in_ch: int) -> None:
         super().__init__()
@@ -165,8 +142,8 @@ class ASPP(nn.Module):
         self.conv2 = nn.Sequential(*_conv_bn_prelu(in_ch, mid, 3, dilation=2))
         self.conv3 = nn.Sequential(*_conv_bn_prelu(in_ch, mid, 3, dilation=4))
         self.conv4 = nn.Sequential(*_conv_bn_prelu(in_ch, mid, 3, dilation=6))
-        # Image-level branch: applied to the globally pooled map. Its BatchNorm
-        # sees one value per channel per sample, so training needs batch >= 2.
+        # image-level branch, on the globally pooled map: its BatchNorm sees one value per channel
+        # per sample, so training needs batch >= 2
         self.conv5 = nn.Sequential(*_conv_bn_prelu(in_ch, mid, 1))
         self.fuse = nn.Sequential(*_conv_bn_prelu(5 * mid, in_ch, 1))
 
@@ -187,18 +164,8 @@ def _refinement_block() -> nn.Sequential:
 
 
 class R3Net(nn.Module):
-    """R3Net saliency network.
-
-    ``forward`` returns, in training mode, the seven logit maps
-    ``(predict0, ..., predict6)`` each of shape ``(N, 1, H, W)``; in eval mode,
-    the sigmoid of the final one, ``(N, 1, H, W)`` in ``[0, 1]``.
-
-    Example::
-
-        >>> model = R3Net("resnet18").eval()
-        >>> model(torch.rand(1, 3, 64, 64)).shape
-        torch.Size([1, 1, 64, 64])
-    """
+    """R3Net. ``forward`` returns, in training mode, the seven logit maps ``(predict0, ..., predict6)``
+    of shape ``(N, 1, H, W)``; in eval mode, the sigmoid of the last, ``(N, 1, H, W)`` in ``[0, 1]``."""
 
     def __init__(self, backbone: str = "resnext101_32x4d") -> None:
         super().__init__()
@@ -221,10 +188,6 @@ class R3Net(nn.Module):
         for i in range(1, NUM_REFINEMENTS + 1):
             self.add_module(f"predict{i}", _refinement_block())
 
-    def refinement_blocks(self) -> list[nn.Module]:
-        """predict1..predict6, in the order they refine the prediction."""
-        return [getattr(self, f"predict{i}") for i in range(1, NUM_REFINEMENTS + 1)]
-
     def integrated_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Low- and high-level integrated features, both at layer0's resolution."""
         l0, l1, l2, l3, l4 = self.backbone(x)
@@ -238,10 +201,9 @@ class R3Net(nn.Module):
         low, high = self.integrated_features(x)
         predictions = [self.predict0(high)]
         # Residual refinement alternates low- and high-level features, low first.
-        for i, block in enumerate(self.refinement_blocks()):
-            feature = low if i % 2 == 0 else high
-            previous = predictions[-1]
-            predictions.append(block(torch.cat([previous, feature], dim=1)) + previous)
+        for i in range(1, NUM_REFINEMENTS + 1):
+            previous, feature = predictions[-1], low if i % 2 else high
+            predictions.append(getattr(self, f"predict{i}")(torch.cat([previous, feature], dim=1)) + previous)
         return predictions
 
     def side_outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

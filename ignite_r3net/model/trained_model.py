@@ -1,12 +1,9 @@
-"""A trained R3Net from a checkpoint source: a file (our training checkpoints, ``best_model_*``
-files, the original R3Net release's state_dict, the ``model.safetensors`` of ``export --format
-hub``) or a Hugging Face Hub repository written by that export, ``hf-hub:ORG/NAME[@REVISION]``.
-Shared by ``evaluate``, ``predict``, ``compare``, ``export`` and ``train --init-from``:
-``resolve_checkpoint`` is the one place a source becomes a local file.
-
-The backbone is ``--backbone`` when given, else the one in ``config.json`` beside the file (a run's,
-or a Hub repository's), else inferred from the weights' shapes; the weights are checked against it
-on the meta device, so a mismatch is one line before any real model is allocated.
+"""A trained R3Net from a checkpoint source: a file (our checkpoints, ``best_model_*``, the original
+release's state_dict, the ``model.safetensors`` of ``export --format hub``) or a Hub repository of
+that export, ``hf-hub:ORG/NAME[@REVISION]``; ``resolve_checkpoint`` is the one place a source becomes
+a local file. The backbone is ``--backbone``, else the one in ``config.json`` beside the file, else
+inferred from the shapes; the weights are checked against it on the meta device, so a mismatch is
+one line before any real model is allocated.
 """
 
 from __future__ import annotations
@@ -47,13 +44,10 @@ class TrainedWeights:
 
 
 def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
-    """The local file of a checkpoint source: ``source`` itself when it is a path, else the
-    ``model.safetensors`` of the Hub repository ``hf-hub:ORG/NAME[@REVISION]``, fetched into the
-    Hugging Face cache with its ``config.json`` beside it (which names the backbone).
-
-    Raises ``OptionError`` (one line beginning with ``what``, by default ``--checkpoint SOURCE``)
-    when a Hub file cannot be had; a path is not checked here (``load_checkpoint`` says what is
-    wrong with it)."""
+    """The local file of a checkpoint source: a path as it is (unchecked: ``load_checkpoint`` says
+    what is wrong with it), else the Hub repository's ``model.safetensors``, fetched with the
+    ``config.json`` that names the backbone. Raises ``OptionError``, one line beginning with ``what``
+    (default ``--checkpoint SOURCE``), when a Hub file cannot be had."""
     if not is_hub_source(str(source)):
         return Path(source)
     what, ways_out = what or f"--checkpoint {source}", "use a local checkpoint file"
@@ -67,11 +61,9 @@ def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
 
 
 def read_trained_weights(source: str | Path, backbone: str | None = None) -> TrainedWeights:
-    """Read and check the model weights of the checkpoint ``source`` (a file, or ``hf-hub:...``:
-    ``resolve_checkpoint``); ``backbone`` overrides the file's own.
-
-    Raises ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (a Hub file that
-    cannot be had, an unknown backbone, or weights that do not fit it), each one line naming the file."""
+    """The checked model weights of the checkpoint ``source`` (a file or ``hf-hub:...``); ``backbone``
+    overrides the file's own. Raises ``CheckpointError`` (unreadable, no model inside) or
+    ``OptionError`` (Hub file not to be had, unknown backbone, weights that do not fit), one line."""
     path = resolve_checkpoint(source)
     state = model_state_dict(load_checkpoint(path), path)
     name = backbone or find_backbone(path, state)
@@ -84,7 +76,11 @@ def read_trained_weights(source: str | Path, backbone: str | None = None) -> Tra
 def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:
     """The backbone of the weights in ``path``: the one in the ``config.json`` of the run that
     wrote it, else the one their shapes match; None when neither tells."""
-    return _backbone_from_config(path) or infer_backbone(state)
+    try:
+        name = json.loads((Path(path).parent / "config.json").read_text(encoding="utf-8")).get("backbone")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return name if isinstance(name, str) and name else infer_backbone(state)
 
 
 def build_model(weights: TrainedWeights, device: torch.device | str = "cpu") -> nn.Module:
@@ -112,11 +108,8 @@ def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Pat
 
 
 def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
-    """The backbone name whose shape matches ``state`` (any accepted layout), or None.
-
-    Cheap: counts the blocks of each stage and reads the grouping of the first 3x3 convolution,
-    which tells every backbone in ``BACKBONES`` apart.
-    """
+    """The backbone whose shape matches ``state`` (any accepted layout), or None: the blocks per stage
+    and the grouping of the first 3x3 convolution tell every backbone in ``BACKBONES`` apart."""
     try:
         sd = to_our_layout(state)
     except ValueError:
@@ -137,13 +130,3 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
         if not bottleneck or (spec.groups, spec.width_per_group) == (groups, per_group):
             return name
     return None
-
-
-def _backbone_from_config(path: str | Path) -> str | None:
-    """The backbone in the ``config.json`` of the run that wrote ``path``, if there is one."""
-    config = Path(path).parent / "config.json"
-    try:
-        name = json.loads(config.read_text(encoding="utf-8")).get("backbone")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) and name else None
