@@ -31,8 +31,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     # each command's code is imported when it runs: see cli/__init__.py
-    from ..training.recipe_config import config_from_options
-    from ..training.saved_recipe import config_from_file
+    from ..training.recipe_config import config_from_file, config_from_options
     from ..training.start import train
 
     given = given_options(TrainConfig, args)
