@@ -1,8 +1,5 @@
-"""The training recipe: one dataclass, saved as ``config.json`` beside every run.
-
-Defaults are the reference DDP script's recipe (SGD, poly LR, 8000 iterations of 12 images per process,
-crop 300, flip, rotation 10, checkpoints every 400 iterations). The command line is generated from
-the fields below, so ``--help`` and this file cannot drift apart.
+"""The training recipe, saved as ``config.json`` beside every run; its defaults are the reference DDP
+script's recipe. The command line is generated from the fields, so ``--help`` cannot drift from them.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ from .options.shared import (
 )
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
-AMP_MODES = ("off", "bf16", "fp16")
-"""``--amp`` choices (the autocast dtype of each: ``inference.AMP_DTYPES``)."""
+AMP_MODES = ("off", "bf16", "fp16")  # the autocast dtype of each: inference.AMP_DTYPES
 
 _MOMENTUM = Rule(lambda v: 0 <= v < 1, "must be in [0, 1)")
 _SECONDS = Rule(lambda v: v >= 1, "must be at least 1 second")
@@ -206,14 +202,13 @@ class TrainConfig:
         "saying who is missing) and in every collective",
         rule=_SECONDS,
     )
-    # recorded at start-up (not options): the weights the run started from, {source, file, sha256}
+    # recorded at start-up, not options: the starting weights, {source, file, sha256}
     weights: dict[str, str] | None = field(default=None)
-    # recorded at start-up: what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}
-    # (``data.listing_digest``); every rank of a job must list the same pairs
+    # what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}: alike on every rank
     listings: dict[str, str] | None = field(default=None)
-    # recorded at start-up: the run of each --tracker that rank 0 logs into ({"mlflow": {"run_id": ...}})
+    # the run of each --tracker that rank 0 logs into ({"mlflow": {"run_id": ...}})
     tracking: dict[str, dict] | None = field(default=None)
-    # recorded at start-up: each --data folder, {folder, pairs, listing} (its ``listing_digest``)
+    # each --data folder, {folder, pairs, listing} (its ``data.listing_digest``)
     data_sets: list[dict[str, Any]] | None = field(default=None)
 
     def __post_init__(self) -> None:
@@ -227,8 +222,7 @@ class TrainConfig:
         write_text(self.to_json() + "\n", path)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` naming the first option whose value is wrong whatever the data,
-        the machine or the files (those are checked at start-up, in ``training.run_plan``)."""
+        """Raise ``OptionError`` naming the first wrong option (data, machine and files: ``training.run_plan``)."""
         check_fields(self)
         if self.batch_size < 2:
             raise OptionError(

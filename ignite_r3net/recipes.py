@@ -1,42 +1,30 @@
-"""Training recipes by name (``train --recipe NAME``): the values of the recipe options that a
-published training script used, each with where it comes from.
-
-Torch-free: ``config.py`` takes the names as the choices of ``--recipe`` and ``--help`` lists
-what each recipe sets. Options given on the command line replace a recipe's values
-(``training.recipe_config.config_from_options``).
+"""Training recipes by name (``train --recipe NAME``): the option values a published training script
+used, with where they come from. Torch-free: ``config.py`` lists them in ``--help``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named set of ``TrainConfig`` values.
-
-    ``global_batch``, when set, is the batch of one iteration over all processes, which the
-    recipe keeps on any number of processes (``batch_size`` is then that divided by the world
-    size); otherwise ``values["batch_size"]`` is per process.
-    """
+    """A named set of ``TrainConfig`` values; ``global_batch``, when set, is the batch over all processes
+    that the recipe keeps on any number of them (else ``values["batch_size"]`` is per process)."""
 
     name: str
     source: str
     values: Mapping[str, Any]
     global_batch: int | None = None
-    notes: tuple[str, ...] = field(default=())
 
     def summary(self) -> str:
         """What ``--help`` says the recipe sets."""
-        values = {k: v for k, v in self.values.items() if k != "batch_size"}
-        batch = (
-            f"batch {self.global_batch} over all processes"
-            if self.global_batch is not None
-            else f"batch {self.values['batch_size']} per process"
-        )
-        settings = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in values.items())
+        batch = f"batch {self.values.get('batch_size')} per process"
+        if self.global_batch is not None:
+            batch = f"batch {self.global_batch} over all processes"
+        settings = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in self.values.items() if k != "batch_size")
         return f"{self.name}: {self.source}; {batch}, {settings}"
 
 
@@ -89,8 +77,7 @@ def recipes_help() -> str:
 
 
 def split_global_batch(global_batch: int, world_size: int) -> int | None:
-    """Images per process that make ``global_batch`` on ``world_size`` processes, or None when it
-    cannot be shared equally with at least 2 per process (R3Net's BatchNorm needs two)."""
+    """Images per process of ``global_batch`` on ``world_size`` processes; None unless 2 or more each."""
     per_process, rest = divmod(global_batch, world_size)
     return per_process if rest == 0 and per_process >= 2 else None
 

@@ -42,8 +42,7 @@ def add_train(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..training.recipe_config import config_from_options
-    from ..training.saved_recipe import config_from_file
+    from ..training.recipe_config import config_from_file, config_from_options
     from ..training.start import train
 
     given = given_options(TrainConfig, args)

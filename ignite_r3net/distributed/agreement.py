@@ -1,10 +1,7 @@
-"""The processes of a job must be started alike: the options that decide the run, and the software.
-
-Each node of a multi-node job runs its own command line, and DDP compares nothing but tensor
-shapes: ranks started with another ``--lr`` train on, their replicas drifting apart while the
-checkpoints show rank 0's. ``refuse_unless_ranks_agree`` compares, right after the group forms,
-what every rank was started with (one all_gather of a short string); ``disagreement`` is the one
-line that names what differs, also used by the rendezvous for what the nodes tell each other.
+"""The processes of a job must be started alike (options and software): DDP compares nothing but
+tensor shapes, so a node started with another ``--lr`` would train on, its replica drifting apart.
+``refuse_unless_ranks_agree`` compares them right after the group forms; ``disagreement`` is the one
+line naming what differs, also used by the rendezvous.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from .ranks import all_gather_strings
 
 @cache
 def installed_software() -> dict[str, str]:
-    """What must be installed alike on every node: this package (its version and a digest of its
-    sources: a checkout's version does not change with its code), torch and ignite."""
+    """This package (version and sources' digest: a checkout's version stays), torch and ignite."""
     package = Path(__file__).resolve().parents[1]
     sources = ContentKey("sources", 1).add_sources(sorted(package.rglob("*.py")), root=package)
     return {
@@ -38,9 +34,8 @@ def installed_software() -> dict[str, str]:
 
 
 def refuse_unless_ranks_agree(options: Mapping[str, str]) -> None:
-    """Raise ``RanksDisagree`` on every rank unless all ranks were started with the same
-    ``options`` (display name -> value, e.g. ``{"--lr": "0.001"}``) and the same software.
-    A collective: every rank calls it at the same point."""
+    """Raise ``RanksDisagree`` on every rank unless all were started with the same ``options``
+    (``{"--lr": "0.001"}``) and software; a collective."""
     mine = {"options": dict(options), "software": installed_software(), "node": idist.get_node_rank()}
     # ASCII: ignite sizes the gathered string by its length in characters, not in UTF-8 bytes
     gathered = [json.loads(text) for text in all_gather_strings(json.dumps(mine, sort_keys=True, ensure_ascii=True))]
@@ -60,9 +55,8 @@ Side = tuple[str, Mapping[str, str], Mapping[str, str]]
 
 
 def disagreement(what: str, first: Side, other: Side) -> str | None:
-    """The one line naming every option and package that differs between ``first`` and ``other``
-    with both values, or None when they agree, e.g. ``the ranks were started with different
-    options: --lr 0.001 on rank 0, 0.01 on rank 1 (node 1); start every node with the same command``."""
+    """The one line naming each option and package that differs, with both values (``the ranks were
+    started with different options: --lr 0.001 on rank 0, 0.01 on rank 1 (node 1); ...``), or None."""
     options = _differing(first[0], first[1], other[0], other[1])
     software = _differing(first[0], first[2], other[0], other[2])
     parts = [f"were started with different options: {options}"] if options else []

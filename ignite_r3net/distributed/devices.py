@@ -1,20 +1,9 @@
-"""Where the workers compute (``--device``), and whether this node's GPUs hold its processes.
+"""Where the workers compute (``--device``): the CPU, or one GPU per process, settled by ``use_device``
+in the launching process before any worker starts.
 
-One process computes on one device: the CPU, or one GPU that no other process of the node uses.
-``use_device`` settles it in the launching process, before any worker starts:
-
-* ``cpu`` hides CUDA from this process and every process it starts (``CUDA_VISIBLE_DEVICES=""``).
-  Hiding is the one switch torch and ignite both obey: ignite picks ``cuda:<local rank>`` for
-  ``idist.device()`` and calls ``torch.cuda.set_device(local_rank)`` whenever CUDA is available,
-  whatever the backend, so a gloo process on a GPU host would otherwise compute on a GPU, and one
-  with a local rank beyond the GPUs would die with "invalid device ordinal".
-* ``cuda`` (or ``auto`` on a host with GPUs): the processes this node runs must not outnumber
-  its GPUs; ``--nproc`` spawned workers, torchrun's ranks (LOCAL_WORLD_SIZE) and srun's tasks are
-  all counted.
-
-A rank that sees exactly one GPU (``srun --gpus-per-task 1``: each task sees only ``cuda:0`` while
-its local rank is SLURM_LOCALID) computes on it: ``local_rank_on_its_gpu`` makes the local rank
-that ignite reads 0 before the group forms.
+``cpu`` hides CUDA (``CUDA_VISIBLE_DEVICES=""``), the one switch torch and ignite both obey: ignite
+computes on ``cuda:<local rank>`` whenever CUDA is available, whatever the backend. ``cuda`` (or
+``auto`` on a GPU host) needs as many GPUs as the node runs processes (spawned, torchrun's or srun's).
 """
 
 from __future__ import annotations
@@ -33,14 +22,12 @@ from .torchrun import started_by_torchrun
 
 
 def use_device(spec: LaunchSpec) -> str:
-    """``spec.device`` (``--device auto|cuda|cpu``) resolved for this process and the workers it
-    starts: ``"cuda"`` or ``"cpu"``. Call it before anything asks torch about CUDA: the CUDA driver
-    reads ``CUDA_VISIBLE_DEVICES`` once, at its first use.
+    """``--device`` resolved to ``"cuda"`` or ``"cpu"`` for this process and its workers; call it before
+    anything asks torch about CUDA (the driver reads ``CUDA_VISIBLE_DEVICES`` once).
 
     Raises:
-        OptionError: ``--device cuda`` without a visible GPU, ``--backend nccl`` on the CPU, more
-            processes on this node than GPUs, or ``--device cpu`` in a process that has already
-            started CUDA (a Python caller): it could not hide the GPUs from itself.
+        OptionError: ``--device cuda`` without a GPU, ``--backend nccl`` on the CPU, more processes
+            than GPUs, or ``--device cpu`` after CUDA started in this process (a Python caller).
     """
     if spec.device == "cpu":
         hide_cuda()
@@ -59,13 +46,11 @@ def use_device(spec: LaunchSpec) -> str:
 
 
 def processes_on_device(processes: ProcessOptions) -> ProcessOptions:
-    """``processes`` (``--nproc``, ``--device``, ...) of ``evaluate``, ``predict`` or ``compare`` with
-    ``--device`` resolved by ``use_device``: the first thing these commands do after their options."""
+    """``processes`` of ``evaluate``, ``predict`` or ``compare`` with ``--device`` resolved (``use_device``)."""
     return dataclasses.replace(processes, device=use_device(LaunchSpec.on_one_node(processes)))
 
 
 def hide_cuda() -> None:
-    """Hide the GPUs from this process and the processes it starts (``--device cpu``)."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if torch.cuda.is_available():  # the driver had already read the variable
         raise OptionError(
@@ -75,8 +60,7 @@ def hide_cuda() -> None:
 
 
 def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:
-    """Raise ``OptionError`` when this node runs more processes than it has GPUs (``gpus``, as this
-    process sees them): each process needs a GPU of its own."""
+    """Raise ``OptionError`` when this node runs more processes than the ``gpus`` this process sees."""
     advice = "or --device cpu for CPU processes"
     if spec.spawns():
         if spec.nproc > gpus:
@@ -109,8 +93,7 @@ def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:
 
 
 def tasks_on_this_node() -> int | None:
-    """How many tasks of this srun step run on this node: SLURM_TASKS_PER_NODE (``2(x3),1``: two
-    tasks on each of the first three nodes, one on the fourth) at SLURM_NODEID; None when unset."""
+    """The tasks of this srun step on this node: SLURM_TASKS_PER_NODE (``2(x3),1``) at SLURM_NODEID."""
     env = os.environ
     if "SLURM_TASKS_PER_NODE" not in env or "SLURM_NODEID" not in env:
         return None
@@ -125,12 +108,9 @@ def tasks_on_this_node() -> int | None:
 
 
 def local_rank_on_its_gpu() -> None:
-    """For a rank about to join its group: when it sees exactly one GPU, make the local rank
-    ignite reads 0, so that ignite's ``torch.cuda.set_device(local_rank)`` and DDP's device pick
-    that GPU (``cuda:0``) rather than fail with "invalid device ordinal". ignite takes the local
-    rank from SLURM_LOCALID under SLURM (and checks LOCAL_RANK against it), from LOCAL_RANK
-    otherwise; both are set. The rank is then alone on its node as ignite counts nodes
-    (``idist.get_nproc_per_node()`` is 1), which is true of its GPU."""
+    """A rank about to join that sees exactly one GPU (``srun --gpus-per-task 1``) computes on it: the
+    local rank ignite reads (SLURM_LOCALID under SLURM, else LOCAL_RANK) becomes 0, so that
+    ``torch.cuda.set_device(local_rank)`` does not fail with "invalid device ordinal"."""
     if not rank_set_by_launcher() and slurm_task() is None:
         return
     if torch.cuda.is_available() and torch.cuda.device_count() == 1:

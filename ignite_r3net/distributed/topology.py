@@ -1,11 +1,9 @@
-"""Where the workers run: how many processes, on which nodes, and where they meet.
-
-``LaunchSpec`` holds the distribution options (``--nproc``, ``--nnodes``, ``--master-addr``, ...)
-and reads them together with what torchrun or srun already decided for this process.
-"""
+"""Where the workers run: how many processes, on which nodes, and where they meet (``LaunchSpec``:
+the distribution options read together with what torchrun or srun decided for this process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -21,21 +19,11 @@ from .torchrun import started_by_torchrun
 
 
 def rank_set_by_launcher() -> bool:
-    """True when a launcher already set this process's rank (LOCAL_RANK and WORLD_SIZE): torchrun,
-    or another that sets torch's variables. ``torchrun.started_by_torchrun`` asks for torchrun alone."""
+    """Whether a launcher (torchrun, or another that sets torch's variables) set this process's rank."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def default_backend(device: str = "auto") -> str:
-    """nccl for processes on GPUs (``--device cuda``, or ``auto`` where CUDA is available), else gloo.
-    ``--device cpu`` asks nothing of CUDA (``devices.use_device`` hides it)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return "nccl" if device == "cuda" else "gloo"
-
-
 def free_port() -> int:
-    """A TCP port free on this host now, for a rendezvous on one node."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -43,8 +31,7 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Where and how many workers run: the distribution options of ``TrainConfig`` and ``evaluate``,
-    read together with what torchrun or srun already decided for this process."""
+    """The distribution options of ``TrainConfig`` or of ``ProcessOptions``."""
 
     nproc: int = 1
     backend: str | None = None
@@ -59,32 +46,16 @@ class LaunchSpec:
 
     @classmethod
     def of(cls, config: TrainConfig) -> LaunchSpec:
-        return cls(
-            config.nproc,
-            config.backend,
-            config.nnodes,
-            config.node_rank,
-            config.master_addr,
-            config.master_port,
-            config.dist_timeout,
-            config.output_dir,
-            config.verbose,
-            config.device,
-        )
+        # every field but traceback_dir is the option of the same name
+        same = [f.name for f in dataclasses.fields(cls) if f.name != "traceback_dir"]
+        return cls(**{name: getattr(config, name) for name in same}, traceback_dir=config.output_dir)
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate``, ``predict`` or ``compare``: one node; the spawned workers meet
-        on a free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
-        training run's; see ``rendezvous_endpoint``), and ranks that torchrun or srun started meet
-        where those say."""
-        return cls(
-            processes.nproc,
-            processes.backend,
-            master_port=processes.master_port,
-            verbose=processes.verbose,
-            device=processes.device,
-        )
+        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node: spawned ones meet on a
+        free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
+        training run's)."""
+        return cls(**dataclasses.asdict(processes))  # its fields are some of ours
 
     @property
     def slurm(self) -> SlurmTask | None:
@@ -98,7 +69,6 @@ class LaunchSpec:
         return self.node()[1] * self.nproc
 
     def spawns(self) -> bool:
-        """Whether this process starts worker processes (rather than being, or joining, one)."""
         if rank_set_by_launcher():
             return False
         if self.slurm is not None:
@@ -106,13 +76,16 @@ class LaunchSpec:
         return self.nproc * self.nnodes > 1
 
     def spawns_alone(self) -> bool:
-        """Whether this process spawns every worker of the job itself (the job has one node)."""
+        """Whether this process spawns every worker of the job (a job of one node)."""
         return self.spawns() and self.node()[1] == 1
 
     @property
     def resolved_backend(self) -> str:
-        """``--backend``, else nccl for processes on GPUs, else gloo."""
-        return self.backend or default_backend(self.device)
+        """``--backend``, else nccl for processes on GPUs, else gloo (``--device cpu`` asks nothing of CUDA)."""
+        if self.backend:
+            return self.backend
+        on_gpus = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
+        return "nccl" if on_gpus else "gloo"
 
     def node(self) -> tuple[int, int]:
         """``(node rank, number of nodes)`` of a spawning process: SLURM's task, else the options."""
@@ -120,24 +93,20 @@ class LaunchSpec:
         return (task.procid, task.ntasks) if task is not None else (self.node_rank, self.nnodes)
 
     def joins(self) -> bool:
-        """Whether this process is one rank of a group another launcher started (torchrun, srun)."""
+        """Whether this process is one rank of a group torchrun or srun started."""
         task = self.slurm
         return rank_set_by_launcher() or (task is not None and self.nproc == 1 and task.ntasks > 1)
 
     def is_leader(self) -> bool:
-        """Whether this launching process is the one that writes the job's shared files
-        (config.json, the run lock, clean-up): node 0's, or the first rank's under torchrun or srun."""
+        """Whether this launching process writes the job's shared files (node 0's, or rank 0's)."""
         task = self.slurm
-        if task is not None:
-            return task.procid == 0
-        return self.node_rank == 0 and os.environ.get("RANK", "0") == "0"
+        return task.procid == 0 if task is not None else self.node_rank == 0 and os.environ.get("RANK", "0") == "0"
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the processes of a job meet (``addr:port``, the TCP store of the rendezvous) and which
-    setting each part came from, for the start-up line and the errors: ``(setting, origin)`` such
-    as ``("MASTER_PORT", "the environment")`` or ``("--master-port", "")``."""
+    """Where the processes of a job meet (the rendezvous's TCP store) and the ``(setting, origin)`` each
+    part came from, for the messages: ``("MASTER_PORT", "the environment")``, ``("--master-port", "")``."""
 
     addr: str
     port: int
@@ -159,11 +128,9 @@ class Endpoint:
 
 
 def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
-    """The rendezvous of a job whose processes were started separately (torchrun ranks, srun tasks,
-    the nodes of a multi-node launch): ``--master-addr`` / ``--master-port``, else ``MASTER_ADDR`` /
-    ``MASTER_PORT`` from the environment (what torchrun gives its ranks, and what many sbatch
-    scripts export), else SLURM's first node and 15000 + the job id's last digits, else
-    127.0.0.1:29500. A job of one node meets on a free port of 127.0.0.1 instead."""
+    """The rendezvous of a job: ``--master-addr`` / ``--master-port``, else ``MASTER_ADDR`` /
+    ``MASTER_PORT`` (torchrun's, or an sbatch script's), else SLURM's first node and 15000 + the job
+    id's last digits, else 127.0.0.1:29500; a job of one node meets on a free port of 127.0.0.1."""
     env, task = os.environ, spec.slurm
     origin = "torchrun" if started_by_torchrun() else "the environment"
     if spec.spawns_alone():
@@ -188,8 +155,7 @@ def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
 
 
 def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:
-    """torch's rendezvous variables from SLURM's and ``endpoint``, set before joining: ignite then
-    checks they agree with SLURM's and uses this address and port."""
+    """torch's rendezvous variables from SLURM's and ``endpoint``, set before joining."""
     os.environ.update(
         RANK=str(task.procid),
         LOCAL_RANK=str(task.localid),
@@ -201,32 +167,28 @@ def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:
 
 @contextmanager
 def slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
-    """Spawned workers must not see SLURM's variables: ignite's worker set-up reads any
-    ``SLURM_JOB_ID`` as "ranks come from SLURM" and refuses the rank the spawner gives it
-    (``setup_env_vars``: "Arguments rank and world_size should not be specified with SLURM").
-    The children copy the environment when they start, so it is restored right after."""
-    if task is None:
+    """Spawned workers must not see SLURM's variables: ignite reads any ``SLURM_JOB_ID`` as "ranks
+    come from SLURM" and refuses the rank the spawner gives ("Arguments rank and world_size should
+    not be specified with SLURM"). The children copy the environment as they start."""
+    hidden = [k for k in os.environ if k.startswith("SLURM_")] if task is not None else []
+    with environment(dict.fromkeys(hidden)):
         yield
-        return
-    saved = {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}
-    for key in saved:
-        del os.environ[key]
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
 
 
 @contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment (and so in the processes it starts) for the block."""
+def environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """``values`` (None: unset) in this process's environment, and the processes it starts, for the block."""
     saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
     try:
+        _set_environment(values)
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(saved)
+
+
+def _set_environment(values: Mapping[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -1,11 +1,6 @@
-"""Options as dataclass fields: each field carries its ``--help`` text, its argparse extras and the
-rule its value must follow, so a command's flags (``cli.common.add_options``) and its checks
-(``check_fields``) come from one definition and cannot drift apart.
-
-* ``option(default, help, rule=..., flag=..., one_of=..., exclusive=..., **argparse_kwargs)``: one ``--flag``;
-* ``group(Cls, **help)``: the flags of a shared group (``ProcessOptions``, ``InferenceOptions``)
-  composed into a command's options, optionally with command-specific help texts;
-* a field without help (``field(default=None)``) is no option: the program fills it in.
+"""Options as dataclass fields carrying their ``--help`` text, argparse extras and rule, so that a
+command's flags (``cli.common.add_options``) and its checks (``check_fields``) cannot drift apart.
+``group`` composes a shared group of options into a command's; a field without help is no option.
 """
 
 from __future__ import annotations
@@ -43,31 +38,16 @@ def option(
     exclusive: str | None = None,
     **argparse_kwargs: Any,
 ) -> Any:
-    """A dataclass field that is a command-line option.
-
-    Args:
-        default: the value when the flag is not given (or ``default_factory`` for a list).
-        help: the ``--help`` text.
-        rule: checked by ``check_fields`` on any value but None.
-        flag: the flag when it is not ``--`` + the field name with dashes (``json_path``: ``--json``).
-        one_of: the name of a required group of mutually exclusive flags (``--checkpoint | --maps``).
-        exclusive: the name of a group of flags of which at most one is given (``--size | --max-side``).
-        argparse_kwargs: passed to ``add_argument`` (``choices``, ``metavar``, ``nargs``, ``action``, ...).
-    """
-    metadata = {
-        "help": help,
-        "rule": rule,
-        "flag": flag,
-        "one_of": one_of,
-        "exclusive": exclusive,
-        "argparse": argparse_kwargs,
-    }
+    """A dataclass field that is a command-line option. ``rule`` is checked on any value but None;
+    ``flag`` replaces ``--field-name``; ``one_of`` names a required group of exclusive flags
+    (``--checkpoint | --maps``), ``exclusive`` one of which at most one is given (``--size |
+    --max-side``); ``argparse_kwargs`` go to ``add_argument``."""
+    metadata = dict(help=help, rule=rule, flag=flag, one_of=one_of, exclusive=exclusive, argparse=argparse_kwargs)
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 def group(cls: type, **help_texts: str) -> Any:
-    """A field holding a shared group of options; ``help_texts`` replace the help of some of its flags
-    for this command (``nproc="processes for scoring"``)."""
+    """A field holding a shared group of options, ``help_texts`` replacing some of its flags' help."""
     return field(default_factory=cls, metadata={"group": help_texts})
 
 
@@ -85,17 +65,13 @@ def flag_of(f: dataclasses.Field) -> str:
 
 
 def flag_named(options_type: type, name: str) -> str:
-    """The flag of the option ``name`` of the dataclass ``options_type`` (``flag_of`` its field);
-    a name that is no field of it is spelled as a flag would be (``--`` and dashes)."""
-    for f in dataclasses.fields(options_type):
-        if f.name == name:
-            return flag_of(f)
-    return "--" + name.replace("_", "-")
+    """The flag of the option ``name`` of ``options_type`` (or spelled as one, for other names)."""
+    found = [f for f in dataclasses.fields(options_type) if f.name == name]
+    return flag_of(found[0]) if found else "--" + name.replace("_", "-")
 
 
 def values_by_flag(options: Any, names: Iterable[str]) -> dict[str, str]:
-    """``{"--lr": "0.001", ...}``: the options ``names`` of ``options`` by flag, as text; what the
-    ranks of a job compare (``distributed.agreement.refuse_unless_ranks_agree``) is built from it."""
+    """``{"--lr": "0.001", ...}``: the options ``names`` by flag, as text (what the ranks compare)."""
     return {flag_named(type(options), name): str(getattr(options, name)) for name in names}
 
 
@@ -110,8 +86,7 @@ def option_fields(options: Any) -> Iterator[tuple[dataclasses.Field, Any]]:
 
 
 def problem(f: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with ``value`` for the option field ``f`` (not among its choices, or against
-    its rule), as the end of an error line (``must be positive, got -1``); None when nothing is."""
+    """What is wrong with ``value`` for the option ``f`` (``must be positive, got -1``), or None."""
     if value is None:
         return None
     choices = f.metadata["argparse"].get("choices")
@@ -125,9 +100,8 @@ def problem(f: dataclasses.Field, value: Any) -> str | None:
 
 
 def check_fields(options: Any) -> None:
-    """Raise ``OptionError`` naming the first option whose value is not among its choices or breaks
-    its field's rule, or two options given of one ``exclusive`` group (argparse checks these on the
-    command line; Python callers get this)."""
+    """Raise ``OptionError`` naming the first option against its choices or rule, or two given of one
+    ``exclusive`` group (argparse checks the command line; this is for Python callers)."""
     exclusive_flags: dict[str, str] = {}  # group -> the flag given of it
     for f, value in option_fields(options):
         group_name = f.metadata.get("exclusive")

@@ -1,11 +1,7 @@
-"""Training pairs that turn out unreadable during a run (a file damaged on disk, a JPEG whose data
-is cut): each is reported once, by name, in train.log and on the console; more than
-``--max-bad-images`` of them stop the run on every rank at the same iteration.
-
-The DataLoader (``SaliencyTrainSet``) replaces such a pair by the next readable one and names it in
-the batch's ``bad`` list, in whichever process and on whichever rank met it. ``BadImages`` gathers
-those names from every rank at the loss meter's sync iterations, so that every rank holds the same
-list and takes the same decision; the list is checkpointed, so a resumed run counts on.
+"""Training pairs found unreadable during a run (a damaged file, a cut JPEG): ``SaliencyTrainSet``
+trains on the next readable pair and names it in the batch's ``bad`` list; ``BadImages`` gathers those
+names from every rank at the sync iterations, reports each once, and stops every rank at the same
+iteration past ``--max-bad-images``. The list is checkpointed, so a resumed run counts on.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ class BadImages:
 
     @property
     def allowed(self) -> int:
-        """How many may be unreadable: ``--max-bad-images`` of the training pairs, rounded down."""
+        """``--max-bad-images`` of the training pairs, rounded down."""
         return math.floor(self.max_share * self.pairs + 1e-9)
 
     def note(self, bad: Iterable[tuple[str, str]]) -> None:
@@ -48,8 +44,7 @@ class BadImages:
                 self._pending.setdefault(path, problem)
 
     def sync(self) -> list[tuple[str, str]]:
-        """Share what each rank met since the last sync (a collective: call on every rank); returns
-        the pairs no rank had reported before, in name order, the same on every rank."""
+        """Share what each rank met since the last sync (a collective); the new pairs, by name."""
         if not int(idist.all_reduce(len(self._pending))):
             return []
         gathered = all_gather_items(sorted(self._pending.items()))
@@ -74,8 +69,8 @@ class BadImages:
 def attach_bad_images(
     trainer: Engine, bad: BadImages, log: TrainLog, sync_iterations: CallableEventWithFilter, config: TrainConfig
 ) -> None:
-    """Note each batch's replaced pairs; at ``sync_iterations`` (the loss meter's) report the new
-    ones (rank 0) and stop every rank when there are more than ``--max-bad-images`` allows."""
+    """Note each batch's replaced pairs; at ``sync_iterations`` report the new ones (rank 0) and stop
+    every rank past ``--max-bad-images``."""
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def note_replaced_pairs(engine: Engine) -> None:

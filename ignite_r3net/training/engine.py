@@ -1,10 +1,9 @@
-"""The training Engine and its handlers: ``create_trainer`` attaches, in the design's order, the
-ITERATION_COMPLETED handlers that apply the poly LR, update the loss meters, write the log line and
-save checkpoints (rank 0 writes), then the rest.
+"""The training Engine and its handlers: ``create_trainer`` attaches, in the design's order, the poly
+LR, the loss meters, the log line and checkpointing (rank 0 writes), then the rest.
 
-Every ``attach_*`` is called on every rank (collectives inside handlers need all ranks); work that
-only rank 0 does (files, TensorBoard, the progress bar) is marked with ``rank_zero_only``. Which
-iterations make collectives is decided in one place, ``sync_iterations``.
+Every ``attach_*`` runs on every rank (handlers with collectives need all ranks); rank 0's own work
+(files, TensorBoard, the progress bar) is ``rank_zero_only``. ``sync_iterations`` alone decides which
+iterations make collectives.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, NamedTuple, cast
 
 import ignite.distributed as idist
@@ -38,8 +38,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 class TrainerParts(NamedTuple):
-    """What ``create_trainer`` builds: the Engine, what a checkpoint holds, and what a failure closes
-    (add to it what is attached later)."""
+    """The Engine, what a checkpoint holds, and what a failure closes (add what is attached later)."""
 
     trainer: Engine
     to_save: dict[str, Any]
@@ -56,12 +55,10 @@ def create_trainer(
     device: torch.device,
     scaler: torch.amp.GradScaler | None = None,
 ) -> TrainerParts:
-    """The training Engine: each iteration trains one batch, then its ITERATION_COMPLETED handlers,
-    in this order, apply the poly LR, update the loss meters, write the log line and save a
-    checkpoint every ``--checkpoint-every`` iterations (rank 0 writes); below them, the rest."""
-    trainer = Engine(
-        create_train_step(_maybe_compile(model, config), optimizer, device, config.amp, scaler, config.channels_last)
-    )
+    """The training Engine: one batch per iteration, then its handlers in the module's order."""
+    # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
+    trained = cast(torch.nn.Module, torch.compile(model)) if config.compile else model
+    trainer = Engine(create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last))
     # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
     trainer.logger.setLevel(logging.CRITICAL)
     meter = LossMeter(device)
@@ -93,23 +90,20 @@ def create_trainer(
 
 
 def log_iterations(config: TrainConfig) -> CallableEventWithFilter:
-    """The iterations that write a log line and feed TensorBoard and the trackers: every
-    ``--log-every`` and the last."""
+    """Every ``--log-every`` iteration and the last: log line, TensorBoard and the trackers."""
     return Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
 
 
 def sync_iterations(config: TrainConfig) -> CallableEventWithFilter:
-    """The iterations at which the ranks synchronise (loss meters, damaged images): the log
-    iterations and every checkpoint. The only iterations with a collective or a host sync."""
+    """The log iterations and every checkpoint: the only ones with a collective or a host sync."""
     return Events.ITERATION_COMPLETED(
         event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every)
     )
 
 
 class RunClock:
-    """The run's one clock, started at the first iteration this process trains (a resumed run's
-    first, after the first validation): images/s between synchronised iterations, the ETA to
-    ``--iters``, and the progress bar's rate."""
+    """The run's one clock, started at the first iteration this process trains (after the first
+    validation): images/s between synchronised iterations, the ETA and the progress bar's rate."""
 
     def __init__(self, images_per_iteration: int) -> None:
         self.images_per_iteration = images_per_iteration
@@ -118,7 +112,6 @@ class RunClock:
         self._speeds: dict[int, float] = {}
 
     def start(self, engine: Engine) -> Clock:
-        """Start at the iteration ``engine`` is starting, unless already started; the clock."""
         if self.clock is None:
             done = engine.state.iteration - 1  # state.iteration already counts the one starting
             self.clock = Clock(done)
@@ -126,8 +119,7 @@ class RunClock:
         return self.clock
 
     def images_per_s(self, iteration: int) -> float:
-        """Images per second (all ranks) since the previous synchronised iteration; the same value
-        for every caller at ``iteration``."""
+        """Images/s (all ranks) since the previous synchronised iteration; the same for every caller."""
         if iteration not in self._speeds:
             now, (then, done) = time.perf_counter(), self._lap
             images = (iteration - done) * self.images_per_iteration
@@ -141,15 +133,14 @@ class RunClock:
 
 
 def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
-    """After each iteration, set the next one's poly LR (the first iteration trains with the base
-    rate; ``optim.build_poly_lr``). A checkpoint saved after it resumes with the next rate."""
+    """After each iteration, set the next one's poly LR (``optim.build_poly_lr``), so that a checkpoint
+    saved after it resumes with the next rate."""
     trainer.add_event_handler(Events.ITERATION_COMPLETED, scheduler)
 
 
 def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config: TrainConfig) -> None:
-    """Accumulate losses every iteration (on the device); at the synchronised iterations average
-    them over the ranks into ``state.metrics`` (with images/s) and stop every rank together if any
-    loss went non-finite."""
+    """Add up the losses on the device; at ``sync_iterations`` average them over the ranks into
+    ``state.metrics`` and stop every rank together if any went non-finite."""
 
     @trainer.on(Events.EPOCH_STARTED)
     def reset_meter(engine: Engine) -> None:
@@ -178,8 +169,7 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config
 def attach_train_log(
     trainer: Engine, log: TrainLog, meter: LossMeter, clock: RunClock, scheduler: LRScheduler, config: TrainConfig
 ) -> None:
-    """One line per ``--log-every`` iterations: the rank-averaged losses (equal in a resumed and an
-    uninterrupted run), the iteration's LR, then images/s and the ETA to ``--iters``."""
+    """One line per ``--log-every`` iterations (``format_log_line``), and close the log at the end."""
 
     @trainer.on(log_iterations(config))
     def write_log_line(engine: Engine) -> None:
@@ -192,9 +182,8 @@ def attach_train_log(
 
 
 def format_log_line(iteration: int, metrics: dict[str, float], lr: float, eta: float | None = None) -> str:
-    """The reference DDP script's log line: iteration, total and per-output running losses, lr;
-    then this run's speed and the time left to ``--iters`` (``eta``, seconds), which differ between
-    a resumed run and an uninterrupted one, unlike the rest."""
+    """The reference DDP script's log line (iteration, rank-averaged running losses, lr), then images/s
+    and ``eta`` (seconds): only these two differ between a resumed run and an uninterrupted one."""
     parts = [f"[iter {iteration}]", f"[total loss {metrics['total']:.5f}]"]
     parts += [f"[{name} {metrics[name]:.5f}]" for name in LOSS_NAMES[1:]]
     parts.append(f"[lr {lr:.13f}]")
@@ -206,10 +195,7 @@ def format_log_line(iteration: int, metrics: dict[str, float], lr: float, eta: f
 
 
 def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:
-    """Periodic and final checkpoints (rank 0 writes; every rank gathers state), the last ``keep`` kept.
-
-    Files already in the output directory from before a resume count towards ``keep``.
-    """
+    """Periodic and final checkpoints (rank 0 writes), the last ``--keep`` kept, counting older ones."""
     saver = SafeDiskSaver(config.output_dir)
     checkpointer = Checkpoint(
         to_save, saver, n_saved=config.keep, global_step_transform=lambda engine, _: engine.state.iteration
@@ -226,9 +212,8 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
 
 
 def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
-    """Engine never calls ``set_epoch``; do it so that every epoch has its own order. ignite creates
-    the epoch's data iterator after this event, so an epoch resumed half-way skips the batches the
-    checkpoint already trained on."""
+    """``set_epoch`` (Engine never calls it) before ignite creates the epoch's data iterator, so an
+    epoch resumed half-way skips the batches the checkpoint already trained on."""
 
     @trainer.on(Events.EPOCH_STARTED)
     def set_sampler_epoch(engine: Engine) -> None:
@@ -236,12 +221,11 @@ def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
 
 
 def _done_in_epoch(engine: Engine) -> int:
-    """Iterations of the current epoch already trained (non-zero when a resume starts mid-epoch)."""
     return engine.state.iteration % cast(int, engine.state.epoch_length)  # set by Engine.run
 
 
 def every_or_last(every: int, last: int, *extra_every: int) -> Callable[[Engine, int], bool]:
-    """Event filter: iterations divisible by ``every`` (or any of ``extra_every``), and the last one."""
+    """Event filter: iterations divisible by ``every`` or any of ``extra_every``, and ``last``."""
     periods = [p for p in (every, *extra_every) if p > 0]
 
     def event_filter(_: Engine, iteration: int) -> bool:
@@ -251,9 +235,7 @@ def every_or_last(every: int, last: int, *extra_every: int) -> Callable[[Engine,
 
 
 class RunProgress:
-    """The bar over the whole run (``--iters``), from the iteration this process starts at, with
-    images/s, elapsed time and ETA; opened at the first iteration, so that the first validation
-    is not part of the rate."""
+    """The bar over ``--iters``, opened at the first iteration trained (not counting the validation)."""
 
     def __init__(self, config: TrainConfig, clock: RunClock) -> None:
         self.config, self.clock = config, clock
@@ -278,8 +260,7 @@ class RunProgress:
 
 @rank_zero_only
 def attach_progress_bar(trainer: Engine, clock: RunClock, config: TrainConfig) -> RunProgress:
-    """The run's progress on rank 0 (``progress.Progress`` decides: bar, plain lines or nothing);
-    returns it, for ``attach_close_on_failure`` (None on other ranks)."""
+    """The run's progress on rank 0 (bar, plain lines or nothing: ``progress.Progress``)."""
     progress = RunProgress(config, clock)
     trainer.add_event_handler(Events.ITERATION_STARTED, progress.open)
     trainer.add_event_handler(Events.ITERATION_COMPLETED, progress.update)
@@ -288,30 +269,20 @@ def attach_progress_bar(trainer: Engine, clock: RunClock, config: TrainConfig) -
 
 
 def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
-    """On a failure, flush and close ``closables`` (the log, TensorBoard, trackers; None entries are
-    skipped) so that the last lines before it are on disk, then let the failure go on.
-
-    One handler for all, over a list that may grow after this call: ignite stops calling
-    EXCEPTION_RAISED handlers at the first that raises, and swallows the exception if none does."""
+    """On a failure, close ``closables`` (None entries skipped) so that the last lines are on disk,
+    then re-raise. One handler over a list that may still grow: ignite stops calling EXCEPTION_RAISED
+    handlers at the first that raises, and swallows the exception if none does."""
 
     def on_exception(engine: Engine, e: BaseException) -> None:
-        for closable in closables:
-            if closable is not None:
-                try:
-                    closable.close()
-                except Exception:  # noqa: BLE001 - the original failure is the one to report
-                    pass
+        for closable in filter(None, closables):
+            with suppress(Exception):  # the original failure is the one to report
+                closable.close()
         raise e
 
     trainer.add_event_handler(Events.EXCEPTION_RAISED, on_exception)
 
 
 def attach_stop_on_sigterm(trainer: Engine) -> None:
-    """End the run at the next iteration when SIGTERM's ``Terminated`` was swallowed where it arrived
-    (a ``__del__``); else a scheduler's stop would go unheard until its SIGKILL."""
+    """Stop at the next iteration when SIGTERM's ``Terminated`` was swallowed where it arrived (a
+    ``__del__``); else a scheduler's stop would go unheard until its SIGKILL."""
     trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda _: raise_if_terminated())
-
-
-def _maybe_compile(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
-    # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
-    return cast(torch.nn.Module, torch.compile(model)) if config.compile else model

@@ -1,10 +1,6 @@
-"""Loss meters: running averages of the 7 side-output losses and their sum, across all ranks.
-
-Updates stay on the training device (no host sync per iteration); ``sync`` does the one
-all-reduce and host copy when a log line, a checkpoint or TensorBoard needs the numbers. The meter
-also remembers the first iteration at which each loss went non-finite on any rank, so that every
-rank reaches the same decision to stop at the same iteration.
-"""
+"""Running averages of the 7 side-output losses and their sum across all ranks: updated on the device,
+read by one all-reduce (``sync``) when a log line or checkpoint needs them. The first iteration each
+loss went non-finite is kept too, so that every rank stops at the same iteration."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ class MeterReading:
 
 
 class LossMeter:
-    """Running, rank-averaged meter of the total and per-output losses (the reference DDP script's
-    AvgMeters)."""
+    """The reference DDP script's AvgMeters, averaged over the ranks."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
@@ -57,13 +52,9 @@ class LossMeter:
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
     def sync(self, iteration: int) -> MeterReading:
-        """All-reduce across ranks and read the averages on the host (a collective: call on all ranks).
-
-        Once per ``iteration``: a second call at the same iteration (the log line's, after the loss
-        meter handler's) returns the same reading. One all-reduce in the usual case: a non-finite
-        loss on any rank makes the summed vector non-finite on every rank, and only then do all
-        ranks ask which iteration was first.
-        """
+        """All-reduce across ranks and read the averages on the host (a collective), once per
+        ``iteration``: a second call returns the same reading. Only when a sum is non-finite do the
+        ranks ask which iteration was first."""
         if self._reading is None or self._reading[0] != iteration:
             self._reading = (iteration, self._sync())
         return self._reading[1]

@@ -13,8 +13,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..config import TrainConfig
 
-GROUP_NAMES = ("biases", "weights")
-"""What ``build_optimizer``'s parameter groups hold, in order (TensorBoard's ``lr/<name>``)."""
+GROUP_NAMES = ("biases", "weights")  # build_optimizer's parameter groups, in order (TensorBoard's lr/<name>)
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
@@ -44,13 +43,9 @@ class PolyFactor:
 
 def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRScheduler:
     """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the
-    reference DDP script has it.
-
-    ``LambdaLR`` evaluates the closed form from each group's base lr (torch's ``PolynomialLR`` is
-    chained and drifts when driven by ignite). ignite's ``LRScheduler(use_legacy=True)`` is the
-    variant for ``ITERATION_COMPLETED``: the optimiser starts at ``lr_1`` (the base) and each call
-    after iteration i sets ``lr_{i+1}``.
-    """
+    reference DDP script has it: ``LambdaLR``'s closed form (torch's chained ``PolynomialLR`` drifts when
+    ignite drives it), through ignite's ``use_legacy`` variant, where each call after iteration i sets
+    ``lr_{i+1}``."""
     with warnings.catch_warnings():
         # ignite warns that use_legacy needs ITERATION_COMPLETED, where engine.attach_poly_lr puts it
         warnings.filterwarnings("ignore", message="Please make sure to attach scheduler")
@@ -58,9 +53,7 @@ def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRSc
 
 
 def learning_rates(scheduler: LRScheduler, iteration: int) -> dict[str, float]:
-    """The rate of each parameter group by name (``biases``, ``weights``) that ``iteration`` trains
-    with, from the scheduler's closed form: right also after the poly LR handler has set the next
-    iteration's rate."""
+    """Each group's rate at ``iteration``, by name, from the closed form (the handler set the next one's)."""
     poly = cast(LambdaLR, scheduler.lr_scheduler)
     return {
         name: float(base) * factor(iteration - 1)

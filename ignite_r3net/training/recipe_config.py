@@ -1,5 +1,6 @@
-"""The training config a command line describes: the ``--recipe``'s values, replaced by the
-options given, with a recipe's global batch shared among the job's processes."""
+"""The training config a command line describes: the ``--recipe``'s values (or those a run saved,
+``--config``), replaced by the options given, with a recipe's global batch shared among the job's
+processes."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import TrainConfig
+from ..data.synthetic import synthetic_paths
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, note
+from ..model.backbones import BACKBONES
+from ..options.fields import is_option
+from ..options.json_file import read_options
 from ..recipes import DEFAULT_RECIPE, RECIPES, possible_world_sizes, split_global_batch
+
+# options that decide the starting weights: given anew, the saved run's record no longer applies
+_CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
 
 
 def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> TrainConfig:
-    """``TrainConfig`` from ``base`` (default: nothing, i.e. the defaults), overlaid with the values
-    of the recipe named in ``given`` (when ``given`` names one, or ``base`` is empty) and then with
-    ``given`` itself: only the options the user gave replace a recipe's values.
-
-    A recipe with a global batch (``r3net-paper``: 14) sets ``--batch-size`` to its share per process
-    unless ``--batch-size`` is given, and says how it was split. A saved recipe (``base``) keeps its
-    batch size unless ``given`` names the recipe anew.
+    """``TrainConfig`` from ``base`` (default: the defaults), overlaid with the values of the recipe
+    ``given`` names (or the default one when ``base`` is empty), then with ``given`` itself. A recipe's
+    global batch (``r3net-paper``: 14) is shared by the processes unless ``--batch-size`` is given.
 
     Raises:
         OptionError: the global batch cannot be shared equally by the job's processes.
@@ -54,3 +58,29 @@ def _share_global_batch(config: TrainConfig, global_batch: int) -> TrainConfig:
             f"{world} processes x {per_process} (--batch-size {per_process})"
         )
     return dataclasses.replace(config, batch_size=per_process)
+
+
+def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
+    """``train --config FILE``: the recipe a run saved in ``path``, with ``given`` in its place; not its
+    ``resume`` nor ``device``. ``weights`` is kept as the expected starting weights unless ``given``
+    chooses them anew; ``--data synthetic`` is ``synthetic`` again (generated into the new folder).
+
+    Raises:
+        OptionError: the file cannot be read, a key is no option of ``train``, or a value is wrong.
+    """
+    saved = read_options(TrainConfig, path, "--config")
+    if "backbone" not in given and "backbone" in saved and saved["backbone"] not in BACKBONES:
+        # its choices are the model package's, not the field's: read_options cannot check them
+        raise OptionError(
+            f"--config {path}: 'backbone' must be one of {', '.join(BACKBONES)}, got {saved['backbone']!r}"
+        )
+    options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
+    recipe = {k: v for k, v in saved.items() if k in options and k not in ("resume", "device")}
+    train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
+    if train_dir in recipe.get("data", []):
+        recipe["data"] = ["synthetic" if folder == train_dir else folder for folder in recipe["data"]]
+        if recipe.get("val_data") == val_dir:
+            recipe["val_data"] = None
+    if not any(name in given for name in _CHOOSE_WEIGHTS):
+        recipe["weights"] = saved.get("weights")
+    return config_from_options(given, base=recipe)

@@ -1,8 +1,6 @@
-"""``--resume``: which checkpoint a run continues, and proof that it continues the same run.
-
-A resume is exact: the run goes on sample for sample and ends where the uninterrupted one would.
-That needs the checkpoint's full training state and the same recipe; both are checked here, in the
-launching process, before any worker starts.
+"""``--resume``: which checkpoint a run continues, and proof that it continues the same run. A resume
+is exact (sample for sample, ending where the uninterrupted run would): that needs the checkpoint's
+full training state and the same recipe, both checked here before any worker starts.
 """
 
 from __future__ import annotations
@@ -21,21 +19,8 @@ from ..options.fields import flag_named
 # Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
 # dict restores them), what each iteration samples and how it is computed (precision, TF32,
 # deterministic algorithms).
-RESUME_FIXED = (
-    "iters",
-    "lr",
-    "lr_power",
-    "momentum",
-    "weight_decay",
-    "batch_size",
-    "crop",
-    "rotate",
-    "backbone",
-    "seed",
-    "amp",
-    "recipe",
-    "tf32",
-    "deterministic",
+RESUME_FIXED = tuple(
+    "iters lr lr_power momentum weight_decay batch_size crop rotate backbone seed amp recipe tf32 deterministic".split()
 )
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
@@ -43,14 +28,9 @@ EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 
 
 class RunRecipe:
-    """The part of a run that a resume must not change, saved in each checkpoint as ``recipe``:
-    the ``RESUME_FIXED`` options, the world size, the number of training pairs and the training
-    folders (``config.data_sets``: each one's pairs and the digest of their names, in order).
-
-    Nothing is restored from it; ``check_resume_compatible`` compares it with the new options
-    before any worker starts (ignite would otherwise quietly keep the checkpoint's schedule and
-    epoch length).
-    """
+    """What a resume must not change, saved in each checkpoint as ``recipe``: the ``RESUME_FIXED``
+    options, the world size, the training pairs and folders (``config.data_sets``). Never restored:
+    ``check_resume_compatible`` compares it (ignite would quietly keep the checkpoint's schedule)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values = dict(values)
@@ -69,15 +49,15 @@ class RunRecipe:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Nothing to restore: the recipe is compared before the run starts, never loaded."""
 
-    def differences(self, saved: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-        """``(name, saved value, this run's value)`` for each entry that differs from ``saved``; the
-        training folders differ when their pairs do (a folder that moved holds the same pairs)."""
+    def differences(self, saved: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """``{name: (saved value, this run's value)}`` for each difference; training folders differ when
+        their pairs do (a folder that moved holds the same pairs)."""
         same = {"data": _same_pairs}
-        return [
-            (name, saved[name], value)
+        return {
+            name: (saved[name], value)
             for name, value in self.values.items()
             if name in saved and not same.get(name, operator.eq)(saved[name], value)
-        ]
+        }
 
 
 def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
@@ -85,8 +65,7 @@ def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
 
 
 def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
-    """``--resume``'s checkpoint file and content, None for a fresh run: ``auto`` is the newest
-    checkpoint that loads (corrupt newer ones are reported and skipped), a named file must load."""
+    """``--resume``'s checkpoint file and content (None: a fresh run); ``auto``: the newest that loads."""
     if not config.resume:
         return None
     if config.resume == "auto":
@@ -110,8 +89,8 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
 
 
 def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
-    """Checkpoints that all fail to load are no reason to start afresh: the new run would write over
-    them (a disk or copy problem to look at first)."""
+    """Checkpoints that all fail to load are no reason to start afresh over them (a disk or copy
+    problem to look at first)."""
     found = [path.name for _, path in list_checkpoints(config.output_dir)]
     if found:
         raise OptionError(
@@ -121,8 +100,7 @@ def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
 
 
 def _refuse_newer_checkpoints(config: TrainConfig) -> None:
-    """Resuming an older checkpoint into a folder holding newer ones would let the next
-    ``--resume auto`` (or the ``--keep`` rotation) pick up files of the abandoned future."""
+    """Newer checkpoints beside the one resumed would be picked up by the next ``--resume auto``."""
     resume = Path(str(config.resume)).resolve()
     here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
     if resume not in here:
@@ -137,7 +115,6 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
 
 
 def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) -> None:
-    """A resume needs every state the trainer restores, not just weights."""
     needed = TRAINING_STATE_KEYS + (("scaler",) if amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
@@ -153,15 +130,10 @@ def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) ->
 
 
 def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> None:
-    """This run's options continue the checkpoint's run exactly.
-
-    ignite restores the schedule length and epoch length from the checkpoint, and the optimiser
-    its hyper-parameters, so changed options would be silently ignored (or, for a finished run
-    resumed with more iterations, restart it with the learning rate at zero)."""
-    changed = {
-        name: (old, new)
-        for name, old, new in RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
-    }
+    """This run's options continue the checkpoint's run exactly: ignite restores the schedule and
+    epoch length, the optimiser its hyper-parameters, so changes would be silently ignored (or, with
+    more iterations, restart a finished run at LR zero)."""
+    changed = RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
     # what ignite itself keeps, so also checked for checkpoints without a recipe
     state = checkpoint["trainer"]
     sampler = ResumableDistributedSampler(pairs, num_replicas=world, batch_size=config.batch_size)
@@ -191,12 +163,11 @@ def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], 
         )
 
 
+_NOT_OPTIONS = {"world_size": "world size (--nproc x --nnodes)", "pairs": "training pairs in --data"}
+
+
 def _option_name(name: str) -> str:
-    if name == "world_size":
-        return "world size (--nproc x --nnodes)"
-    if name == "pairs":
-        return "training pairs in --data"
-    return flag_named(TrainConfig, name) if name.isidentifier() else name
+    return _NOT_OPTIONS.get(name) or (flag_named(TrainConfig, name) if name.isidentifier() else name)
 
 
 def _value(name: str, value: Any) -> str:

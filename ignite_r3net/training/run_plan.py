@@ -1,7 +1,7 @@
-"""Start-up, resolved once: ``planned_run`` checks the options, the machine, the output folder, the
-resume checkpoint, the starting weights and the data, in that order, in the launching process, and
-yields one frozen ``RunPlan`` that the launch and every worker receive. Every error a user can cause
-with options, paths or data is one line here, before any work can be lost.
+"""Start-up, resolved once in the launching process: ``planned_run`` checks the options, the machine,
+the output folder, the resume checkpoint, the starting weights and the data, and yields the frozen
+``RunPlan`` that the launch and every worker receive. Every user error is one line here, before any
+work can be lost.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from .train_data import resolve_data
 
 @dataclass(frozen=True)
 class RunPlan:
-    """The run as start-up resolved it: ``config`` is the recipe plus the device, the resume file,
-    the starting weights' record, the data folders and listings and the trackers' runs; ``spec``
-    the launch layout; ``start`` the iteration the run continues from (0 for a fresh run)."""
+    """The run as start-up resolved it: ``config`` with the device, resume file, starting weights, data
+    and trackers' runs filled in; ``spec`` the launch layout; ``start`` the iterations already trained."""
 
     config: TrainConfig
     spec: LaunchSpec
@@ -47,13 +46,11 @@ class RunPlan:
 
 @contextmanager
 def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
-    """Check and resolve everything a run needs, holding its output folder (``run_lock``) until the
-    ``with`` block ends.
+    """Check and resolve everything a run needs, holding its output folder (``run_lock``) meanwhile.
 
     Raises:
-        OptionError: a wrong option, a folder another run holds or an earlier run's folder without
-            ``--resume``, a ``--resume`` checkpoint that does not continue this recipe, weights that
-            cannot be fetched or do not fit ``--backbone``, a tracker that does not answer.
+        OptionError: a wrong option, folder, ``--resume`` checkpoint or starting weights, a tracker
+            that does not answer.
         DataError: a data set with problems (all of them listed, by file).
     """
     config.validate()
@@ -89,8 +86,7 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
 
 
 def check_environment(config: TrainConfig, spec: LaunchSpec) -> None:
-    """Options that depend on this machine or its launcher: the backbone name, SLURM, torchrun (the
-    device and the GPUs: ``distributed.devices.use_device``, called next)."""
+    """Options that depend on this machine or its launcher (the GPUs: ``devices.use_device``, next)."""
     check_slurm(spec)
     check_torchrun(config)
     if config.backbone not in BACKBONES:
@@ -113,8 +109,7 @@ def check_slurm(spec: LaunchSpec) -> None:
 
 
 def check_torchrun(config: TrainConfig) -> None:
-    """Under torchrun the ranks meet where torchrun says (MASTER_ADDR / MASTER_PORT, its agent's
-    store): another address or port given to this program could not be honoured."""
+    """Under torchrun the ranks meet where torchrun says: another address or port cannot be honoured."""
     env = os.environ
     if not started_by_torchrun(env):
         return

@@ -1,5 +1,5 @@
-"""The weights a fresh run starts from (``--init-from`` or ``--pretrained``): fetched once per node
-before any worker starts, checked, and recorded (``config.weights``)."""
+"""The weights a fresh run starts from (``--init-from`` or ``--pretrained``): fetched once per node,
+checked and recorded (``config.weights``) before any worker starts."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 
 
 def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
-    """The record ``{source, file, sha256}`` of the weights a fresh run starts from, fetched (once per
-    node) and checked: ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random).
-    A record already in ``config.weights`` (from ``--config``) is what was expected. A resumed run
-    keeps the record of its first start (its checkpoint holds the weights)."""
+    """The record ``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s
+    backbone (None: random), fetched and checked; ``config.weights`` (from ``--config``) is what was
+    expected. A resumed run keeps the record of its first start."""
     if resumed:
         return _recorded_weights(config.output_dir)
     weights: Weights | None
@@ -51,8 +50,7 @@ def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | N
 
 
 def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] | None:
-    """``("R3Net", backbone)`` for a whole trained R3Net, ``("backbone", backbone)`` for backbone
-    weights alone (the backbone None when no shape we build fits), None for a layout we do not read."""
+    """``("R3Net" or "backbone", its backbone or None)``; None for a layout we do not read."""
     try:
         if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
             return "R3Net", infer_backbone(state)
@@ -62,16 +60,13 @@ def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] 
 
 
 def _what_the_file_fits(file: str, backbone: str) -> str:
-    """Where a ``--pretrained`` file that does not fit ``backbone`` belongs, as the end of the error
-    line: another backbone (``--backbone X``, as ``--init-from`` suggests), or ``--init-from`` for a
-    whole trained R3Net; empty when its shapes fit no backbone we build."""
+    """Where a ``--pretrained`` file that does not fit ``backbone`` belongs, as the end of the error line
+    (``--backbone X``, or ``--init-from`` for a whole R3Net); empty when nothing we build fits it."""
     try:
         held = _what_it_holds(model_state_dict(load_checkpoint(file, what="weights file"), file))
     except CheckpointError:  # the mismatch line says enough
         return ""
-    if held is None:
-        return ""
-    kind, found = held
+    kind, found = held or ("", None)
     if kind == "R3Net":
         named = f" ({found})" if found else ""
         return f"; it holds a whole trained R3Net{named}: start from it with --init-from {file}"
@@ -81,8 +76,7 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
 
 
 def _refuse_backbone_only(init_from: str, state: Mapping[str, torch.Tensor]) -> None:
-    """Backbone weights (an ImageNet classifier's, say) given to ``--init-from``, which takes a whole
-    trained R3Net: the fix is ``--pretrained``, not another ``--backbone``."""
+    """Backbone weights given to ``--init-from``: the fix is ``--pretrained``, not another ``--backbone``."""
     held = _what_it_holds(state)
     if held is None or held[0] == "R3Net":  # a layout we do not read: check_fits's mismatch line says enough
         return
@@ -121,7 +115,6 @@ def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
 
 
 def _recorded_weights(output_dir: str) -> dict[str, str] | None:
-    """The ``weights`` record of the run's config.json, if it has one."""
     try:
         return TrainConfig.load(Path(output_dir) / "config.json").weights
     except (OSError, ValueError, TypeError):

@@ -17,12 +17,7 @@ def prepare_batch(
     batch: dict[str, Any], device: torch.device, augment: DeviceAugment, channels_last: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Move a uint8 batch to ``device`` and finish its augmentation there (rotation, normalisation).
-
-    The angles stay on the CPU until the rotation needs them, so deciding whether to rotate does
-    not wait for the device; every copy to the device is non-blocking (the DataLoader pins the
-    batch on a GPU), so a step makes no host sync; ``augment`` keeps its normalisation constants on
-    the device.
-    """
+    No host sync: the copies are non-blocking (pinned batches) and the angles stay on the CPU."""
     images = batch["image"].to(device, non_blocking=True)
     masks = batch["mask"].to(device, non_blocking=True)
     images, masks = augment(images, masks, batch["angle"])
@@ -45,8 +40,7 @@ def create_train_step(
     scaler: torch.amp.GradScaler | None = None,
     channels_last: bool = False,
 ) -> Callable[[Engine, dict[str, Any]], torch.Tensor]:
-    """The Engine's process function. Returns the detached 8-vector (total, loss0..loss6) on ``device``;
-    nothing is copied to the host here, so the step never waits for the device."""
+    """The Engine's process function: the detached losses (total, loss0..loss6) stay on ``device``."""
     amp_dtype = AMP_DTYPES[amp]
     augment = DeviceAugment()
 

@@ -1,8 +1,6 @@
-"""Experiment loggers, rank 0's part: ignite's ``TensorboardLogger`` (always) and the trackers'
-``MLflowLogger``, ``WandBLogger`` or ``ClearMLLogger`` (the runs ``trackers`` opened in the launching
-process), each attached alike to the trainer and the validation evaluator: losses and images/s, the
-LR of each parameter group by name, validation metrics; the trackers get the best checkpoint as an
-artifact at the end.
+"""Experiment loggers, rank 0's part: ignite's ``TensorboardLogger`` and the loggers of the runs
+``trackers`` opened, each attached alike to the trainer and the validation evaluator; the trackers get
+the best checkpoint as an artifact at the end.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ class TrackerRun:
 
 @rank_zero_only
 def open_tensorboard(config: TrainConfig) -> Any:
-    """TensorBoard's logger writing to ``OUTPUT_DIR/tb`` (rank 0; None elsewhere)."""
+    """TensorBoard's logger writing to ``OUTPUT_DIR/tb`` (None on other ranks)."""
     from ignite.handlers.tensorboard_logger import TensorboardLogger
 
     return TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
@@ -59,10 +57,9 @@ def open_tensorboard(config: TrainConfig) -> Any:
 def attach_loggers(
     trainer: Engine, evaluator: Engine | None, tb: Any, scheduler: LRScheduler, config: TrainConfig
 ) -> list[TrackerRun]:
-    """Log to TensorBoard (``tb``) and to every tracker ``prepare_trackers`` opened: losses and
-    images/s (tag ``train``) and the LR of each group (``lr``) at the log lines, validation metrics
-    (``val``) at each validation; the trackers' best checkpoint at the end. Returns the runs (for
-    closing on a failure; none on other ranks)."""
+    """Log to TensorBoard (``tb``) and every tracker: losses and images/s (tag ``train``) and each
+    group's LR (``lr``) at the log lines, the metrics (``val``) at each validation. Returns the runs,
+    to close on a failure (None on other ranks)."""
     runs = [TrackerRun("tensorboard", tb, config)]
     runs += [TrackerRun(name, _OPEN[name](record, config), config) for name, record in (config.tracking or {}).items()]
     when = log_iterations(config)

@@ -1,13 +1,8 @@
-"""Experiment trackers (``--tracker mlflow wandb clearml``), the launching process's part: before any
-worker starts, each tracker's package must import and its server must answer, else one
-``OptionError`` line.
-
-MLflow's run is created here, the recipe logged as its parameters; a resumed run (``--resume``)
-reopens the run recorded in ``OUTPUT_DIR/tracking.json``, so its curves continue. Without
-``MLFLOW_TRACKING_URI`` the store is ``sqlite:///OUTPUT_DIR/mlruns.db`` with artifacts in
-``OUTPUT_DIR/mlartifacts``: MLflow 3 refuses a plain ``./mlruns`` file store unless told to accept it.
-Rank 0 logs into these runs through ignite's loggers (``tracker_loggers``). Nothing here imports what
-only the workers need (the Engine's handlers, the metrics).
+"""Experiment trackers (``--tracker``), the launching process's part: each tracker's package must
+import and its server answer before any worker starts, else one ``OptionError`` line. The runs are
+opened here (a resumed run reopens those in ``OUTPUT_DIR/tracking.json``); rank 0 logs into them
+(``tracker_loggers``). MLflow's default store is ``sqlite:///OUTPUT_DIR/mlruns.db``: MLflow 3 refuses
+a plain ``./mlruns`` file store unless told to accept it.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ _PROBE_TIMEOUT_S = "10"
 
 
 def prepare_trackers(config: TrainConfig) -> dict[str, dict] | None:
-    """Check every ``--tracker`` (package, server) and open its run; returns what rank 0 needs to
-    log into those runs (``config.tracking``), also kept in ``OUTPUT_DIR/tracking.json``."""
+    """Check every ``--tracker`` and open its run; returns ``config.tracking`` (also in ``tracking.json``)."""
     if not config.tracker:
         return None
     recorded = _recorded(config) if config.resume else {}
@@ -52,7 +46,6 @@ def _recorded(config: TrainConfig) -> dict[str, Any]:
 
 
 def _require(name: str) -> Any:
-    """The tracker's package, or one line saying how to install it."""
     try:
         return importlib.import_module(name)
     except ImportError:
@@ -130,14 +123,13 @@ def _prepare_clearml(config: TrainConfig, recorded: dict[str, Any]) -> dict[str,
     _require("clearml")
     from clearml import Task
 
-    if not Task.running_locally() or os.environ.get("CLEARML_OFFLINE_MODE"):
-        return {"project": PROJECT}
-    try:
-        from clearml.backend_api.session.client import APIClient
+    if Task.running_locally() and not os.environ.get("CLEARML_OFFLINE_MODE"):
+        try:
+            from clearml.backend_api.session.client import APIClient
 
-        APIClient().projects.get_all(page=0, page_size=1)
-    except Exception as e:  # noqa: BLE001 - no configuration, no server
-        raise OptionError(f"--tracker clearml: the ClearML server does not answer: {error_line(e)}") from None
+            APIClient().projects.get_all(page=0, page_size=1)
+        except Exception as e:  # noqa: BLE001 - no configuration, no server
+            raise OptionError(f"--tracker clearml: the ClearML server does not answer: {error_line(e)}") from None
     return {"project": PROJECT}
 
 

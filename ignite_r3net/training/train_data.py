@@ -1,6 +1,5 @@
-"""The training and validation data of a run: the synthetic set generated when asked for, every
-folder checked (headers read), each training folder recorded (its pairs and the digest of their
-names) and the training set large enough for the batch on every rank."""
+"""The training and validation data of a run, resolved at start-up: the synthetic set generated, every
+folder checked (headers read) and each training folder recorded."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ SYNTHETIC = "synthetic"
 
 @dataclass(frozen=True)
 class TrainingData:
-    """What start-up found of ``--data`` and ``--val-data``: the folders (the synthetic set generated,
-    names under ``--data-root`` resolved), each training folder's record (``config.data_sets``),
-    what every rank must list alike (``config.listings``) and the number of training pairs."""
+    """What start-up found of ``--data`` and ``--val-data``: the folders (names resolved), each training
+    folder's record (``config.data_sets``), what every rank must list alike (``config.listings``)."""
 
     folders: list[str]
     val_data: str | None
@@ -34,8 +32,7 @@ class TrainingData:
 
 
 def resolve_data(config: TrainConfig, world_size: int) -> TrainingData:
-    """Generate 'synthetic' when asked for, resolve names under ``--data-root``, check every data
-    folder's pairs (headers read) and that each of the ``world_size`` ranks gets a full batch."""
+    """Resolve and check ``--data`` and ``--val-data``; each of the ``world_size`` ranks must get a full batch."""
     data, val = config.data, config.val_data
     if config.data_root is not None:
         data = resolve_names(data, config.data_root, "--data")
@@ -64,8 +61,8 @@ def resolve_data(config: TrainConfig, world_size: int) -> TrainingData:
 def _training_folders(
     config: TrainConfig, data: list[str], val_data: str | None
 ) -> tuple[list[str], str | None, set[str]]:
-    """The ``data`` folders with 'synthetic' generated, the validation folder (the synthetic
-    set's held-out split unless ``--val-data`` is given) and the generated folders."""
+    """The ``data`` folders with 'synthetic' generated, the validation folder (by default the synthetic
+    set's held-out split) and the generated folders."""
     folders: list[str] = []
     generated = set()
     for entry in data:
@@ -82,7 +79,6 @@ def _training_folders(
 
 
 def describe_data_set(folder: str, pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
-    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder and its
-    checked ``pairs``, ``listing`` being ``listing_digest``'s "6 pairs (sha256 ...)" of their names,
-    so that a resume can tell the same pairs from other ones without 10,000 names in the file."""
+    """``{folder, pairs, listing}``: what ``config.json`` records of a training folder, ``listing`` being
+    ``listing_digest``'s "6 pairs (sha256 ...)", so that a resume can tell the same pairs from others."""
     return {"folder": folder, "pairs": len(pairs), "listing": listing_digest(folder, pairs)}

@@ -1,10 +1,6 @@
-"""``train.log``: every line of a run's history, each starting with its time, and the console's
-short version of it.
-
-The file gets the full configuration, the world, the starting weights, notes, one line per
-iteration, validations, damaged images, and how the run ended (interrupted, terminated, failed) or
-went on (resumed, and from which iteration). The console gets one summary line instead of the
-configuration (all of it with ``--verbose``); it is optional: a closed pipe ends the echo, not the run.
+"""``train.log``: every line of a run's history, each with its time, from the configuration to how
+the run ended or went on (resumed); the console gets a short version (a summary line in place of the
+configuration unless ``--verbose``), and a closed pipe ends the echo, not the run.
 """
 
 from __future__ import annotations
@@ -13,6 +9,7 @@ import dataclasses
 import datetime
 import json
 import re
+from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
@@ -28,7 +25,7 @@ _ITERATION_LINE = re.compile(r"\[iter (\d+)\]")
 
 
 def timestamp() -> str:
-    """Local time with its UTC offset, ISO 8601 to the second: ``2026-12-01T14:03:27+01:00``."""
+    """Local time with its UTC offset, to the second: ``2026-12-01T14:03:27+01:00``."""
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
@@ -71,8 +68,7 @@ class TrainLog:
 def header_lines(
     config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
 ) -> tuple[list[str], list[str]]:
-    """The top of a run's (or a resumed run's) part of train.log, and what the console shows of
-    it: the summary line and the notes (everything with ``--verbose``)."""
+    """The top of a run's (or a resumed run's) part of train.log, and what the console shows of it."""
     config_line = f"configuration: {json.dumps(dataclasses.asdict(config), sort_keys=True)}"  # one line
     world = (
         f"world size {world_size}, {config.batch_size} images per process, "
@@ -99,7 +95,7 @@ def summary_line(config: TrainConfig, world_size: int) -> str:
 
 
 def _notes(config: TrainConfig, device: torch.device) -> list[str]:
-    """Choices that are legal but probably not what was meant, and what a run will not do."""
+    """Legal choices probably not meant, and what a run will not do."""
     notes = []
     if not config.weights and not config.resume:
         notes.append(
@@ -146,14 +142,10 @@ def _describe(weights: dict[str, str]) -> str:
 
 
 def record_ending(output_dir: str | Path, line: str) -> None:
-    """Append how the run ended (``interrupted``, ``terminated``, ``error: ...``: the console's
-    line) to its train.log, from the launching process once the workers are gone. A job refused
-    before its log was opened (ranks that disagree, a rendezvous that failed) leaves no log."""
+    """Append the console's last line (``interrupted``, ``error: ...``) to train.log once the workers are
+    gone; a job refused before its log was opened leaves none."""
     path = Path(output_dir) / LOG_NAME
-    if not path.is_file():
-        return
-    try:
-        with path.open("a", encoding="utf-8") as f:
+    # when the output folder itself failed, the console line is what is left
+    if path.is_file():
+        with suppress(OSError), path.open("a", encoding="utf-8") as f:
             f.write(f"{timestamp()} {line}\n")
-    except OSError:
-        pass  # the output folder itself failed: the console line is what is left

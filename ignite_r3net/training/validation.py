@@ -29,14 +29,9 @@ GRID_IMAGES, GRID_TILE = 4, 96
 
 
 class ValidationEvents(EventEnum):
-    """Fired on the validation evaluator once a validation's metrics are in its ``state.metrics``
-    (the trackers log them; ``trainer.state.iteration`` is the step)."""
+    """Fired on the evaluator once a validation's metrics are in its ``state.metrics`` (for the trackers)."""
 
     SCORED = "validation_scored"
-
-
-def format_metrics(values: dict[str, float], keys: tuple[str, ...] = METRIC_KEYS) -> str:
-    return " ".join(f"{k} {values[k]:.4f}" for k in keys if k in values)
 
 
 def attach_validation(
@@ -48,9 +43,8 @@ def attach_validation(
     tb: Any,
     device: torch.device,
 ) -> Engine:
-    """Validate before training (the untrained reference; unless ``--no-val-at-start``), every
-    ``val_every`` (default: at the checkpoint iterations) and at the end. Every rank scores its
-    shard; rank 0 logs."""
+    """Validate before training (unless ``--no-val-at-start``), every ``--val-every`` (default: at the
+    checkpoints) and at the end: every rank scores its shard, rank 0 logs."""
     # the plain module: DDP's forward would add collectives, and shards may differ in length
     plain = cast(R3Net, getattr(model, "module", model))
     evaluator = create_evaluator(plain, device, config.amp)
@@ -58,17 +52,13 @@ def attach_validation(
     evaluator.register_events(*ValidationEvents, event_to_attr={ValidationEvents.SCORED: "validations"})
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
-    left_out = _attach_left_out(evaluator, log)
+    left_out = _LeftOut(evaluator, log)
     best = _best_checkpointer(plain, trainer, config)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
 
+    @no_autotuning()  # validation images keep their own sizes: autotuning would tune again for each
     def validate(engine: Engine) -> None:
-        # validation images keep their own sizes: autotuning would tune again for each
-        with no_autotuning():
-            validate_and_report(engine)
-
-    def validate_and_report(engine: Engine) -> None:
         use_rank0_buffers(plain)
         iteration = engine.state.iteration
         shown = config.progress and is_rank_zero()
@@ -78,9 +68,13 @@ def attach_validation(
         evaluator.state.metrics.update(values)  # what the best-model checkpointer and the trackers read
         evaluator.fire_event(ValidationEvents.SCORED)
         precision, recall = metric.pr_curve()  # a collective: every rank
-        log.write(f"[val iter {iteration}] {format_metrics(values)}")
-        if tb is not None:
-            log_validation_to_tensorboard(tb, values, precision, recall, plain, val_loader.dataset, iteration)
+        log.write(f"[val iter {iteration}] " + " ".join(f"{k} {values[k]:.4f}" for k in METRIC_KEYS if k in values))
+        if tb is not None:  # the scalars go through tracker_loggers, as for every tracker
+            zeros = torch.zeros_like(precision)
+            # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
+            curve = (zeros, zeros, zeros, zeros, precision.cpu(), recall.cpu(), iteration)
+            tb.writer.add_pr_curve_raw("val/pr_curve", *curve, num_thresholds=precision.numel())
+            tb.writer.add_image("val/side_outputs", side_output_grid(plain, val_loader.dataset), iteration)
         if iteration == 0:
             untrained.update(values)
             return
@@ -101,10 +95,11 @@ class _LeftOut:
     """The validation pairs that could not be read (``SaliencyEvalSet``'s ``skip_unreadable``):
     noted on the rank that met them, reported once each by rank 0 after a validation."""
 
-    def __init__(self, log: TrainLog) -> None:
+    def __init__(self, evaluator: Engine, log: TrainLog) -> None:
         self.log = log
         self.mine: list[str] = []
         self.reported: set[str] = set()
+        evaluator.add_event_handler(Events.ITERATION_COMPLETED, self.note)
 
     def note(self, engine: Engine) -> None:
         self.mine += [p for p in cast(dict[str, Any], engine.state.batch).get("problem", ()) if p]
@@ -118,18 +113,9 @@ class _LeftOut:
                 self.log.write(f"warning: {problem}; left out of the validation scores")
 
 
-def _attach_left_out(evaluator: Engine, log: TrainLog) -> _LeftOut:
-    left_out = _LeftOut(log)
-    evaluator.add_event_handler(Events.ITERATION_COMPLETED, left_out.note)
-    return left_out
-
-
 def use_rank0_buffers(model: nn.Module) -> None:
-    """Give every rank rank 0's BatchNorm statistics, so that all ranks score the model the
-    checkpoints hold.
-
-    DDP broadcasts buffers at the start of each training forward, but each rank then updates its
-    running statistics with its own batch: after a step they differ from rank to rank."""
+    """Give every rank rank 0's BatchNorm statistics, which the checkpoints hold: DDP broadcasts them
+    before each training forward, but each rank then updates them with its own batch."""
     if idist.get_world_size() < 2:
         return
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -141,37 +127,9 @@ def use_rank0_buffers(model: nn.Module) -> None:
             b.copy_(part.view_as(b))
 
 
-def log_validation_to_tensorboard(
-    tb: Any,
-    values: dict[str, float],
-    precision: torch.Tensor,
-    recall: torch.Tensor,
-    model: R3Net,
-    dataset: Any,
-    iteration: int,
-) -> None:
-    """The mean precision-recall curve and a grid of side outputs (rank 0); the scalars come from
-    the loggers' loop (``tracker_loggers``), as for every tracker."""
-    zeros = torch.zeros_like(precision)
-    # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
-    tb.writer.add_pr_curve_raw(
-        "val/pr_curve",
-        zeros,
-        zeros,
-        zeros,
-        zeros,
-        precision.cpu(),
-        recall.cpu(),
-        iteration,
-        num_thresholds=precision.numel(),
-    )
-    tb.writer.add_image("val/side_outputs", side_output_grid(model, dataset), iteration)
-
-
 @torch.no_grad()
 def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
-    """One row per validation image: the image, its ground truth and the 7 side outputs
-    (predict0 .. predict6, after the sigmoid), each resized to ``tile`` x ``tile``."""
+    """One row per validation image: image, ground truth and the 7 side outputs (sigmoid), ``tile`` square."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

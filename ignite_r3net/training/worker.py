@@ -1,6 +1,5 @@
-"""The worker entry ``training(local_rank, config)``: the same function under spawn, torchrun and
-multi-node launches. It builds the data flow, the model and optimiser, the Engine and its handlers,
-restores a checkpoint when resuming, and runs to ``config.iters``."""
+"""``training(local_rank, config)``, what every worker runs under spawn, torchrun or srun: data, model,
+optimiser, the Engine and its handlers, the checkpoint when resuming, then the run."""
 
 from __future__ import annotations
 
@@ -82,7 +81,6 @@ def training(local_rank: int, config: TrainConfig) -> None:
 
 
 def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: TrainLog) -> None:
-    """One line when ``--val-max`` scores fewer pairs than the validation folder holds."""
     if len(dataset) < dataset.listed:
         log.write(
             f"validation: {len(dataset)} of the {dataset.listed} pairs of {config.val_data} (--val-max "
@@ -91,8 +89,7 @@ def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: T
 
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
-    """R3Net with the run's starting weights (preflight fetched and checked them; a resumed run's
-    come from its checkpoint instead), wrapped for distribution."""
+    """R3Net with the starting weights start-up checked (a resumed run's come from its checkpoint)."""
     model = R3Net(config.backbone)
     if not config.resume and config.weights:
         if config.init_from:
@@ -108,21 +105,19 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
 
 
 def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
-    """Load the checkpoint named by ``--resume`` (preflight already resolved 'auto' to a file that
-    loads); every rank reads it on the CPU and ``load_state_dict`` moves it to the device."""
+    """Load ``--resume``'s checkpoint (start-up resolved 'auto' to a file that loads) on the CPU;
+    ``load_state_dict`` moves it to the device."""
     if not config.resume:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (preflight), never loaded
-    to_load = {k: v for k, v in to_load.items() if k != "recipe"}
-    Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
+    # the recipe is only compared (run_plan), never loaded
+    Checkpoint.load_objects(to_load={k: v for k, v in to_load.items() if k != "recipe"}, checkpoint=checkpoint)
     return path
 
 
 def _check_same_start(iteration: int) -> None:
-    """Every rank must resume from the same iteration (multi-node resume needs the output
-    directory on a filesystem all nodes share)."""
+    """Every rank must resume from the same iteration (a shared ``--output-dir`` on every node)."""
     starts = torch.as_tensor(idist.all_gather(iteration)).flatten().tolist()  # a list, or a tensor
     if len(set(starts)) > 1:
         raise RuntimeError(
