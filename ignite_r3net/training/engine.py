@@ -274,7 +274,7 @@ def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
     handlers at the first that raises, and swallows the exception if none does."""
 
     def on_exception(engine: Engine, e: BaseException) -> None:
-        for closable in filter(None, closables):
+        for closable in (c for c in closables if c is not None):  # not filter(None): a falsy closable still closes
             with suppress(Exception):  # the original failure is the one to report
                 closable.close()
         raise e
