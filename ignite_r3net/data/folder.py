@@ -6,13 +6,15 @@ whose files share stems, images may be ``.png`` there too.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import DataError
-from .scan_cache import collector_paused
 
 __all__ = ["IMAGE_EXTS", "MASK_EXTS", "list_pairs", "listing_digest", "scan", "split_dirs", "dataset_of_half"]
 
@@ -29,6 +31,19 @@ _MASK_DIR_TOKENS = set(
     "mask masks gt gts groundtruth label labels annotation annotations segmentation segmentations pixelwisegt "
     "sal saliency target targets".split()
 )
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection in the block: a scan of 10,000 pairs allocates some 100k objects, none
+    in a cycle, whose full collections in a process that imported torch cost 0.9 s of a 1.8 s cached scan."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _tokens(name: str) -> set[str]:
