@@ -16,8 +16,6 @@ from PIL import Image, ImageOps
 
 from ..errors import DataError, warn
 
-__all__ = ["load_image", "load_mask", "decode_problems"]
-
 _JPEG_START = b"\xff\xd8"
 _capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
 _capture_lock = Lock()

@@ -16,8 +16,6 @@ from pathlib import Path
 
 from ..errors import DataError
 
-__all__ = ["IMAGE_EXTS", "MASK_EXTS", "list_pairs", "listing_digest", "scan", "split_dirs", "dataset_of_half"]
-
 IMAGE_EXTS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 MASK_EXTS: tuple[str, ...] = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
 

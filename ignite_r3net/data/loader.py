@@ -19,16 +19,6 @@ from .folder import list_pairs
 from .sampler import EvalShardSampler, ResumableDistributedSampler
 from .transforms import JointCropFlip, draw_angle
 
-__all__ = [
-    "SaliencyTrainSet",
-    "SaliencyEvalSet",
-    "collate_train",
-    "build_train_loader",
-    "build_eval_loader",
-    "worker_context",
-    "stop_workers",
-]
-
 
 def _load_pair(
     image_path: Path, mask_path: Path, strict: bool = False, warn_damaged: bool = False

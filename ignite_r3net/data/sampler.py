@@ -10,8 +10,6 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["sample_seed", "ResumableDistributedSampler", "EvalShardSampler"]
-
 _MASK64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1
 

@@ -18,8 +18,6 @@ from PIL import Image
 
 from ..atomic_files import atomic_output, write_bytes
 
-__all__ = ["make_synthetic_dataset", "synthetic_paths", "ensure_synthetic"]
-
 _FORMAT = 1  # bump when the generator changes so old sets are regenerated
 _MANIFEST = "manifest.json"
 _SPLITS = {"train": 0, "val": 1}

@@ -13,16 +13,6 @@ import functools
 import torch
 import torch.nn.functional as F
 
-__all__ = [
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "JointCropFlip",
-    "draw_angle",
-    "rotate_batch",
-    "normalize_image",
-    "DeviceAugment",
-]
-
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
