@@ -24,13 +24,8 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 
 
 class ResumableDistributedSampler(Sampler[tuple[int, int]]):
-    """A ``DistributedSampler`` that yields ``(index, sample_seed)`` and can start mid-epoch.
-
-    Permutation, padding and rank split are those of ``torch.utils.data.DistributedSampler``
-    (``drop_last=False``). Each index comes with the :func:`sample_seed` of its global position, from
-    which the dataset draws its augmentation: the same whether or not the epoch was interrupted, and
-    whatever the number of workers.
-    """
+    """A ``DistributedSampler`` (``drop_last=False``) that yields ``(index, sample_seed)`` and can start mid-epoch:
+    the seed of the global position draws the augmentation, the same whether or not the epoch was interrupted."""
 
     def __init__(
         self,
@@ -57,8 +52,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         """Select the epoch for the next ``__iter__``, which (that one only) starts after ``skip_batches``."""
         if skip_batches < 0 or skip_batches > self.num_batches:
             raise ValueError(f"skip_batches must be in [0, {self.num_batches}], got {skip_batches}")
-        self.epoch = int(epoch)
-        self.skip_batches = int(skip_batches)
+        self.epoch, self.skip_batches = int(epoch), int(skip_batches)
 
     def global_indices(self, epoch: int) -> list[int]:
         """The padded permutation of ``epoch`` shared by all ranks."""
@@ -98,8 +92,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
 
 
 class EvalShardSampler(Sampler[int]):
-    """Strided, unpadded shard for evaluation: every sample is seen exactly once across ranks (distributed
-    metrics are exact); ranks may differ by one sample in length."""
+    """Strided, unpadded shard for evaluation: every sample is seen once across ranks (exact metrics)."""
 
     def __init__(self, dataset_len: int, num_replicas: int = 1, rank: int = 0) -> None:
         if dataset_len < 0:
