@@ -1,10 +1,6 @@
-"""Joint image/mask augmentation, split between the data workers and the training device.
-
-The reference DDP script's PIL ``RandomCrop(300)`` (resizing a smaller image up), ``RandomHorizontallyFlip``
-and ``RandomRotate(10)``: resize, crop and flip run per sample on uint8 tensors, rotation and
-normalisation batched on the device. Randomness comes from a per-sample ``torch.Generator``, so a resumed
-run repeats it exactly.
-"""
+"""The reference DDP script's joint image/mask augmentation (``RandomCrop(300)``, ``RandomHorizontallyFlip``,
+``RandomRotate(10)``): resize, crop and flip per sample on uint8 tensors in the data workers, rotation and
+normalisation batched on the device. Randomness comes from a per-sample ``torch.Generator``."""
 
 from __future__ import annotations
 
@@ -18,13 +14,9 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 class JointCropFlip:
-    """Per-sample crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)``, distributed as in
-    the reference DDP script: both resized to ``crop x crop`` (image bilinear, mask nearest) when a side is
-    smaller, a uniform crop offset, a flip with probability 0.5.
-
-    The image stays channels-last (a crop copies whole rows); ``DeviceAugment``'s float conversion, which
-    writes a new tensor anyway, makes it planar.
-    """
+    """Crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)`` as the reference does: both resized to
+    ``crop x crop`` (bilinear, nearest) when a side is smaller, a uniform crop offset, a flip with probability
+    0.5. The image stays channels-last (a crop copies whole rows); ``DeviceAugment`` makes it planar."""
 
     def __init__(self, crop: int) -> None:
         if crop < 1:
@@ -66,13 +58,9 @@ def draw_angle(generator: torch.Generator, rotate: float) -> float:
 
 
 def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Sampling grid for a counter-clockwise rotation by ``angles`` degrees about the image centre.
-
-    PIL's ``rotate(a)`` maps output pixel p to input ``R(-a) (p - c) + c`` (pixels, y down); in
-    ``grid_sample``'s [-1, 1] coordinates the off-diagonal terms carry the aspect ratio. Equal to
-    ``F.affine_grid(theta, ..., align_corners=False)``, built as two in-place broadcast sums: several
-    times cheaper on the CPU.
-    """
+    # grid_sample's grid for PIL's rotate(a), which maps output pixel p to input R(-a) (p - c) + c (pixels,
+    # y down); in [-1, 1] coordinates the off-diagonal terms carry the aspect ratio. F.affine_grid's
+    # (align_corners=False), built as two in-place broadcast sums: several times cheaper on the CPU
     n = angles.shape[0]
     t = -torch.deg2rad(angles.to(torch.float32))
     cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
@@ -122,9 +110,8 @@ def normalize_image(images: torch.Tensor) -> torch.Tensor:
 
 
 class DeviceAugment:
-    """Rotate and normalise a training batch on its device: uint8 ``images (N, 3, H, W)`` and ``masks
-    (N, 1, H, W)``, ``angles (N,)`` degrees (on the host) to ImageNet-normalised float images and float
-    masks in [0, 1] (soft masks stay soft)."""
+    """Rotate (``angles`` in degrees, on the host) and normalise a uint8 training batch on its device: ImageNet-
+    normalised float images and float masks in [0, 1] (soft masks stay soft)."""
 
     def __call__(
         self, images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
