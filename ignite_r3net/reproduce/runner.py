@@ -213,9 +213,7 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
 
 def _ours(models: Sequence[Model], variant: str, dataset: str, protocol: str) -> Summary | None:
     rows = [m.scores[variant][dataset][protocol] for m in models if variant in m.scores]
-    if not rows:
-        return None
-    return {metric: _summary([float(row[metric]) for row in rows]) for metric in METRICS}
+    return {metric: _summary([float(row[metric]) for row in rows]) for metric in METRICS} if rows else None
 
 
 def _comparison(ours: Summary | None, ref: Mapping[str, float], options: ReproduceOptions) -> dict:
@@ -276,12 +274,11 @@ def _value(summary: Summary | None, metric: str) -> str:
     return f"{cell} ± {summary[metric]['std']:.3f}" if "std" in summary[metric] else cell
 
 
-def _delta(entry: Mapping[str, Any], metric: str) -> str:
-    return f"{entry['delta'][metric]:+.3f}" if "delta" in entry else "-"
-
-
-def _within(entry: Mapping[str, Any]) -> str:
-    return "-" if "within_tolerance" not in entry else ("yes" if entry["within_tolerance"] else "no")
+def _comparison_cells(entry: Mapping[str, Any]) -> list[str]:
+    # Δ maxF, Δ MAE and within, which _comparison gives together or not at all
+    if "delta" not in entry:
+        return ["-", "-", "-"]
+    return [*(f"{entry['delta'][m]:+.3f}" for m in METRICS), "yes" if entry["within_tolerance"] else "no"]
 
 
 def table_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -299,10 +296,8 @@ def table_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         marked = {"r3net-paper": "paper", "r3net-released-maps": "released maps ‡"}.get(ref.get("name", ""), "-")
         row = [name, str(entry["pairs"]), marked, *(f"{ref[m]:.3f}" if m in ref else "-" for m in METRICS)]
         for variant in COLUMNS:
-            cell = entry[variant]
-            row += [_value(cell["r3net"], "maxF"), _value(cell["r3net"], "mae")]
-            row += [_delta(cell, "maxF"), _delta(cell, "mae"), _within(cell)]
-        row += [_value(entry["no-crf"]["standard"], "maxF"), _value(entry["no-crf"]["standard"], "mae")]
+            row += [*(_value(entry[variant]["r3net"], m) for m in METRICS), *_comparison_cells(entry[variant])]
+        row += [_value(entry["no-crf"]["standard"], m) for m in METRICS]
         if with_author:
             author = entry.get("author_maps")
             row += [f"{author['r3net'][m]:.3f}" if author else "-" for m in METRICS]
