@@ -112,8 +112,7 @@ class ScanCache:
             self._save()
 
     def get(self, path: Path, check: Callable[[], Finding]) -> Finding:
-        """The finding of ``path``: cached while its size and mtime are those recorded, else ``check()``
-        (an unreadable ``stat`` is checked, never cached)."""
+        """The finding of ``path``, ``check()`` unless its size and mtime are those recorded (or stat fails)."""
         where = os.fspath(path)
         try:
             st = os.stat(where)
@@ -177,7 +176,6 @@ def _code_version() -> str:
 
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
     # a cached problem names the path as given this time
-
     def probe() -> Finding:
         size, problem = _probe(path)
         return [*(size or (None, None)), None if problem is None else problem.replace(str(path), _PATH)]

@@ -75,9 +75,7 @@ def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
     bad = [entry for s in samples for entry in s.get("bad", ())]
     items = [{**{k: v for k, v in s.items() if k != "bad"}, "image": s["image"].permute(1, 2, 0)} for s in samples]
     batch = default_collate(items)
-    batch["image"] = batch["image"].permute(0, 3, 1, 2)
-    batch["bad"] = bad
-    return batch
+    return {**batch, "image": batch["image"].permute(0, 3, 1, 2), "bad": bad}
 
 
 class SaliencyEvalSet(Dataset):
