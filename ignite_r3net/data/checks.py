@@ -26,14 +26,6 @@ _TRANSPOSED = {5, 6, 7, 8}  # orientations that swap width and height
 _PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
 
 
-def _tail_is_jpeg_eoi(path: Path) -> bool:
-    # Some writers pad after the EOI marker with zeros or a newline; allow that, nothing else.
-    with open(path, "rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
-        tail = f.read().rstrip(b"\x00\r\n ")
-    return tail.endswith(b"\xff\xd9")
-
-
 def _header(path: Path) -> tuple[str, tuple[int, int]]:
     """The format and the (width, height) in display (EXIF) orientation, from the header alone."""
     with warnings.catch_warnings():
@@ -77,8 +69,11 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
         return None, f"not an image (unrecognised format): {path}"
     except Exception as exc:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
         return None, f"unreadable or truncated file: {path} ({exc})"
-    if fmt in ("JPEG", "MPO") and not _tail_is_jpeg_eoi(path):
-        return None, f"truncated JPEG (no end-of-image marker): {path}"
+    if fmt in ("JPEG", "MPO"):
+        with open(path, "rb") as f:  # some writers pad after the end marker with zeros or a newline
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
+            if not f.read().rstrip(b"\x00\r\n ").endswith(b"\xff\xd9"):
+                return None, f"truncated JPEG (no end-of-image marker): {path}"
     return size, None
 
 

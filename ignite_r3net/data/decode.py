@@ -6,7 +6,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from threading import Lock
 
@@ -71,17 +71,11 @@ def _stderr_lines(into: list[str] | None) -> Iterator[None]:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-            into.extend(line.strip() for line in _drain(read_end).splitlines() if line.strip())
-
-
-def _drain(read_end: int) -> str:
-    text = b""
-    try:
-        while chunk := os.read(read_end, 1 << 16):
-            text += chunk
-    except BlockingIOError:  # empty
-        pass
-    return text.decode(errors="replace")
+            text = b""
+            with suppress(BlockingIOError):  # raised once the pipe is empty
+                while chunk := os.read(read_end, 1 << 16):
+                    text += chunk
+            into.extend(line.strip() for line in text.decode(errors="replace").splitlines() if line.strip())
 
 
 def _pipe_of_this_process() -> tuple[int, int]:

@@ -92,9 +92,11 @@ class SaliencyEvalSet(Dataset):
         warn_damaged: bool = False,
     ) -> None:
         self.root = Path(root)
-        listed = list_pairs(self.root)
-        self.listed = len(listed)  # the folder's pairs, of which ``max_pairs`` are taken
-        self.pairs = evenly_spaced(listed, max_pairs)
+        self.pairs = list_pairs(self.root)
+        self.listed = len(self.pairs)  # the folder's pairs, of which ``max_pairs`` are taken, evenly spread:
+        # a fixed subset that samples every part of a data set whose names group its sources
+        if max_pairs is not None and max_pairs < self.listed:
+            self.pairs = [self.pairs[i * self.listed // max_pairs] for i in range(max_pairs)]
         self.skip_unreadable, self.strict, self.warn_damaged = skip_unreadable, strict, warn_damaged
 
     def __len__(self) -> int:
@@ -111,14 +113,6 @@ class SaliencyEvalSet(Dataset):
             image, mask = torch.zeros(3, 1, 1, dtype=torch.uint8), torch.zeros(1, 1, 1, dtype=torch.uint8)
             problem = str(e)
         return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index), "problem": problem}
-
-
-def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tuple[Path, Path]]:
-    """``count`` pairs spread evenly over the listing (all when None or not smaller): a fixed subset that
-    samples every part of a data set whose names group its sources."""
-    if count is None or count >= len(pairs):
-        return pairs
-    return [pairs[i * len(pairs) // count] for i in range(count)]
 
 
 def build_train_loader(

@@ -54,9 +54,9 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
             raise ValueError(f"skip_batches must be in [0, {self.num_batches}], got {skip_batches}")
         self.epoch, self.skip_batches = int(epoch), int(skip_batches)
 
-    def global_indices(self, epoch: int) -> list[int]:
-        """The padded permutation of ``epoch`` shared by all ranks."""
-        if self.shuffle:
+    def keys(self, epoch: int, skip_batches: int = 0) -> list[tuple[int, int]]:
+        """This rank's ``(index, sample_seed)`` list for ``epoch``, after ``skip_batches`` batches."""
+        if self.shuffle:  # the padded permutation all ranks share
             g = torch.Generator().manual_seed(self.seed + epoch)
             indices = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
@@ -64,11 +64,6 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         padding = self.total_size - len(indices)
         if padding > 0:
             indices += (indices * math.ceil(padding / len(indices)))[:padding]
-        return indices
-
-    def keys(self, epoch: int, skip_batches: int = 0) -> list[tuple[int, int]]:
-        """This rank's ``(index, sample_seed)`` list for ``epoch``, after ``skip_batches`` batches."""
-        indices = self.global_indices(epoch)
         start = self.rank + skip_batches * self.batch_size * self.num_replicas
         return [
             (indices[pos], sample_seed(self.seed, epoch, pos))

@@ -57,28 +57,20 @@ def draw_angle(generator: torch.Generator, rotate: float) -> float:
     return u * 2.0 * rotate - rotate
 
 
-def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    # grid_sample's grid for PIL's rotate(a), which maps output pixel p to input R(-a) (p - c) + c (pixels,
-    # y down); in [-1, 1] coordinates the off-diagonal terms carry the aspect ratio. F.affine_grid's
-    # (align_corners=False), built as two in-place broadcast sums: several times cheaper on the CPU
-    n = angles.shape[0]
-    t = -torch.deg2rad(angles.to(torch.float32))
-    cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
-    # pixel centres in normalised coordinates (align_corners=False)
-    xs = ((torch.arange(width, dtype=torch.float32, device=angles.device) * 2 + 1) / width - 1).view(1, 1, width)
-    ys = ((torch.arange(height, dtype=torch.float32, device=angles.device) * 2 + 1) / height - 1).view(1, height, 1)
-    grid = torch.empty(n, height, width, 2, dtype=torch.float32, device=angles.device)
-    torch.add(cos * xs, (sin * (height / width)) * ys, out=grid[..., 0])
-    torch.add((-sin * (width / height)) * xs, cos * ys, out=grid[..., 1])
-    return grid
-
-
 def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, filling
     with zeros. Host ``angles`` are copied without waiting for the device."""
     n, _, h, w = images.shape
-    angles = angles.to(device=images.device, non_blocking=True).reshape(n)
-    grid = _rotation_grid(angles, h, w)
+    t = -torch.deg2rad(angles.to(device=images.device, non_blocking=True).reshape(n).to(torch.float32))
+    cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
+    # grid_sample's grid for PIL's rotate(a), which maps output pixel p to input R(-a) (p - c) + c (pixels,
+    # y down): in [-1, 1] coordinates of the pixel centres the off-diagonal terms carry the aspect ratio.
+    # F.affine_grid's (align_corners=False), built as two in-place broadcast sums: several times cheaper
+    xs = ((torch.arange(w, dtype=torch.float32, device=images.device) * 2 + 1) / w - 1).view(1, 1, w)
+    ys = ((torch.arange(h, dtype=torch.float32, device=images.device) * 2 + 1) / h - 1).view(1, h, 1)
+    grid = torch.empty(n, h, w, 2, dtype=torch.float32, device=images.device)
+    torch.add(cos * xs, (sin * (h / w)) * ys, out=grid[..., 0])
+    torch.add((-sin * (w / h)) * xs, cos * ys, out=grid[..., 1])
     images = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     masks = F.grid_sample(masks, grid, mode="nearest", padding_mode="zeros", align_corners=False)
     return images, masks

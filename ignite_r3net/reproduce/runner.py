@@ -60,13 +60,19 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
     models = [Model("checkpoint", options.checkpoint)] if options.checkpoint else []
     for config in configs:
         train(config)
-        models.append(Model(f"seed {config.seed}", str(_final_checkpoint(config))))
+        path = Path(config.output_dir) / f"checkpoint_{config.iters}.pt"
+        if not path.is_file():
+            raise OptionError(f"the training in {config.output_dir} ended without its final checkpoint {path.name}")
+        models.append(Model(f"seed {config.seed}", str(path)))
     processes = ProcessOptions(nproc=given.get("nproc", 1), backend=given.get("backend"))
     # the backbone of --checkpoint from its config.json or weights, unless --backbone is given
     inference = InferenceOptions(backbone=given.get("backbone"), workers=given.get("workers", 2))
     progress = given.get("progress", True)
     evaluations = out / "evaluations"
-    variants = _variants()
+    variants = dict(VARIANTS)
+    if importlib.util.find_spec("pydensecrf") is None:
+        warn("the crf extra is not installed (pip install -e '.[crf]'): the CRF columns stay empty")
+        variants = {"no-crf": False}
     for model in models:
         model.scores = evaluate_model(
             model.checkpoint, test_sets, evaluations, processes, inference, variants, progress
@@ -88,13 +94,6 @@ def _training_configs(given: Mapping[str, Any], seeds: list[int] | None) -> list
     return configs
 
 
-def _final_checkpoint(config: TrainConfig) -> Path:
-    path = Path(config.output_dir) / f"checkpoint_{config.iters}.pt"
-    if not path.is_file():
-        raise OptionError(f"the training in {config.output_dir} ended without its final checkpoint {path.name}")
-    return path
-
-
 def _test_sets(data_root: str) -> dict[str, Path]:
     """The standard test sets in ``data_root`` (their counts checked); warns naming the missing ones."""
     found = found_sets(data_root)
@@ -106,14 +105,6 @@ def _test_sets(data_root: str) -> dict[str, Path]:
     if missing:
         warn(f"--data-root {data_root}: not found, left out of the table: {', '.join(missing)}")
     return found
-
-
-def _variants() -> dict[str, bool]:
-    """The CRF variants that can run here: without the crf extra, only the one without CRF."""
-    if importlib.util.find_spec("pydensecrf") is None:
-        warn("the crf extra is not installed (pip install -e '.[crf]'): the CRF columns stay empty")
-        return {"no-crf": False}
-    return dict(VARIANTS)
 
 
 def evaluate_model(
