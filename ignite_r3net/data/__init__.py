@@ -1,3 +1,2 @@
-"""Data: pair listing and header checks (``folder``, ``checks``), ``decode``, the ``synthetic`` set, augmentation
-(``transforms``), the sets and loaders (``loader``) and resumable sampling (``sampler``). Listing, checking and
-generating need only PIL and numpy, so ``make-data`` and ``check-data`` start without importing torch."""
+"""Data: pair listing, checks, decoding, the synthetic set, augmentation, sets, loaders and samplers. Listing,
+checking and generating need only PIL and numpy: ``make-data`` and ``check-data`` start without torch."""

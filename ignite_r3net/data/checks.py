@@ -84,10 +84,8 @@ def cache_folder() -> Path:
 
 
 class ScanCache:
-    """The findings of one kind of check on the files of ``folder``, kept in a JSON file (no pickle) under
-    ``cache_folder()`` named by a digest of the folder's absolute path, keyed by relative path, size and
-    mtime in ns. ``code`` retires another version's entries; a file that fails its format, version, kind,
-    folder or SHA-256 checks is ignored with a note and replaced."""
+    """The findings of one kind of check on the files of ``folder`` in a JSON file (no pickle) of ``cache_folder()``,
+    by relative path, size and mtime; ``code`` retires another version's, a damaged file is noted and replaced."""
 
     def __init__(self, folder: str | Path, kind: str, code: str) -> None:
         self.folder = Path(os.path.abspath(folder))
@@ -211,9 +209,8 @@ def scan_dataset(root: str | Path) -> Scan:
 
 
 def check_dataset(root: str | Path) -> list[str]:
-    """Every problem of the data set under ``root``, a line each naming the file: unpaired files, size
-    mismatches (after EXIF orientation), unreadable, truncated or non-image files, empty folders. Only
-    headers are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels."""
+    """Every problem of the data set under ``root``, a line each naming the file: unpaired, unreadable, truncated,
+    non-image files, size mismatches (after EXIF orientation), empty folders; from headers, not the pixels."""
     return scan_dataset(root).problems
 
 

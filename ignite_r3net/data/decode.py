@@ -16,7 +16,6 @@ from PIL import Image, ImageOps
 
 from ..errors import DataError, warn
 
-_JPEG_START = b"\xff\xd8"
 _capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
 _capture_lock = Lock()
 
@@ -37,7 +36,7 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
         except Exception:
             return None
 
-    if messages is None or not raw.startswith(_JPEG_START):
+    if messages is None or not raw.startswith(b"\xff\xd8"):
         return decode(None)
     first: list[str] = []
     out = decode(first)
@@ -55,9 +54,8 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
 
 @contextmanager
 def _stderr_lines(into: list[str] | None) -> Iterator[None]:
-    """Collect what is written to fd 2 while the block decodes one JPEG: libjpeg reports damaged data
-    ("Premature end of JPEG file") as warnings and decodes on, filling in grey, and torchvision leaves them
-    to libjpeg's default output_message, which prints to fd 2 (PIL drops them)."""
+    """Collect what is written to fd 2 while the block decodes a JPEG: libjpeg's warnings on damaged data, which
+    torchvision leaves to libjpeg's default output_message, which prints to fd 2 (PIL drops them)."""
     if into is None:
         yield
         return
@@ -150,8 +148,7 @@ def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
 
 
 def load_mask(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
-    """Decode a mask to uint8 ``(1, H, W)`` 0..255 (soft masks stay soft; 16-bit rescaled, 0/1 to 0/255).
-    Raises DataError as ``load_image`` does."""
+    """Decode a mask to uint8 ``(1, H, W)`` 0..255 (16-bit rescaled, 0/1 to 0/255); raises as ``load_image``."""
     path = Path(path)
     out = _tv_load(path, "GRAY", "mask", strict, warn_damaged)
     if out is not None and out.ndim == 3 and out.shape[0] == 1 and out.dtype in (torch.uint8, torch.uint16):

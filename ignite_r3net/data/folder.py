@@ -1,6 +1,5 @@
-"""Listing image/mask pairs on disk: MSRA10K style, ``name.jpg`` and ``name.png`` (the mask) side by side in
-one folder, or DUTS style, an images and a masks folder (``Imgs``/``GT``, ``DUTS-TR-Image``/``DUTS-TR-Mask``,
-...) whose files share stems, images may be ``.png`` there too."""
+"""Listing image/mask pairs: MSRA10K style, ``name.jpg`` and ``name.png`` (the mask) side by side in one folder,
+or DUTS style, an images and a masks folder (``Imgs``/``GT``, ...) whose files share stems."""
 
 from __future__ import annotations
 
@@ -147,8 +146,7 @@ def scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
 
 
 def list_pairs(root: str | Path) -> list[tuple[Path, Path]]:
-    """The ``(image, mask)`` pairs under ``root``, sorted by stem so every rank sees the same order; raises
-    DataError listing every problem (missing or empty folder, unmatched files)."""
+    """The ``(image, mask)`` pairs under ``root``, sorted by stem; raises DataError listing every problem."""
     pairs, problems = scan(root)
     if problems:
         raise DataError(problems)

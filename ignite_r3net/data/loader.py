@@ -34,9 +34,8 @@ def _load_pair(
 
 
 class SaliencyTrainSet(Dataset):
-    """Training pairs under ``roots`` (listed in turn), indexed by the sampler's ``(index, sample_seed)``: an
-    item is ``dict(image=uint8 (3, crop, crop) channels-last, mask=uint8 (1, crop, crop), angle, index, bad)``,
-    its crop, flip and angle drawn from the seed. A pair that cannot be read (unless ``allow_decode_warnings``:
+    """Training pairs under ``roots`` by the sampler's ``(index, sample_seed)``: ``dict(image, mask, angle, index,
+    bad)``, crop, flip and angle drawn from the seed. A pair that cannot be read (unless ``allow_decode_warnings``:
     or a JPEG with libjpeg warnings) is replaced by the next readable one; ``bad`` lists (path, problem)."""
 
     def __init__(
@@ -70,8 +69,7 @@ class SaliencyTrainSet(Dataset):
 
 
 def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """``default_collate`` of training items, ``bad`` joined and the images kept channels-last (a copy into
-    planar would cost several times the crop itself)."""
+    """``default_collate`` of training items, the images kept channels-last (planar would cost a copy)."""
     bad = [entry for s in samples for entry in s.get("bad", ())]
     items = [{**{k: v for k, v in s.items() if k != "bad"}, "image": s["image"].permute(1, 2, 0)} for s in samples]
     batch = default_collate(items)
@@ -79,9 +77,8 @@ def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class SaliencyEvalSet(Dataset):
-    """Full-resolution pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W), name, index, problem)``.
-    ``skip_unreadable`` (validation): a pair that cannot be read (``strict``: or a JPEG with libjpeg warnings)
-    is a 1x1 stand-in whose ``problem`` says why. ``warn_damaged``: such a JPEG is used, and a warning names it."""
+    """Full-resolution pairs: ``dict(image, mask, name, index, problem)``. ``skip_unreadable``: an unreadable pair
+    (``strict``: or a damaged JPEG) is a 1x1 stand-in, ``problem`` saying why; ``warn_damaged``: as ``load_image``."""
 
     def __init__(
         self,
@@ -154,8 +151,7 @@ def build_eval_loader(
     strict: bool = False,
     warn_damaged: bool = False,
 ) -> DataLoader:
-    """Evaluation DataLoader of batch size 1, an unpadded strided shard; ``persistent_workers`` last until
-    ``stop_workers``; the rest: see ``SaliencyEvalSet``."""
+    """Evaluation DataLoader of batch size 1 on an unpadded strided shard; the rest: see ``SaliencyEvalSet``."""
     dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict, warn_damaged)
     return DataLoader(
         dataset,

@@ -1,6 +1,5 @@
-"""The standard saliency data sets by name, with the folder names people give them and their published pair
-counts: with ``--data-root DIR`` a set's folder is the entry of DIR named after an alias up to case and
-punctuation (``HKU_IS``). Another pair count only warns: copies that drop a few pairs are common."""
+"""The standard saliency data sets by name, found in ``--data-root DIR`` by the folder names people give them
+(``HKU_IS``). A pair count other than the published one only warns: copies that drop a few pairs are common."""
 
 from __future__ import annotations
 

@@ -71,8 +71,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         ]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        # Built eagerly (not a generator) so the epoch and skip in force when the DataLoader
-        # iterator is created are the ones used, even if set_epoch is called again later.
+        # eager, not a generator: the epoch and skip when the DataLoader's iterator is made hold, whatever follows
         keys = self.keys(self.epoch, self.skip_batches)
         self.skip_batches = 0
         return iter(keys)

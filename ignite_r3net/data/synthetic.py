@@ -1,11 +1,9 @@
-"""A small, deterministic, learnable salient-object data set (MSRA10K layout) for smoke tests and demos: one
-(sometimes two) saturated, textured objects near the centre on a cluttered, desaturated background, whose
-shapes, textures, sizes and soft/hard edges vary enough that the task is not trivial."""
+"""A small, deterministic, learnable salient-object data set (MSRA10K layout) for smoke tests and demos: one or
+two saturated, textured objects of varied shapes and edges near the centre on a cluttered, desaturated background."""
 
 from __future__ import annotations
 
 import colorsys
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -166,10 +164,8 @@ def _write_image(path: Path, array: np.ndarray, **save: Any) -> None:
     # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
     # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
     # whether a set is complete
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, **save)
     with atomic_output(path, durable=False) as tmp:
-        tmp.write_bytes(buf.getvalue())
+        Image.fromarray(array).save(tmp, **save)
 
 
 def _complete(out_dir: Path, params: dict) -> bool:
@@ -185,9 +181,8 @@ def _complete(out_dir: Path, params: dict) -> bool:
 def make_synthetic_dataset(
     out_dir: str | Path, n_train: int = 400, n_val: int = 60, size: tuple[int, int] = (120, 200), seed: int = 2018
 ) -> tuple[Path, Path]:
-    """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs, byte-identical for the
-    same arguments) and return them; ``size``: (min, max) of the height and the width, drawn independently.
-    A complete set is reused; the manifest is written last, so an interrupted generation is redone."""
+    """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs, byte-identical for the same
+    arguments, a complete set reused) and return them; ``size``: (min, max) of the height and of the width."""
     out_dir = Path(out_dir)
     lo, hi = int(size[0]), int(size[1])
     if not 8 <= lo <= hi:
@@ -223,6 +218,5 @@ def synthetic_paths(output_dir: str | Path) -> tuple[Path, Path]:
 def ensure_synthetic(
     output_dir: str | Path, seed: int = 2018, n_train: int = 400, n_val: int = 60
 ) -> tuple[Path, Path]:
-    """Generate (or reuse) the synthetic set under ``<output_dir>/synthetic``; return (train_dir, val_dir). Safe
-    from several ranks at once (identical bytes, atomic renames), but one rank then a barrier saves work."""
+    """``make_synthetic_dataset`` in ``<output_dir>/synthetic``: safe from several ranks at once (atomic renames)."""
     return make_synthetic_dataset(Path(output_dir) / "synthetic", n_train=n_train, n_val=n_val, seed=seed)

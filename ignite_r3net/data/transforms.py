@@ -1,6 +1,5 @@
-"""The reference DDP script's joint image/mask augmentation (``RandomCrop(300)``, ``RandomHorizontallyFlip``,
-``RandomRotate(10)``): resize, crop and flip per sample on uint8 tensors in the data workers, rotation and
-normalisation batched on the device. Randomness comes from a per-sample ``torch.Generator``."""
+"""The reference DDP script's joint image/mask augmentation: resize, crop and flip per sample on uint8 tensors in
+the data workers (a per-sample ``torch.Generator``), rotation and normalisation batched on the device."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 class JointCropFlip:
-    """Crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)`` as the reference does: both resized to
-    ``crop x crop`` (bilinear, nearest) when a side is smaller, a uniform crop offset, a flip with probability
-    0.5. The image stays channels-last (a crop copies whole rows); ``DeviceAugment`` makes it planar."""
+    """The reference's ``RandomCrop`` (resizing a smaller image up) and ``RandomHorizontallyFlip`` of a uint8 image
+    ``(3, H, W)`` and mask ``(1, H, W)``; the image stays channels-last (a crop copies whole rows)."""
 
     def __init__(self, crop: int) -> None:
         if crop < 1:
@@ -58,8 +56,7 @@ def draw_angle(generator: torch.Generator, rotate: float) -> float:
 
 
 def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, filling
-    with zeros. Host ``angles`` are copied without waiting for the device."""
+    """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, 0-filled."""
     n, _, h, w = images.shape
     t = -torch.deg2rad(angles.to(device=images.device, non_blocking=True).reshape(n).to(torch.float32))
     cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
@@ -78,8 +75,8 @@ def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
 
 @functools.cache
 def _affine_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std`` (ImageNet): one
-    in-place multiply-add. Cached per device: on a GPU each new tensor is a copy from the host."""
+    # (scale, shift) with x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std: one in-place multiply-add;
+    # cached per device, as on a GPU each new tensor is a copy from the host
     m = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     s = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     return 1.0 / (255.0 * s), -m / s

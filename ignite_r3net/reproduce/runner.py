@@ -1,6 +1,5 @@
-"""``reproduce``: train (or take ``--checkpoint``), evaluate every test set in ``--data-root`` with the
-commands ``train`` and ``evaluate`` (a rerun resumes the training and reuses every evaluation of the same
-checkpoint on the same pairs), score the authors' maps and write the table (results.md, .csv, .json)."""
+"""``reproduce``: train, evaluate every test set in ``--data-root`` (a rerun resumes the training and reuses every
+evaluation of the same checkpoint on the same pairs), score the authors' maps and write the results table."""
 
 from __future__ import annotations
 
@@ -46,9 +45,8 @@ class Model:
 
 
 def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, Any]:
-    """Train (unless ``options.checkpoint``), evaluate, write OUTPUT_DIR/results.{md,csv,json} and return its
-    JSON. ``given``: the command line's training options (``REPRODUCE_DEFAULTS`` where not given). Raises
-    OptionError for a wrong option, no ``--data-root`` or no test set in it, or a refused resume."""
+    """Train (unless ``options.checkpoint``), evaluate, write OUTPUT_DIR/results.{md,csv,json} and return its JSON;
+    OptionError for a wrong option, no ``--data-root`` or test set in it, or a refused resume."""
     options.validate()
     given = {**REPRODUCE_DEFAULTS, **given}
     data_root = given.get("data_root")
