@@ -103,8 +103,8 @@ def _data_folder(folder: Path) -> Path:
 
 
 def resolve_names(values: list[str], data_root: str | None, option: str, named: bool = False) -> list[str]:
-    """``values`` with each set's name replaced by its folder in ``data_root`` (``NAME=DIR`` when ``named``);
-    raises OptionError for a value that is no path and no known name, or a set not in ``data_root``."""
+    """``values`` with each set's name replaced by its folder in ``data_root`` (``NAME=DIR`` when ``named``), warning
+    on an unpublished pair count; OptionError for a value that is no path or known name, or a set not found."""
     if data_root is None:
         return values
     root = Path(data_root)

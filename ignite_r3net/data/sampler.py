@@ -71,7 +71,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         ]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        # eager, not a generator: the epoch and skip when the DataLoader's iterator is made hold, whatever follows
+        # a list, not a generator: the epoch and skip set when the DataLoader's iterator is created are used
         keys = self.keys(self.epoch, self.skip_batches)
         self.skip_batches = 0
         return iter(keys)
