@@ -64,7 +64,12 @@ def _files(names: list[str], exts: tuple[str, ...]) -> list[str]:
     return [name for name in names if os.path.splitext(name)[1].lower() in exts]
 
 
-def _find_split_dirs(root: Path, entries: tuple[list[str], list[str]] | None = None) -> tuple[Path, Path] | None:
+def split_dirs(root: str | Path, entries: tuple[list[str], list[str]] | None = None) -> tuple[Path, Path] | None:
+    """``(images_dir, masks_dir)`` of a DUTS-layout folder, else None (``entries``: its ``_entries``, if listed);
+    DataError for several candidates."""
+    root = Path(root)
+    if entries is None and not root.is_dir():
+        return None
     files, folders = entries or _entries(root)
     subdirs = [root / name for name in folders]
     image_dirs = [d for d in subdirs if _tokens(d.name) & _IMAGE_DIR_TOKENS and not _tokens(d.name) & _MASK_DIR_TOKENS]
@@ -80,12 +85,6 @@ def _find_split_dirs(root: Path, entries: tuple[list[str], list[str]] | None = N
         f"cannot tell the images folder from the masks folder in {root}: "
         f"image folders {[d.name for d in image_dirs]}, mask folders {[d.name for d in mask_dirs]}"
     )
-
-
-def split_dirs(root: str | Path) -> tuple[Path, Path] | None:
-    """``(images_dir, masks_dir)`` of a DUTS-layout folder, else None; DataError for several candidates."""
-    root = Path(root)
-    return _find_split_dirs(root) if root.is_dir() else None
 
 
 def dataset_of_half(folder: str | Path) -> tuple[Path, str] | None:
@@ -121,7 +120,7 @@ def scan(root: str | Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     if not root.is_dir():
         return [], [f"data folder {root} is not a folder"]
     entries = _entries(root)
-    split = _find_split_dirs(root, entries)
+    split = split_dirs(root, entries)
     if split is None:
         image_dir = mask_dir = root
         images = _by_stem(root, _files(entries[0], _FLAT_IMAGE_EXTS), "image", problems)
