@@ -15,7 +15,7 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.folder import list_pairs
 from ignite_r3net.data.registry import check_count, find_in_root, found_sets, resolve_names, standard_set
 from ignite_r3net.errors import OptionError
-from ignite_r3net.training.train_data import resolve_data
+from ignite_r3net.training.run_plan import resolve_data
 
 
 @pytest.fixture(scope="module")

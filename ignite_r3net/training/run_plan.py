@@ -1,8 +1,6 @@
 """Start-up, resolved once in the launching process: ``planned_run`` checks the options, the machine,
-the output folder, the resume checkpoint, the starting weights and the data, and yields the frozen
-``RunPlan`` that the launch and every worker receive. Every user error is one line here, before any
-work can be lost.
-"""
+the output folder, the resume checkpoint, the starting weights and the data (every user error one line,
+before any work can be lost), and yields the frozen ``RunPlan`` that the launch and every worker receive."""
 
 from __future__ import annotations
 
@@ -13,9 +11,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
 
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
+from ..data.checks import assert_dataset_ok
+from ..data.folder import listing_digest
+from ..data.registry import resolve_names
+from ..data.synthetic import ensure_synthetic
 from ..distributed.devices import use_device
 from ..distributed.topology import LaunchSpec
 from ..distributed.torchrun import started_by_torchrun
@@ -27,7 +32,6 @@ from ..run_lock import claimed_folder
 from .resume import check_resume_compatible, resolve_resume
 from .starting_weights import resolve_initial_weights
 from .trackers import prepare_trackers
-from .train_data import resolve_data
 
 
 @dataclass(frozen=True)
@@ -47,17 +51,15 @@ class RunPlan:
 @contextmanager
 def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
     """Check and resolve everything a run needs, holding its output folder (``run_lock``) meanwhile.
-
-    Raises:
-        OptionError: a wrong option, folder, ``--resume`` checkpoint or starting weights, a tracker
-            that does not answer.
-        DataError: a data set with problems (all of them listed, by file).
-    """
+    Raises ``OptionError`` (an option, folder, checkpoint, weights, tracker) or ``DataError`` (by file)."""
     config.validate()
     if config.deterministic:  # before any CUDA work here; spawned workers inherit it
         set_deterministic_environment()
     spec = LaunchSpec.of(config)
-    check_environment(config, spec)
+    check_slurm(spec)
+    check_torchrun(config)
+    if config.backbone not in BACKBONES:
+        raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
     device = use_device(spec)  # before anything else asks torch about CUDA: --device cpu hides it
     with claimed_folder(Path(config.output_dir), "--output-dir", spec.is_leader()):
         check_disk_space(config, num_parameters(config.backbone))
@@ -83,14 +85,6 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
         if spec.is_leader() and start < config.iters:
             resolved = dataclasses.replace(resolved, tracking=prepare_trackers(resolved))
         yield RunPlan(resolved, spec, start)
-
-
-def check_environment(config: TrainConfig, spec: LaunchSpec) -> None:
-    """Options that depend on this machine or its launcher (the GPUs: ``devices.use_device``, next)."""
-    check_slurm(spec)
-    check_torchrun(config)
-    if config.backbone not in BACKBONES:
-        raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
 
 
 def check_slurm(spec: LaunchSpec) -> None:
@@ -146,3 +140,55 @@ def check_fresh_output_dir(config: TrainConfig) -> None:
             f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
             "with --resume auto, or choose another --output-dir"
         )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """``--data`` and ``--val-data`` resolved, with ``config.data_sets`` and ``config.listings``."""
+
+    folders: list[str]
+    val_data: str | None
+    data_sets: list[dict[str, Any]]
+    listings: dict[str, str]
+    pairs: int
+
+
+def resolve_data(config: TrainConfig, world_size: int) -> TrainingData:
+    """Resolve and check ``--data`` and ``--val-data`` ('synthetic' generated, its held-out split the default
+    validation); each of the ``world_size`` ranks must get a full batch."""
+    data, val_data = config.data, config.val_data
+    if config.data_root is not None:
+        data = resolve_names(data, config.data_root, "--data")
+        val_data = resolve_names([val_data], config.data_root, "--val-data")[0] if val_data else None
+    folders: list[str] = []
+    generated = set()
+    for entry in data:
+        if entry == "synthetic":
+            # several launching processes (torchrun) may try to generate the same data at once
+            with FileLock(Path(config.output_dir) / ".synthetic.lock"):
+                train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
+            entry, val_data = str(train_dir), val_data or str(val_dir)
+            generated.add(entry)
+        if entry in folders:
+            raise OptionError(f"--data {entry} is given twice: each folder's pairs would be trained on twice as often")
+        folders.append(entry)
+    # the generated set's small images are resized up to any crop, as the reference DDP script does
+    checked = {
+        folder: assert_dataset_ok(folder, min_size=None if folder in generated else config.crop, option="--data")
+        for folder in folders
+    }
+    val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
+    # config.json's record of each training folder: the listing ("6 pairs (sha256 ...)") tells a resume
+    # the same pairs from others
+    data_sets = [{"folder": f, "pairs": len(p), "listing": listing_digest(f, p)} for f, p in checked.items()]
+    pairs = sum(d["pairs"] for d in data_sets)
+    if -(-pairs // world_size) < config.batch_size:  # each rank's shard must fill one batch
+        raise OptionError(
+            f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
+            f"{config.batch_size} on {world_size} process(es)"
+        )
+    listings = {
+        "data": "; ".join(d["listing"] for d in data_sets),
+        "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
+    }
+    return TrainingData(folders, val_data, data_sets, listings, pairs)

@@ -23,14 +23,9 @@ COLLECTIVE_SCHEDULE = ("log_every", "checkpoint_every", "val_every")
 
 
 def train(config: TrainConfig) -> None:
-    """Train as ``config`` says on every worker, after ``run_plan.planned_run`` (whose errors this raises).
-
-    Raises:
-        WorkerFailed: a rank failed (its traceback in ``OUTPUT_DIR/error-rankN.log``).
-        RendezvousFailed: the processes of a multi-node job did not all meet within ``--dist-timeout``.
-        RanksDisagree: the ranks were started with different options or software.
-        KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
-    """
+    """Train as ``config`` says on every worker. Raises ``planned_run``'s errors, ``WorkerFailed`` (traceback in
+    ``OUTPUT_DIR/error-rankN.log``), ``RendezvousFailed`` (not all met within ``--dist-timeout``), ``RanksDisagree``,
+    ``KeyboardInterrupt`` (Ctrl-C; ``Terminated`` for SIGTERM) once every rank stopped."""
     with planned_run(config) as plan:
         if plan.complete:
             done = plan.config
@@ -61,10 +56,9 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
 
 
 def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
-    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps, the
-    options that schedule collectives, and the pairs ``--data`` and ``--val-data`` list. Options that
-    may differ between nodes are left out (``--workers``, ``--output-dir``, ``--node-rank``, the
-    rendezvous and speed options, ``--keep``), and the starting weights: DDP copies rank 0's."""
+    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps, the options
+    that schedule collectives, the data's pairs; not what may differ between nodes (``--workers``, ``--output-dir``,
+    ``--node-rank``, rendezvous and speed options, ``--keep``) nor the starting weights (DDP copies rank 0's)."""
     listings = {flag_named(TrainConfig, name): listing for name, listing in (config.listings or {}).items()}
     return values_by_flag(config, RESUME_FIXED + COLLECTIVE_SCHEDULE) | listings
 

@@ -4,7 +4,6 @@ checked and recorded (``config.weights``) before any worker starts."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 
@@ -15,6 +14,7 @@ from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weig
 from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
 from ..model.r3net import build_backbone
 from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
+from .resume import read_record
 
 
 def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
@@ -22,7 +22,7 @@ def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str
     backbone (None: random), fetched and checked; ``config.weights`` (from ``--config``) is what was
     expected. A resumed run keeps the record of its first start."""
     if resumed:
-        return _recorded_weights(config.output_dir)
+        return read_record(config.output_dir, "config.json").get("weights")
     weights: Weights | None
     if config.init_from:
         weights = _init_from_weights(config, config.init_from)
@@ -35,18 +35,14 @@ def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str
                 hint = _what_the_file_fits(weights.file, config.backbone)
                 raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
     record = weights.as_dict() if weights else None
-    _warn_if_changed(config.weights, record)
-    return record
-
-
-def _warn_if_changed(expected: dict[str, str] | None, record: dict[str, str] | None) -> None:
-    """``train --config`` expects the weights its saved run started from: say when they changed."""
+    expected = config.weights  # train --config expects the weights its saved run started from
     if expected and record and expected.get("sha256") != record["sha256"]:
         warn(
             f"the starting weights differ from those the saved recipe's run started from: {record['file']} has "
             f"sha256 {record['sha256'][:12]}..., the record says {expected.get('file')} with "
             f"{str(expected.get('sha256'))[:12]}..."
         )
+    return record
 
 
 def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] | None:
@@ -75,19 +71,6 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
     return ""
 
 
-def _refuse_backbone_only(init_from: str, state: Mapping[str, torch.Tensor]) -> None:
-    """Backbone weights given to ``--init-from``: the fix is ``--pretrained``, not another ``--backbone``."""
-    held = _what_it_holds(state)
-    if held is None or held[0] == "R3Net":  # a layout we do not read: check_fits's mismatch line says enough
-        return
-    found = held[1]
-    named, flag = (f" ({found})", f" --backbone {found}") if found else ("", "")
-    raise OptionError(
-        f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "
-        f"with --pretrained {init_from}{flag}"
-    )
-
-
 def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
@@ -105,17 +88,17 @@ def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
             f"--init-from {init_from} holds an R3Net with backbone {found}, not {config.backbone}: "
             f"add --backbone {found}"
         )
-    _refuse_backbone_only(init_from, state)
+    # backbone weights: the fix is --pretrained, not another --backbone (an unknown layout: check_fits says)
+    held = _what_it_holds(state)
+    if held is not None and held[0] == "backbone":
+        named, flag = (f" ({held[1]})", f" --backbone {held[1]}") if held[1] else ("", "")
+        raise OptionError(
+            f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "
+            f"with --pretrained {init_from}{flag}"
+        )
     try:
         check_fits(config.backbone, state, init_from)  # or one line saying why not
     except OptionError as e:
         raise OptionError(f"--init-from: {e}") from None
     # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix
     return Weights(source="init-from", file=str(path.absolute()), sha256=sha256_of(path))
-
-
-def _recorded_weights(output_dir: str) -> dict[str, str] | None:
-    try:
-        return TrainConfig.load(Path(output_dir) / "config.json").weights
-    except (OSError, ValueError, TypeError):
-        return None
