@@ -1,6 +1,5 @@
-"""Running averages of the 7 side-output losses and their sum across all ranks: updated on the device,
-read by one all-reduce (``sync``) when a log line or checkpoint needs them. The first iteration each
-loss went non-finite is kept too, so that every rank stops at the same iteration."""
+"""Running averages of the 7 side-output losses and their sum over all ranks, updated on the device and
+read by one all-reduce (``sync``); with the first non-finite iteration, so that every rank stops alike."""
 
 from __future__ import annotations
 
@@ -52,9 +51,8 @@ class LossMeter:
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
     def sync(self, iteration: int) -> MeterReading:
-        """All-reduce across ranks and read the averages on the host (a collective), once per
-        ``iteration``: a second call returns the same reading. Only when a sum is non-finite do the
-        ranks ask which iteration was first."""
+        """The averages over all ranks, read on the host (a collective, once per ``iteration``: a second
+        call returns the same reading); only a non-finite sum asks which iteration was first."""
         if self._reading is None or self._reading[0] != iteration:
             self._reading = (iteration, self._sync())
         return self._reading[1]

@@ -34,11 +34,7 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     config = TrainConfig(**values)
     if recipe is None or not applied or recipe.global_batch is None or "batch_size" in given:
         return config
-    return _share_global_batch(config, recipe.global_batch)
-
-
-def _share_global_batch(config: TrainConfig, global_batch: int) -> TrainConfig:
-    world = LaunchSpec.of(config).world_size
+    global_batch, world = recipe.global_batch, LaunchSpec.of(config).world_size
     per_process = split_global_batch(global_batch, world)
     if per_process is None:
         possible = ", ".join(str(n) for n in possible_world_sizes(global_batch))

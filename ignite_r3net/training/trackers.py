@@ -1,9 +1,6 @@
-"""Experiment trackers (``--tracker``), the launching process's part: each tracker's package must
-import and its server answer before any worker starts, else one ``OptionError`` line. The runs are
-opened here (a resumed run reopens those in ``OUTPUT_DIR/tracking.json``); rank 0 logs into them
-(``tracker_loggers``). MLflow's default store is ``sqlite:///OUTPUT_DIR/mlruns.db``: MLflow 3 refuses
-a plain ``./mlruns`` file store unless told to accept it.
-"""
+"""``--tracker``, the launching process's part: each package must import and its server answer (else one
+``OptionError`` line) before the runs are opened (or, resumed, those in ``tracking.json``) for rank 0's
+``tracker_loggers``. MLflow's default store is ``OUTPUT_DIR/mlruns.db``: MLflow 3 refuses a ``./mlruns``."""
 
 from __future__ import annotations
 
