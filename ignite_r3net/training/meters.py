@@ -53,23 +53,19 @@ class LossMeter:
     def sync(self, iteration: int) -> MeterReading:
         """The averages over all ranks, read on the host (a collective, once per ``iteration``: a second
         call returns the same reading); only a non-finite sum asks which iteration was first."""
-        if self._reading is None or self._reading[0] != iteration:
-            self._reading = (iteration, self._sync())
-        return self._reading[1]
-
-    def _sync(self) -> MeterReading:
+        if self._reading is not None and self._reading[0] == iteration:
+            return self._reading[1]
         values = all_reduce_tensor(torch.cat([self._sums, self._count])).tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
-        if all(math.isfinite(v) for v in values):
-            return MeterReading(averages, int(count), None, [])
-        bad = all_reduce_tensor(self._first_bad.clone(), op="MIN").tolist()
-        first = min(bad)
-        if math.isinf(first):
-            return MeterReading(averages, int(count), None, [])
-        return MeterReading(
-            averages, int(count), int(first), [name for name, it in zip(LOSS_NAMES, bad) if it == first]
-        )
+        first, nonfinite = None, []
+        if not all(math.isfinite(v) for v in values):
+            bad = all_reduce_tensor(self._first_bad.clone(), op="MIN").tolist()
+            if not math.isinf(min(bad)):
+                first = int(min(bad))
+                nonfinite = [name for name, it in zip(LOSS_NAMES, bad) if it == first]
+        self._reading = (iteration, MeterReading(averages, int(count), first, nonfinite))
+        return self._reading[1]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Sums over all ranks (a collective); restoring them on one rank restores the global average."""

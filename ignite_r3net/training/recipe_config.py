@@ -27,12 +27,13 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     values = dict(base or {})
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
-    applied = recipe is not None and ("recipe" in given or not values)
-    if recipe is not None and applied:
+    if "recipe" not in given and values:  # a saved run's values hold its recipe's already
+        recipe = None
+    if recipe is not None:
         values.update(recipe.values, recipe=name)
     values.update(given)
     config = TrainConfig(**values)
-    if recipe is None or not applied or recipe.global_batch is None or "batch_size" in given:
+    if recipe is None or recipe.global_batch is None or "batch_size" in given:
         return config
     global_batch, world = recipe.global_batch, LaunchSpec.of(config).world_size
     per_process = split_global_batch(global_batch, world)

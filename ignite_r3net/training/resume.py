@@ -48,16 +48,12 @@ class RunRecipe:
 
     def differences(self, saved: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
         """``{name: (saved, this run's value)}``; folders differ when their pairs do (not when moved)."""
-        same = {"data": _same_pairs}
+        same = {"data": lambda old, new: [d["listing"] for d in old] == [d["listing"] for d in new]}
         return {
             name: (saved[name], value)
             for name, value in self.values.items()
             if name in saved and not same.get(name, operator.eq)(saved[name], value)
         }
-
-
-def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
-    return [d["listing"] for d in saved] == [d["listing"] for d in new]
 
 
 def read_record(output_dir: str, name: str) -> dict[str, Any]:
@@ -75,7 +71,12 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
     if config.resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=warn)
         if found is None:
-            _refuse_unloadable_checkpoints(config)
+            unloadable = [path.name for _, path in list_checkpoints(config.output_dir)]
+            if unloadable:  # a disk or copy problem to look at first, no reason to start afresh over them
+                raise OptionError(
+                    f"--resume auto: none of the {len(unloadable)} checkpoint(s) in {config.output_dir} loads "
+                    f"({', '.join(unloadable)}: see the warnings above); move them away to start a fresh run there"
+                )
             warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
             return None
         path, checkpoint = str(found[0]), found[1]
@@ -88,37 +89,7 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
         except CheckpointError as e:
             raise OptionError(f"--resume: {e}") from None
         _refuse_newer_checkpoints(config)
-    _check_training_state(path, config.amp, checkpoint)
-    return path, checkpoint
-
-
-def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
-    # checkpoints that all fail to load are no reason to start afresh over them (a disk or copy problem)
-    found = [path.name for _, path in list_checkpoints(config.output_dir)]
-    if found:
-        raise OptionError(
-            f"--resume auto: none of the {len(found)} checkpoint(s) in {config.output_dir} loads "
-            f"({', '.join(found)}: see the warnings above); move them away to start a fresh run there"
-        )
-
-
-def _refuse_newer_checkpoints(config: TrainConfig) -> None:
-    # newer checkpoints beside the one resumed would be picked up by the next --resume auto
-    resume = Path(str(config.resume)).resolve()
-    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
-    if resume not in here:
-        return
-    newer = sorted(p.name for p, it in here.items() if it > here[resume])
-    if newer:
-        raise OptionError(
-            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
-            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
-            "resume into another --output-dir"
-        )
-
-
-def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) -> None:
-    needed = TRAINING_STATE_KEYS + (("scaler",) if amp == "fp16" else ())
+    needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
         hint = (
@@ -129,6 +100,20 @@ def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) ->
         )
         raise OptionError(
             f"--resume {path} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
+        )
+    return path, checkpoint
+
+
+def _refuse_newer_checkpoints(config: TrainConfig) -> None:
+    # newer checkpoints beside the one resumed would be picked up by the next --resume auto
+    resume = Path(str(config.resume)).resolve()
+    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
+    newer = sorted(p.name for p, it in here.items() if resume in here and it > here[resume])
+    if newer:
+        raise OptionError(
+            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
+            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
+            "resume into another --output-dir"
         )
 
 

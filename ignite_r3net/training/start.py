@@ -52,7 +52,7 @@ def train(config: TrainConfig) -> None:
     ``OUTPUT_DIR/error-rankN.log``), ``RendezvousFailed`` (not all met within ``--dist-timeout``), ``RanksDisagree``,
     ``KeyboardInterrupt`` (Ctrl-C; ``Terminated`` for SIGTERM) once every rank stopped."""
     with planned_run(config) as plan:
-        if plan.complete:
+        if plan.start >= plan.config.iters:
             done = plan.config
             echo(f"run already complete: {done.resume} is at iteration {plan.start} of {done.iters}; nothing to do")
             return
@@ -70,7 +70,7 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
     if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
         set_deterministic_environment()
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
-    _save_config(config)
+    rank_zero_only(config.save)(os.path.join(config.output_dir, "config.json"))
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .worker import training
@@ -88,23 +88,13 @@ def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
     return values_by_flag(config, RESUME_FIXED + COLLECTIVE_SCHEDULE) | listings
 
 
-@rank_zero_only
-def _save_config(config: TrainConfig) -> None:
-    config.save(os.path.join(config.output_dir, "config.json"))
-
-
 @dataclass(frozen=True)
 class RunPlan:
-    """The run as start-up resolved it: ``config`` with the device, resume file, starting weights, data
-    and trackers' runs filled in; ``spec`` the launch layout; ``start`` the iterations already trained."""
+    """The run as start-up resolved it: ``config`` filled in, the launch layout, the iterations already trained."""
 
     config: TrainConfig
     spec: LaunchSpec
     start: int
-
-    @property
-    def complete(self) -> bool:
-        return self.start >= self.config.iters
 
 
 @contextmanager
@@ -120,9 +110,15 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
     device = use_device(spec)  # before anything else asks torch about CUDA: --device cpu hides it
-    with claimed_folder(Path(config.output_dir), "--output-dir", spec.is_leader()):
+    output = Path(config.output_dir)
+    with claimed_folder(output, "--output-dir", spec.is_leader()):
         check_disk_space(config, num_parameters(config.backbone))
-        check_fresh_output_dir(config)
+        # a fresh run must not mix its checkpoints (periodic or best) with an earlier run's
+        if not config.resume and (list_checkpoints(output) or any(output.glob("best_model_*.pt"))):
+            raise OptionError(
+                f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
+                "with --resume auto, or choose another --output-dir"
+            )
         resume_file, checkpoint = resolve_resume(config) or (None, None)
         weights = resolve_initial_weights(config, resumed=resume_file is not None)
         resolved = dataclasses.replace(
@@ -183,17 +179,6 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
         )
 
 
-def check_fresh_output_dir(config: TrainConfig) -> None:
-    """A fresh run must not mix its checkpoints (periodic or best) with an earlier run's."""
-    if config.resume:
-        return
-    if list_checkpoints(config.output_dir) or any(Path(config.output_dir).glob("best_model_*.pt")):
-        raise OptionError(
-            f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
-            "with --resume auto, or choose another --output-dir"
-        )
-
-
 def resolve_data(config: TrainConfig, world_size: int) -> TrainConfig:
     """``config`` with ``--data`` and ``--val-data`` resolved and checked ('synthetic' generated, its held-out
     split the default validation), ``data_sets`` and ``listings`` filled in; each rank must get a full batch."""
@@ -238,9 +223,8 @@ def resolve_data(config: TrainConfig, world_size: int) -> TrainConfig:
 
 
 def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
-    """The record ``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s
-    backbone (None: random), fetched and checked; ``config.weights`` (from ``--config``) is what was
-    expected. A resumed run keeps the record of its first start."""
+    """``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random),
+    fetched and checked against ``config.weights`` (``--config``'s); a resumed run keeps its first start's."""
     if resumed:
         return read_record(config.output_dir, "config.json").get("weights")
     weights: Weights | None
@@ -276,8 +260,7 @@ def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] 
 
 
 def _what_the_file_fits(file: str, backbone: str) -> str:
-    """Where a ``--pretrained`` file that does not fit ``backbone`` belongs, as the end of the error line
-    (``--backbone X``, or ``--init-from`` for a whole R3Net); empty when nothing we build fits it."""
+    """The error line's end: where a ``--pretrained`` file that does not fit belongs (empty: nowhere)."""
     try:
         held = _what_it_holds(model_state_dict(load_checkpoint(file, what="weights file"), file))
     except CheckpointError:  # the mismatch line says enough

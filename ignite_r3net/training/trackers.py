@@ -1,6 +1,6 @@
 """``--tracker``, the launching process's part: each package must import and its server answer (else one
 ``OptionError`` line) before the runs are opened (or, resumed, those in ``tracking.json``) for rank 0's
-``tracker_loggers``. MLflow's default store is ``OUTPUT_DIR/mlruns.db``: MLflow 3 refuses a ``./mlruns``."""
+``tracker_loggers``. MLflow's store: ``sqlite:///OUTPUT_DIR/mlruns.db`` (MLflow 3 refuses a ``./mlruns``)."""
 
 from __future__ import annotations
 

@@ -76,20 +76,15 @@ def header_lines(
     notes = _notes(config, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
     header = [config_line, world, *weights, *notes, *resumed]
-    summary = summary_line(config, world_size)
-    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
-    return header, console
-
-
-def summary_line(config: TrainConfig, world_size: int) -> str:
-    """The one console line about a run: backbone, data, world, batch, iterations, output."""
     sets = config.data_sets or []
-    pairs = sum(d["pairs"] for d in sets)
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
-    return (
+    pairs = sum(d["pairs"] for d in sets)
+    summary = (  # the one console line about a run
         f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
         f"global batch {config.batch_size * world_size}, {config.iters} iterations, output {config.output_dir}"
     )
+    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
+    return header, console
 
 
 def _notes(config: TrainConfig, device: torch.device) -> list[str]:
