@@ -107,7 +107,7 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (run_plan), never loaded
+    # the recipe is only compared (start.planned_run), never loaded
     Checkpoint.load_objects(to_load={k: v for k, v in to_load.items() if k != "recipe"}, checkpoint=checkpoint)
     return path
 
