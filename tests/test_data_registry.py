@@ -88,8 +88,8 @@ def test_paths_stay_paths_and_found_sets_lists_the_test_sets(data_root):
 def test_train_takes_the_names_from_its_data_root(data_root):
     config = TrainConfig(data=["MSRA10K"], val_data="ecssd", data_root=str(data_root), crop=32, batch_size=2)
     resolved = resolve_data(config, world_size=1)
-    assert resolved.data == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and resolved.data_sets[0]["pairs"] == 3
-    assert resolved.val_data == str(data_root / "ecssd")
+    assert resolved["data"] == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and resolved["data_sets"][0]["pairs"] == 3
+    assert resolved["val_data"] == str(data_root / "ecssd")
 
 
 def test_evaluate_refuses_an_unknown_name_before_any_work(data_root, capsys):

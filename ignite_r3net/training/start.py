@@ -121,9 +121,8 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
             )
         resume_file, checkpoint = resolve_resume(config) or (None, None)
         weights = resolve_initial_weights(config, resumed=resume_file is not None)
-        resolved = dataclasses.replace(
-            resolve_data(config, spec.world_size), device=device, resume=resume_file, weights=weights
-        )
+        data = resolve_data(config, spec.world_size)
+        resolved = dataclasses.replace(config, device=device, resume=resume_file, weights=weights, **data)
         start = 0
         if checkpoint is not None:
             pairs = sum(d["pairs"] for d in resolved.data_sets or [])
@@ -179,9 +178,9 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
         )
 
 
-def resolve_data(config: TrainConfig, world_size: int) -> TrainConfig:
-    """``config`` with ``--data`` and ``--val-data`` resolved and checked ('synthetic' generated, its held-out
-    split the default validation), ``data_sets`` and ``listings`` filled in; each rank must get a full batch."""
+def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
+    """The ``TrainConfig`` fields ``data``, ``val_data`` (resolved and checked: 'synthetic' generated, its
+    held-out split the default validation), ``data_sets`` and ``listings``; each rank must get a full batch."""
     data, val_data = config.data, config.val_data
     if config.data_root is not None:
         data = resolve_names(data, config.data_root, "--data")
@@ -219,7 +218,7 @@ def resolve_data(config: TrainConfig, world_size: int) -> TrainConfig:
         "data": "; ".join(d["listing"] for d in data_sets),
         "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
     }
-    return dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
+    return {"data": folders, "val_data": val_data, "data_sets": data_sets, "listings": listings}
 
 
 def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
