@@ -27,7 +27,7 @@ from typing import Any
 
 from .atomic_files import remove_stale_temporaries
 from .distributed.signals import threads_leave_signals_to_main
-from .distributed.torchrun import started_by_torchrun
+from .distributed.topology import started_by_torchrun
 from .errors import OptionError, UserError, note
 from .output_paths import check_writable_folder
 

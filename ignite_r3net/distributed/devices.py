@@ -1,10 +1,6 @@
-"""Where the workers compute (``--device``): the CPU, or one GPU per process, settled by ``use_device``
-in the launching process before any worker starts.
-
-``cpu`` hides CUDA (``CUDA_VISIBLE_DEVICES=""``), the one switch torch and ignite both obey: ignite
-computes on ``cuda:<local rank>`` whenever CUDA is available, whatever the backend. ``cuda`` (or
-``auto`` on a GPU host) needs as many GPUs as the node runs processes (spawned, torchrun's or srun's).
-"""
+"""Where the workers compute (``--device``): the CPU, or one GPU per process, settled by ``use_device`` in the
+launching process before any worker starts. ``cpu`` hides CUDA (``CUDA_VISIBLE_DEVICES=""``), the one switch torch
+and ignite both obey: ignite computes on ``cuda:<local rank>`` whenever CUDA is available, whatever the backend."""
 
 from __future__ import annotations
 
@@ -16,19 +12,13 @@ import torch
 
 from ..errors import OptionError
 from ..options.shared import ProcessOptions
-from .slurm import slurm_task
-from .topology import LaunchSpec, rank_set_by_launcher
-from .torchrun import started_by_torchrun
+from .topology import LaunchSpec, rank_set_by_launcher, slurm_task, started_by_torchrun
 
 
 def use_device(spec: LaunchSpec) -> str:
-    """``--device`` resolved to ``"cuda"`` or ``"cpu"`` for this process and its workers; call it before
-    anything asks torch about CUDA (the driver reads ``CUDA_VISIBLE_DEVICES`` once).
-
-    Raises:
-        OptionError: ``--device cuda`` without a GPU, ``--backend nccl`` on the CPU, more processes
-            than GPUs, or ``--device cpu`` after CUDA started in this process (a Python caller).
-    """
+    """``--device`` resolved to ``"cuda"`` or ``"cpu"`` for this process and its workers; call it before anything
+    asks torch about CUDA (the driver reads ``CUDA_VISIBLE_DEVICES`` once). ``OptionError`` when the device does
+    not fit the backend or the process count, or for ``--device cpu`` after CUDA started in this process."""
     if spec.device == "cpu":
         hide_cuda()
         if spec.backend == "nccl":
@@ -108,9 +98,8 @@ def tasks_on_this_node() -> int | None:
 
 
 def local_rank_on_its_gpu() -> None:
-    """A rank about to join that sees exactly one GPU (``srun --gpus-per-task 1``) computes on it: the
-    local rank ignite reads (SLURM_LOCALID under SLURM, else LOCAL_RANK) becomes 0, so that
-    ``torch.cuda.set_device(local_rank)`` does not fail with "invalid device ordinal"."""
+    """A rank about to join that sees exactly one GPU (``srun --gpus-per-task 1``) computes on it: the local rank
+    ignite reads (SLURM_LOCALID, else LOCAL_RANK) becomes 0, else set_device fails with "invalid device ordinal"."""
     if not rank_set_by_launcher() and slurm_task() is None:
         return
     if torch.cuda.is_available() and torch.cuda.device_count() == 1:

@@ -1,13 +1,11 @@
 """A failed worker becomes one line, ``rank N failed on HOST: <type>: <cause>``, with its traceback in a file, and
 every rank of the job, on every node, ends with that line.
 
-A rank blocked in a collective does not always notice that a peer died: NCCL's kernel waits for a peer on another
-node until the watchdog aborts the process at ``--dist-timeout``, with no line. So the first rank that fails writes
-its line into the TCP store the job's processes share (node 0's launcher's, torchrun's agent's, or rank 0's), a
-channel apart from the collective, and a thread of every rank watches it. A rank that finds a line there aborts its
-process group, which ends NCCL's collectives with an error so that the main thread reports the line as its own
-failure; a main thread still blocked ``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can
-interrupt) ends with the process.
+A rank blocked in a collective does not always notice that a peer died (NCCL waits for a peer on another node until
+``--dist-timeout``, then aborts without a line). So the first rank that fails writes its line into the job's TCP
+store, a channel apart from the collectives, and a thread of every rank watches it: a rank that finds a line aborts
+its process group, so that NCCL's collectives fail and the main thread reports the line, and ends its process if the
+main thread is still blocked ``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can interrupt).
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | 
 
 
 def _peer_lost_line(e: BaseException) -> str:
-    """The cause of ``e`` in one line; a lost peer (killed, or its node lost: no rank published why) in words that
-    say so, whatever the backend's (the traceback file keeps those)."""
+    """The cause of ``e`` in one line; a lost peer (no rank published why) in our words, whatever the backend's."""
     message = error_line(e, default="")
     if isinstance(e, dist.DistNetworkError) or any(words in message for words in _PEER_LOST):
         return "lost the connection to another rank, which failed or was stopped (its own error says why)"
@@ -104,8 +101,8 @@ def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
 
 
 def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
-    """The error a spawned worker's failure is reported as, from the exception torch's spawn re-raised (the
-    worker's traceback as text); ``first_rank``: the rank of this node's first worker."""
+    """The error for the exception torch's spawn re-raised (the worker's traceback as text); ``first_rank``: the
+    rank of this node's first worker."""
     rank = first_rank + getattr(e, "error_index", 0)
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
@@ -132,8 +129,7 @@ def _key(name: str) -> str:
 
 
 def job_store() -> Any | None:
-    """The TCP store of this process's group, unprefixed (the launcher of a multi-node job reads it too); None
-    outside a process group or for a group formed on another kind of store."""
+    """The TCP store of this process's group, unprefixed (a multi-node job's launcher reads it too), else None."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     store = distributed_c10d._get_default_store()
@@ -150,9 +146,8 @@ def published(store: Any) -> str | None:
 
 
 def publish(store: Any, line: str, readers: int) -> str:
-    """Record ``line`` as the job's failure unless another process recorded one first; return the line the job
-    ends with. This process may serve the store (rank 0, node 0's launcher), so the first to publish keeps it up
-    until the ``readers`` others have read the line, ``SEEN_WAIT_S`` at most (a dead rank never reads)."""
+    """Record ``line`` as the job's failure unless another process did first; return the job's line. The first to
+    publish may serve the store: it waits for the ``readers`` others to read it (``SEEN_WAIT_S`` at most)."""
     first = bytes(store.compare_set(_key("line"), "", line)).decode()
     if first == line:
         deadline = time.monotonic() + SEEN_WAIT_S
@@ -162,7 +157,6 @@ def publish(store: Any, line: str, readers: int) -> str:
 
 
 def publish_quietly(store: Any | None, line: str, readers: int) -> str:
-    """``publish``, or ``line`` itself where there is no store or it is gone."""
     if store is None:
         return line
     try:
@@ -193,7 +187,7 @@ class FailureWatch:
         self._thread.join(POLL_S + 1.0)
 
     def peer_failure(self) -> str | None:
-        """Another rank's failure line, if one is published (this rank read it, or reads it now)."""
+        """Another rank's failure line, if one is published."""
         if self.failure is None:
             try:
                 line = published(self._store)
@@ -211,7 +205,7 @@ class FailureWatch:
         return first
 
     def _read(self, line: str) -> None:
-        """Keep the job's failure ``line`` and tell its publisher this rank has read it (once)."""
+        # keep the job's failure line and tell its publisher, once, that this rank has read it
         with self._lock:
             if self.failure is not None:
                 return
@@ -238,8 +232,8 @@ class FailureWatch:
 
 
 def _abort_group() -> None:
-    """Abort the default group's communicators: NCCL's collectives then end with an error in the main thread
-    (gloo ignores it). The group stays registered, for ignite's clean-up to destroy."""
+    """Abort the default group's communicators: NCCL's collectives then fail in the main thread (gloo ignores it).
+    The group stays registered, for ignite's clean-up to destroy."""
     try:
         distributed_c10d._get_default_group().abort()
     except (RuntimeError, ValueError):
@@ -247,12 +241,9 @@ def _abort_group() -> None:
 
 
 def _end_process(line: str, print_line: bool) -> None:
-    """End this process and its DataLoader workers with the job's failure ``line`` (printed here unless a launcher
-    of ours reports it).
-
-    The one hard exit of the package. Its cause: the main thread is blocked in C++ (gloo waiting for a dead peer
-    until --dist-timeout, a store wait, a CUDA sync) and no thread can interrupt that: a signal's Python handler
-    runs only once the call returns, and an exception can only be raised in the main thread between bytecodes."""
+    """End this process and its DataLoader workers with ``line`` (printed unless a launcher of ours reports it).
+    The package's one hard exit: the main thread is blocked in C++ (gloo waiting for a dead peer, a store wait, a
+    CUDA sync), where neither a signal's Python handler nor an exception raised from another thread reaches it."""
     if print_line:
         print(f"error: {line}", file=sys.stderr, flush=True)
     stop_children(CHILDREN_GRACE_S)
@@ -263,7 +254,7 @@ def _end_process(line: str, print_line: bool) -> None:
 
 @contextmanager
 def watching_for_failures(spawned: bool) -> Iterator[FailureWatch | None]:
-    """A ``FailureWatch`` over this process's group for the block (None outside a group of several processes)."""
+    """A ``FailureWatch`` over this process's group for the block (None for a single process)."""
     store = job_store()
     if store is None or dist.get_world_size() < 2:
         yield None

@@ -1,7 +1,5 @@
-"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job, as ``spec`` and the
-environment say: spawned through ``idist.Parallel``, as one rank of a group whose ranks torchrun or srun started,
-or in this process. Processes started separately first meet in Python (``rendezvous.meet``).
-"""
+"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job, spawned through
+``idist.Parallel``, as one rank of a group torchrun or srun started, or in this process."""
 
 from __future__ import annotations
 
@@ -28,8 +26,9 @@ from .topology import (
     rendezvous_endpoint,
     set_rank_variables_from_slurm,
     slurm_hidden_from_children,
+    started_by_torchrun,
+    warn_if_restarts_share_a_store,
 )
-from .torchrun import started_by_torchrun, warn_if_restarts_share_a_store
 
 T = TypeVar("T")
 
@@ -56,10 +55,9 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
-    """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed (its traceback
-    goes to ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` (SIGTERM) or ``KeyboardInterrupt`` (Ctrl-C)
-    after stopping the spawned workers, ``RendezvousFailed`` when the job's processes did not meet,
-    ``RanksDisagree`` when they were started differently."""
+    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in
+    ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` or ``KeyboardInterrupt`` after stopping the spawned
+    workers, ``RendezvousFailed`` or ``RanksDisagree``."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
@@ -83,9 +81,8 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
 
 
 def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> UserError:
-    """The job's first failure as the store of a multi-node job records it (this node's worker may have ended for
-    another node's failed rank), else ``failure``; a worker that died without a word (SIGKILL, the kernel's
-    out-of-memory killer) is announced to the other nodes here."""
+    """The job's first failure as a multi-node job's store records it (this node's worker may have ended for
+    another node's), else ``failure``, announced here to the other nodes (a worker may die without a word)."""
     if store is None or not isinstance(failure, WorkerFailed):
         return failure
     return WorkerFailed(publish_quietly(store, str(failure), spec.world_size - 1))
@@ -93,9 +90,8 @@ def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> 
 
 @contextmanager
 def joined_group(spec: LaunchSpec) -> Iterator[None]:
-    """This process as one rank of a job whose ranks were started separately (torchrun, srun, or torch's variables
-    set by hand): meet, form the group with ``--dist-timeout`` (ignite's ``Parallel`` would join without it:
-    c10d's 30 minutes), and destroy it at the end."""
+    """This process as one rank of a job whose ranks were started separately: meet, form the group with
+    ``--dist-timeout`` (ignite's ``Parallel`` would wait c10d's 30 minutes), and destroy it at the end."""
     backend = spec.resolved_backend
     endpoint = rendezvous_endpoint(spec)
     task = spec.slurm
@@ -126,8 +122,8 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
 
 @contextmanager
 def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
-    """The nodes of a multi-node launch (``--nnodes``, or one srun task per node) meet before spawning; the block
-    gets the store node 0 serves, which every node's workers then use (None for a launch on one node)."""
+    """The nodes of a multi-node launch meet before spawning; the block gets the store node 0 serves, which every
+    node's workers then use (None on one node)."""
     if not spec.spawns() or spec.spawns_alone():
         yield None
         return

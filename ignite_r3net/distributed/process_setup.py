@@ -13,18 +13,16 @@ import torch
 
 
 def freeze_long_lived_objects() -> None:
-    """Exempt every object alive now from the cyclic garbage collector for the rest of the process: torch,
-    torchvision and ignite leave about a million import-time objects that every full collection (several at
-    interpreter shutdown) would walk. Frozen pages are also not copied into forked DataLoader workers."""
+    """Exempt the objects alive now (about a million from torch's, torchvision's and ignite's imports) from every
+    later full collection; frozen pages are also not copied into forked DataLoader workers."""
     gc.collect()
     gc.freeze()
 
 
 def quiet_launcher_logs() -> None:
-    """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" when a
-    rank fails, and the resource tracker's "leaked semaphore" warning about the DataLoader workers of terminated
-    ranks (their clean-up is right). The resource tracker starts later, in whichever process first needs it, and
-    takes its warning filters from the environment, hence ``PYTHONWARNINGS``."""
+    """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" and the
+    resource tracker's "leaked semaphore" warning about terminated ranks' DataLoader workers (the tracker starts
+    later, in any process, and reads its warning filters from ``PYTHONWARNINGS``)."""
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     quiet = "ignore:resource_tracker:UserWarning"
     current = os.environ.get("PYTHONWARNINGS", "")
@@ -62,8 +60,7 @@ def set_worker_threads(device: torch.device, limit: int | None = None) -> int:
 
 @contextmanager
 def worker_threads(device: torch.device, limit: int | None = None) -> Iterator[int]:
-    """``set_worker_threads`` for the block, for workers that may run inside the launching process
-    (``--nproc 1``): it goes on with its own count afterwards."""
+    """``set_worker_threads`` for the block, for workers that may run inside the launching process (``--nproc 1``)."""
     before = torch.get_num_threads()
     try:
         yield set_worker_threads(device, limit)

@@ -17,8 +17,7 @@ from pathlib import Path
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..distributed.devices import use_device
-from ..distributed.topology import LaunchSpec
-from ..distributed.torchrun import started_by_torchrun
+from ..distributed.topology import LaunchSpec, started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..model.r3net import num_parameters

@@ -7,10 +7,9 @@ import os
 
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
-from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects
-from ..distributed.ranks import rank_zero_only
+from ..distributed.ranks import rank_zero_only, refuse_unless_ranks_agree
 from ..errors import ending_line
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
