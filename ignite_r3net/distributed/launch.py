@@ -15,9 +15,8 @@ import torch
 
 from ..console import quiet_library_logs
 from ..errors import UserError, WorkerFailed
-from .devices import local_rank_on_its_gpu
 from .failures import publish_quietly, run_reporting_failures, spawn_failure
-from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
+from .process_setup import freeze_long_lived_objects, local_rank_on_its_gpu, quiet_launcher_logs
 from .rendezvous import Meeting, meet
 from .signals import raise_on_sigterm, restore_sigterm, stop_children
 from .topology import (

@@ -127,7 +127,7 @@ class LaunchSpec:
     dist_timeout: int = 600
     traceback_dir: str | None = None
     verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
-    device: str = "auto"  # --device: auto, cuda or cpu (devices.use_device resolves it)
+    device: str = "auto"  # --device: auto, cuda or cpu (process_setup.use_device resolves it)
 
     @classmethod
     def of(cls, config: TrainConfig) -> LaunchSpec:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
-from ..distributed.devices import use_device
+from ..distributed.process_setup import use_device
 from ..distributed.topology import LaunchSpec, started_by_torchrun
 from ..errors import OptionError
 from ..model.backbones import BACKBONES
@@ -85,7 +85,7 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
 
 
 def check_environment(config: TrainConfig, spec: LaunchSpec) -> None:
-    """Options that depend on this machine or its launcher (the GPUs: ``devices.use_device``, next)."""
+    """Options that depend on this machine or its launcher (the GPUs: ``process_setup.use_device``, next)."""
     check_slurm(spec)
     check_torchrun(config)
     if config.backbone not in BACKBONES:
