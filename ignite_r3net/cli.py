@@ -1,8 +1,7 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``reproduce``,
-``make-data``, ``check-data``; each command's flags come from its options dataclass. A ``UserError`` from any
-command becomes one ``error: ...`` line. The options need no torch and each command imports its code only when it
-runs, so ``--help`` answers at once and a process imports only what its command needs.
-"""
+``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError`` becomes one
+``error: ...`` line. The options need no torch and each command imports its code only when it runs, so ``--help``
+answers at once and a process imports only what its command needs."""
 
 from __future__ import annotations
 
@@ -39,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_commands(sub)
+    add_train(sub)  # the commands in the order --help lists them
+    for command in COMMANDS:
+        command.add_to(sub)
+    add_reproduce(sub)
+    add_data_commands(sub)
     for parser_of_command in sub.choices.values():
         parser_of_command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
         parser_of_command.set_defaults(command_parser=parser_of_command)
@@ -290,31 +293,21 @@ COMMANDS = (
 )
 
 
-def add_commands(sub: Subparsers) -> None:
-    """Every command's parser, in the order ``--help`` lists them."""
-    add_train(sub)
-    for command in COMMANDS:
-        command.add_to(sub)
-    add_reproduce(sub)
-    add_data_commands(sub)
-
-
 # the flags of an options dataclass, and the parsed command line read back into it
 
 
 def with_default(help_text: str, default: Any) -> str:
-    """``help_text`` ending in ``(default: ...)``, unless the default is None or the text names it.
-    (argparse's ``%(default)s`` cannot show a default that ``add_options`` suppresses.)"""
+    """``help_text`` ending in ``(default: ...)``, unless the default is None or the text names it (argparse's
+    ``%(default)s`` cannot show a default that ``add_options`` suppresses)."""
     if default is None or "default" in help_text:
         return help_text
     return f"{help_text} (default: {default})"
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
-    """One flag per option field of ``cls`` and of the groups it composes, with the field's help text
-    (or ``help_texts[name]``). A field without a default is a required flag; fields sharing ``one_of``
-    form a required group of mutually exclusive flags, fields sharing ``exclusive`` an optional one.
-    The parsed namespace holds only the options given (argparse's default is suppressed)."""
+    """One flag per option field of ``cls`` and of its groups, with the field's help (or ``help_texts[name]``). A
+    field without a default is a required flag; fields sharing ``one_of`` form a required group of mutually
+    exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the namespace."""
     hints = typing.get_type_hints(cls)
     exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
     for f in dataclasses.fields(cls):

@@ -77,7 +77,7 @@ def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | 
     peer = watch.peer_failure() if watch is not None else None
     if peer is not None:  # what this rank met (a lost peer, an aborted group) follows from it
         return WorkerFailed(peer)
-    line = f"rank {rank} failed on {host()}: {type(e).__name__}: {_peer_lost_line(e)}{where}"
+    line = f"rank {rank} failed on {socket.gethostname()}: {type(e).__name__}: {_peer_lost_line(e)}{where}"
     return WorkerFailed(watch.report(line) if watch is not None else line)
 
 
@@ -104,6 +104,7 @@ def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
     """The error for the exception torch's spawn re-raised (the worker's traceback as text); ``first_rank``: the
     rank of this node's first worker."""
     rank = first_rank + getattr(e, "error_index", 0)
+    who = f"rank {rank} failed on {socket.gethostname()}"
     text = str(e).strip().splitlines()
     last = text[-1] if text else type(e).__name__
     for kind in (WorkerFailed, RanksDisagree):
@@ -111,31 +112,17 @@ def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
             return kind(last.split(f"{kind.__name__}: ", 1)[1])
     if isinstance(e, torch.multiprocessing.ProcessExitedException):
         # killed without a word (SIGKILL, the kernel's out-of-memory killer): torch says how
-        return WorkerFailed(f"rank {rank} failed on {host()}: its process exited unexpectedly ({last})")
-    return WorkerFailed(f"rank {rank} failed on {host()}: {last}")
+        return WorkerFailed(f"{who}: its process exited unexpectedly ({last})")
+    return WorkerFailed(f"{who}: {last}")
 
 
 # the board: the job's first failure line in its store, and the thread of every rank that watches it
-
-
-def host() -> str:  # as the failure line names this machine
-    return socket.gethostname()
 
 
 def _key(name: str) -> str:
     # torchrun's agent keeps its store across restarts (--max-restarts): an attempt must not read
     # the failure that ended the one before it
     return f"ignite_r3net/failure/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
-
-
-def job_store() -> Any | None:
-    """The TCP store of this process's group, unprefixed (a multi-node job's launcher reads it too), else None."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    store = distributed_c10d._get_default_store()
-    while isinstance(store, dist.PrefixStore):
-        store = store.underlying_store
-    return store if isinstance(store, dist.TCPStore) else None
 
 
 def published(store: Any) -> str | None:
@@ -255,8 +242,11 @@ def _end_process(line: str, print_line: bool) -> None:
 @contextmanager
 def watching_for_failures(spawned: bool) -> Iterator[FailureWatch | None]:
     """A ``FailureWatch`` over this process's group for the block (None for a single process)."""
-    store = job_store()
-    if store is None or dist.get_world_size() < 2:
+    # the group's TCP store, unprefixed: the launcher of a multi-node job reads it too
+    store = distributed_c10d._get_default_store() if dist.is_available() and dist.is_initialized() else None
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore) or dist.get_world_size() < 2:
         yield None
         return
     watch = FailureWatch(store, dist.get_world_size() - 1, spawned)

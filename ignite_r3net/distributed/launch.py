@@ -23,7 +23,6 @@ from .topology import (
     LaunchSpec,
     environment,
     rendezvous_endpoint,
-    set_rank_variables_from_slurm,
     slurm_hidden_from_children,
     started_by_torchrun,
     warn_if_restarts_share_a_store,
@@ -94,8 +93,9 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
     backend = spec.resolved_backend
     endpoint = rendezvous_endpoint(spec)
     task = spec.slurm
-    if task is not None:
-        set_rank_variables_from_slurm(task, endpoint)
+    if task is not None:  # torch's variables from SLURM's
+        os.environ.update(RANK=str(task.procid), LOCAL_RANK=str(task.localid), WORLD_SIZE=str(task.ntasks))
+        os.environ.update(MASTER_ADDR=endpoint.addr, MASTER_PORT=str(endpoint.port))
     local_rank_on_its_gpu()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     alike = {"WORLD_SIZE": str(world_size), "--backend": backend}

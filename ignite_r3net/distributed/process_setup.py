@@ -25,7 +25,13 @@ def use_device(spec: LaunchSpec) -> str:
     asks torch about CUDA (the driver reads ``CUDA_VISIBLE_DEVICES`` once). ``OptionError`` when the device does
     not fit the backend or the process count, or for ``--device cpu`` after CUDA started in this process."""
     if spec.device == "cpu":
-        hide_cuda()
+        # the one switch torch and ignite both obey: ignite computes on cuda:<local rank> whenever CUDA is available
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        if torch.cuda.is_available():  # the driver had already read the variable
+            raise OptionError(
+                "--device cpu: CUDA was started in this process before it could hide the GPUs; start it with "
+                "CUDA_VISIBLE_DEVICES= (empty) instead"
+            )
         if spec.backend == "nccl":
             raise OptionError("--backend nccl needs --device cuda (NCCL runs on GPUs); use --backend gloo on the CPU")
         return "cpu"
@@ -43,16 +49,6 @@ def use_device(spec: LaunchSpec) -> str:
 def processes_on_device(processes: ProcessOptions) -> ProcessOptions:
     """``processes`` of ``evaluate``, ``predict`` or ``compare`` with ``--device`` resolved (``use_device``)."""
     return dataclasses.replace(processes, device=use_device(LaunchSpec.on_one_node(processes)))
-
-
-def hide_cuda() -> None:
-    # the one switch torch and ignite both obey: ignite computes on cuda:<local rank> whenever CUDA is available
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    if torch.cuda.is_available():  # the driver had already read the variable
-        raise OptionError(
-            "--device cpu: CUDA was started in this process before it could hide the GPUs; start it with "
-            "CUDA_VISIBLE_DEVICES= (empty) instead"
-        )
 
 
 def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:

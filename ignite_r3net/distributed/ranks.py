@@ -1,4 +1,4 @@
-"""Which rank does what: rank-0-only work goes through ``rank_zero_only``, nowhere else; the typed collectives;
+"""Which rank does what: rank-0-only work goes through ``rank_zero_only``; the typed collectives;
 and ``refuse_unless_ranks_agree``: DDP compares nothing but tensor shapes, so a node started with another ``--lr``
 (or other software) would train on, its replica drifting apart."""
 
@@ -46,14 +46,9 @@ def all_gather_items(items: list[Any]) -> list[Any]:
     return [item for text in all_gather_strings(json.dumps(items)) for item in json.loads(text)]
 
 
-@rank_zero_only
-def _rank_zero() -> bool:
-    return True
-
-
 def is_rank_zero() -> bool:
     """For work every rank does but only rank 0 shows (a progress bar); rank-0-only work uses ``rank_zero_only``."""
-    return bool(_rank_zero())
+    return idist.get_rank() == 0
 
 
 @cache

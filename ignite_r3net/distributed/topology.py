@@ -60,13 +60,6 @@ class SlurmTask:
     def one_task_per_node(self) -> bool:
         return self.ntasks == self.nnodes
 
-    @property
-    def default_port(self) -> int:  # as ignite derives it
-        return 15000 + int(self.job_id[-4:]) if self.job_id[-4:].isdigit() else 29500
-
-    def master_addr(self) -> str:
-        return first_host(self.nodelist)
-
 
 def slurm_task() -> SlurmTask | None:
     """This process's SLURM task, or None outside ``srun`` (or when torchrun set the ranks)."""
@@ -223,29 +216,19 @@ def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
     elif env.get("MASTER_ADDR"):
         addr, addr_from = env["MASTER_ADDR"], ("MASTER_ADDR", origin)
     elif task is not None:
-        addr, addr_from = task.master_addr(), ("the first node of SLURM_JOB_NODELIST", "")
+        addr, addr_from = first_host(task.nodelist), ("the first node of SLURM_JOB_NODELIST", "")
     else:
         addr, addr_from = "127.0.0.1", ("the default address", "")
     if spec.master_port:
         port, port_from = spec.master_port, ("--master-port", "")
     elif env.get("MASTER_PORT"):
         port, port_from = int(env["MASTER_PORT"]), ("MASTER_PORT", origin)
-    elif task is not None:
-        port, port_from = task.default_port, ("15000 + the last 4 digits of SLURM_JOB_ID", "")
+    elif task is not None:  # as ignite derives it
+        port = 15000 + int(task.job_id[-4:]) if task.job_id[-4:].isdigit() else 29500
+        port_from = ("15000 + the last 4 digits of SLURM_JOB_ID", "")
     else:
         port, port_from = 29500, ("the default port", "")
     return Endpoint(addr, port, addr_from, port_from)
-
-
-def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:
-    """torch's rendezvous variables from SLURM's and ``endpoint``, set before joining."""
-    os.environ.update(
-        RANK=str(task.procid),
-        LOCAL_RANK=str(task.localid),
-        WORLD_SIZE=str(task.ntasks),
-        MASTER_ADDR=endpoint.addr,
-        MASTER_PORT=str(endpoint.port),
-    )
 
 
 @contextmanager
