@@ -15,7 +15,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from torch.distributed import distributed_c10d
 
 from ..console import tolerate_closed_console
 from ..errors import RanksDisagree, Terminated, UserError, WorkerFailed, error_line
+from .rendezvous import wait_for_readers
 from .signals import ignore_interrupts_in_worker, stop_children, terminating, threads_leave_signals_to_main
 
 T = TypeVar("T")
@@ -101,8 +101,7 @@ def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
 
 
 def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
-    """The error for the exception torch's spawn re-raised (the worker's traceback as text); ``first_rank``: the
-    rank of this node's first worker."""
+    """The error for what torch's spawn re-raised (the worker's traceback as text); ``first_rank``: this node's."""
     rank = first_rank + getattr(e, "error_index", 0)
     who = f"rank {rank} failed on {socket.gethostname()}"
     text = str(e).strip().splitlines()
@@ -137,9 +136,7 @@ def publish(store: Any, line: str, readers: int) -> str:
     publish may serve the store: it waits for the ``readers`` others to read it (``SEEN_WAIT_S`` at most)."""
     first = bytes(store.compare_set(_key("line"), "", line)).decode()
     if first == line:
-        deadline = time.monotonic() + SEEN_WAIT_S
-        while store.add(_key("seen"), 0) < readers and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_readers(store, _key("seen"), readers, SEEN_WAIT_S)
     return first
 
 
@@ -219,8 +216,7 @@ class FailureWatch:
 
 
 def _abort_group() -> None:
-    """Abort the default group's communicators: NCCL's collectives then fail in the main thread (gloo ignores it).
-    The group stays registered, for ignite's clean-up to destroy."""
+    """NCCL's collectives then fail in the main thread (gloo ignores it); ignite's clean-up destroys the group."""
     try:
         distributed_c10d._get_default_group().abort()
     except (RuntimeError, ValueError):

@@ -175,7 +175,6 @@ def _arrive(store: Any, meeting: Meeting) -> None:
 
 
 def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
-
     def absent() -> list[str]:
         return [f"{meeting.kind} {i}" for i in range(1, meeting.count) if not store.check([f"{_ARRIVED}{i}"])]
 
@@ -200,16 +199,16 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
         if refusal:
             break
     store.set(_VERDICT, json.dumps({"refusal": refusal}))
-    if refusal:
-        _let_the_others_read(store, meeting)
+    if refusal:  # it ends this process and its store: every participant must stop with this line, not a lost one
+        wait_for_readers(store, _VERDICT_READ, meeting.count - 1, VERDICT_READ_S)
     return refusal
 
 
-def _let_the_others_read(store: Any, meeting: Meeting) -> None:
-    """A refusal ends participant 0's process and its store: wait until each of the others has read it
-    (``VERDICT_READ_S`` at most), so that every participant stops with the same line, not a lost connection."""
-    deadline = time.monotonic() + VERDICT_READ_S
-    while store.add(_VERDICT_READ, 0) < meeting.count - 1 and time.monotonic() < deadline:
+def wait_for_readers(store: Any, key: str, readers: int, seconds: float) -> None:
+    """Keep this process, which may serve ``store``, until ``readers`` others have counted themselves in ``key``
+    (``seconds`` at most: a dead one never does)."""
+    deadline = time.monotonic() + seconds
+    while store.add(key, 0) < readers and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
