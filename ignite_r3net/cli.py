@@ -31,8 +31,9 @@ Subparsers = argparse._SubParsersAction
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     parser = argparse.ArgumentParser(
-        prog=_program_name(),
+        prog=name if name == "ignite-r3net" else "python run.py",
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
         "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
         allow_abbrev=False,
@@ -49,24 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _program_name() -> str:
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return name if name == "ignite-r3net" else "python run.py"
-
-
-def _with_default_command(argv: Sequence[str]) -> list[str]:
-    """Insert ``train`` when the command line starts with an option (or is empty)."""
-    argv = list(argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
-        argv.insert(0, "train")
-    return argv
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
     tolerate_closed_console()
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(_with_default_command(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not words or (words[0].startswith("-") and words[0] not in ("-h", "--help")):
+        words.insert(0, "train")  # the default command
+    args, unknown = build_parser().parse_known_args(words)
     if unknown:  # the command's usage and --help, not the top level's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

@@ -1,12 +1,9 @@
-"""A failed worker becomes one line, ``rank N failed on HOST: <type>: <cause>``, with its traceback in a file, and
-every rank of the job, on every node, ends with that line.
-
-A rank blocked in a collective does not always notice that a peer died (NCCL waits for a peer on another node until
-``--dist-timeout``, then aborts without a line). So the first rank that fails writes its line into the job's TCP
-store, a channel apart from the collectives, and a thread of every rank watches it: a rank that finds a line aborts
-its process group, so that NCCL's collectives fail and the main thread reports the line, and ends its process if the
-main thread is still blocked ``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can interrupt).
-"""
+"""A failed worker becomes one line, ``rank N failed on HOST: <type>: <cause>`` (its traceback in a file), and every
+rank of the job, on every node, ends with that line. A rank blocked in a collective may not notice that a peer died
+(NCCL waits until ``--dist-timeout``, then aborts without a line), so the first rank that fails writes its line into
+the job's TCP store and a thread of every rank watches it: a rank that finds a line aborts its process group (NCCL's
+collectives then fail and the main thread reports the line) and ends its process if the main thread is still blocked
+``GRACE_S`` later (gloo's waits, a store wait: nothing another thread can interrupt)."""
 
 from __future__ import annotations
 
@@ -60,17 +57,15 @@ def run_reporting_failures(
             if isinstance(e, SystemExit) and not e.code:
                 raise
             raise _failure(e, traceback_dir, watch) from None
-    # collect what fn built before ignite destroys the process group (right after this returns): the Engine's
-    # handler cycles hold the DDP model, whose Reducer keeps the gloo group alive; left to the collector, the
-    # group is never destroyed and its threads are torn down with the interpreter
+    # before ignite destroys the group (right after this returns): the Engine's handler cycles hold the DDP model,
+    # whose Reducer keeps the gloo group alive, so that it would never be destroyed
     gc.collect()
 
 
 def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | None) -> BaseException:
     """``Terminated`` after SIGTERM, else ``WorkerFailed`` with the job's line (another rank's, if it failed first)."""
     if terminating():
-        # after SIGTERM, a peer or DataLoader worker that the same signal ended is no failure
-        # of this rank (and ``Terminated`` may have been swallowed in a fork hook)
+        # a peer or DataLoader worker the same signal ended (Terminated may have been swallowed in a fork hook)
         return Terminated()
     rank = idist.get_rank()
     where = _save_traceback(traceback_dir, rank, e)
@@ -119,8 +114,7 @@ def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
 
 
 def _key(name: str) -> str:
-    # torchrun's agent keeps its store across restarts (--max-restarts): an attempt must not read
-    # the failure that ended the one before it
+    # torchrun's agent keeps its store across restarts: an attempt must not read the failure that ended the last
     return f"ignite_r3net/failure/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
 
 
@@ -132,10 +126,9 @@ def published(store: Any) -> str | None:
 
 
 def publish(store: Any, line: str, readers: int) -> str:
-    """Record ``line`` as the job's failure unless another process did first; return the job's line. The first to
-    publish may serve the store: it waits for the ``readers`` others to read it (``SEEN_WAIT_S`` at most)."""
+    """Record ``line`` as the job's failure unless another process did first; return the job's line."""
     first = bytes(store.compare_set(_key("line"), "", line)).decode()
-    if first == line:
+    if first == line:  # this process may serve the store
         wait_for_readers(store, _key("seen"), readers, SEEN_WAIT_S)
     return first
 
@@ -224,9 +217,8 @@ def _abort_group() -> None:
 
 
 def _end_process(line: str, print_line: bool) -> None:
-    """End this process and its DataLoader workers with ``line`` (printed unless a launcher of ours reports it).
-    The package's one hard exit: the main thread is blocked in C++ (gloo waiting for a dead peer, a store wait, a
-    CUDA sync), where neither a signal's Python handler nor an exception raised from another thread reaches it."""
+    """End this process and its DataLoader workers with ``line`` (printed unless a launcher of ours reports it): the
+    package's one hard exit, for a main thread blocked in C++ (gloo, a store wait, a CUDA sync)."""
     if print_line:
         print(f"error: {line}", file=sys.stderr, flush=True)
     stop_children(CHILDREN_GRACE_S)

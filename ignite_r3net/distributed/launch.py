@@ -30,8 +30,7 @@ from .topology import (
 
 T = TypeVar("T")
 
-# c10d's processes use the store a rendezvous participant serves, as torchrun's workers use their
-# agent's (torch.distributed.rendezvous: _create_c10d_store)
+# c10d's processes use the rendezvous's store, as torchrun's workers their agent's (see _create_c10d_store)
 _USE_MEETING_STORE = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
 
 
@@ -53,9 +52,8 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
-    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in
-    ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` or ``KeyboardInterrupt`` after stopping the spawned
-    workers, ``RendezvousFailed`` or ``RanksDisagree``."""
+    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in ``<traceback_dir>``),
+    ``Terminated``, ``KeyboardInterrupt``, ``RendezvousFailed`` or ``RanksDisagree``."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
@@ -121,8 +119,7 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
 
 @contextmanager
 def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
-    """The nodes of a multi-node launch meet before spawning; the block gets the store node 0 serves, which every
-    node's workers then use (None on one node)."""
+    """The nodes of a multi-node launch meet before spawning; the block gets node 0's store (None on one node)."""
     if not spec.spawns() or spec.spawns_alone():
         yield None
         return

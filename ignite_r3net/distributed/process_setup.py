@@ -21,9 +21,8 @@ from .topology import LaunchSpec, rank_set_by_launcher, slurm_task, started_by_t
 
 
 def use_device(spec: LaunchSpec) -> str:
-    """``--device`` resolved to ``"cuda"`` or ``"cpu"`` for this process and its workers; call it before anything
-    asks torch about CUDA (the driver reads ``CUDA_VISIBLE_DEVICES`` once). ``OptionError`` when the device does
-    not fit the backend or the process count, or for ``--device cpu`` after CUDA started in this process."""
+    """``--device`` resolved to ``"cuda"`` or ``"cpu"``, before anything asks torch about CUDA (the driver reads
+    ``CUDA_VISIBLE_DEVICES`` once); ``OptionError`` when it does not fit the backend or the process count."""
     if spec.device == "cpu":
         # the one switch torch and ignite both obey: ignite computes on cuda:<local rank> whenever CUDA is available
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -111,16 +110,15 @@ def local_rank_on_its_gpu() -> None:
 
 
 def freeze_long_lived_objects() -> None:
-    """Exempt the objects alive now (about a million from torch's, torchvision's and ignite's imports) from every
-    later full collection; frozen pages are also not copied into forked DataLoader workers."""
+    """Exempt the objects alive now (a million, from the imports) from every later collection, which also spares
+    forked DataLoader workers a copy of their pages."""
     gc.collect()
     gc.freeze()
 
 
 def quiet_launcher_logs() -> None:
     """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" and the
-    resource tracker's "leaked semaphore" warning about terminated ranks' DataLoader workers (the tracker starts
-    later, in any process, and reads its warning filters from ``PYTHONWARNINGS``)."""
+    resource tracker's "leaked semaphore" (the tracker starts later, reading ``PYTHONWARNINGS``)."""
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     quiet = "ignore:resource_tracker:UserWarning"
     current = os.environ.get("PYTHONWARNINGS", "")
@@ -142,8 +140,7 @@ def worker_thread_count(device: torch.device, limit: int | None = None) -> int:
     if device.type != "cpu" or "OMP_NUM_THREADS" in os.environ:
         threads = torch.get_num_threads()
     else:
-        # processes on one host share its cores: each full-size pool would oversubscribe them
-        # (evaluate with 2 processes on 2 cores ran 3x slower than with one)
+        # full-size pools would oversubscribe the cores (evaluate with 2 processes on 2 cores ran 3x slower)
         threads = max(1, available_cpus() // max(idist.get_nproc_per_node(), 1))
     return threads if limit is None else max(1, min(threads, limit))
 

@@ -18,8 +18,7 @@ from .. import __version__
 from ..content_key import ContentKey
 from ..errors import RanksDisagree
 
-# run the wrapped function on rank 0 only (files, TensorBoard, the console); every rank still calls
-# it, so it never hides a collective
+# the wrapped function runs on rank 0 only (files, TensorBoard, the console); it must hold no collective
 rank_zero_only = idist.one_rank_only(rank=0)
 
 
@@ -64,8 +63,7 @@ def installed_software() -> dict[str, str]:
 
 
 def refuse_unless_ranks_agree(options: Mapping[str, str]) -> None:
-    """Raise ``RanksDisagree`` on every rank unless all were started with the same ``options``
-    (``{"--lr": "0.001"}``) and software; a collective."""
+    """Raise ``RanksDisagree`` on every rank unless all have the same ``options`` and software; a collective."""
     mine = {"options": dict(options), "software": installed_software(), "node": idist.get_node_rank()}
     # ASCII: ignite sizes the gathered string by its length in characters, not in UTF-8 bytes
     gathered = [json.loads(text) for text in all_gather_strings(json.dumps(mine, sort_keys=True, ensure_ascii=True))]

@@ -1,12 +1,9 @@
 """The rendezvous of processes started separately (srun tasks, ranks started with torch's variables, the nodes of
 a multi-node launch): they meet at a TCP store in Python, then c10d forms the group among processes all there.
-
-c10d itself waits in C++ retrying on EINTR (so only SIGKILL ends the wait), silently, and for 30 minutes when
-joining through ignite's ``Parallel``. Here every wait is a short call in a Python loop: a signal ends it, a line
-every ``REPORT_EVERY_S`` says what it waits for, and ``--dist-timeout`` ends it with one line naming who is missing.
-Participant 0 serves the store (its clients first try a plain socket, so that c10d's never logs a failed attempt),
-compares what every participant must have alike and hands out the verdict.
-"""
+c10d itself waits in C++ retrying on EINTR (only SIGKILL ends it), silently, and for 30 minutes when joining
+through ignite's ``Parallel``. Here every wait is a short call in a Python loop: a signal ends it, a line every
+``REPORT_EVERY_S`` says what it waits for, and ``--dist-timeout`` ends it with one line naming who is missing.
+Participant 0 serves the store, compares what every participant must have alike and hands out the verdict."""
 
 from __future__ import annotations
 
@@ -133,7 +130,7 @@ def _serve(meeting: Meeting) -> Any:
 
 
 def _reach(meeting: Meeting, wait: _Wait) -> Any:
-    # wait in Python until participant 0's store accepts connections: c10d's client then connects at once
+    # a plain socket first: c10d's client then connects at once, never logging a failed attempt
     endpoint = meeting.endpoint
     try:
         socket.getaddrinfo(endpoint.addr, endpoint.port, type=socket.SOCK_STREAM)
@@ -205,8 +202,7 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
 
 
 def wait_for_readers(store: Any, key: str, readers: int, seconds: float) -> None:
-    """Keep this process, which may serve ``store``, until ``readers`` others have counted themselves in ``key``
-    (``seconds`` at most: a dead one never does)."""
+    """Keep this process (it may serve ``store``) until ``readers`` others counted in ``key``, ``seconds`` at most."""
     deadline = time.monotonic() + seconds
     while store.add(key, 0) < readers and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -49,8 +49,7 @@ def raise_if_terminated() -> None:
 
 
 def ignore_interrupts_in_worker() -> None:
-    """Ctrl-C reaches the whole process group: the launching process ends the spawned ranks, which would otherwise
-    each print a KeyboardInterrupt traceback."""
+    """Ctrl-C reaches every process: the launcher ends the spawned ranks, which would each print a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -67,8 +66,7 @@ def threads_leave_signals_to_main() -> Iterator[None]:
 
 
 def stop_children(grace: float = 5.0) -> None:
-    """End the processes this one started: SIGTERM, then SIGKILL after ``grace`` seconds (an interrupt may have
-    reached only the launching process: ``kill -INT``)."""
+    """End the processes this one started (``kill -INT`` reaches only it): SIGTERM, then SIGKILL after ``grace``."""
     children = multiprocessing.active_children()
     for child in children:
         child.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -18,9 +19,9 @@ from ..errors import warn
 from ..options.shared import ProcessOptions
 
 
-def started_by_torchrun(env: Mapping[str, str] | None = None) -> bool:
+def started_by_torchrun() -> bool:
     """Whether torchrun's agent started this process (it sets TORCHELASTIC_RUN_ID for its workers)."""
-    return "TORCHELASTIC_RUN_ID" in (os.environ if env is None else env)
+    return "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def warn_if_restarts_share_a_store() -> None:
@@ -64,7 +65,7 @@ class SlurmTask:
 def slurm_task() -> SlurmTask | None:
     """This process's SLURM task, or None outside ``srun`` (or when torchrun set the ranks)."""
     env = os.environ
-    if not all(k in env for k in _SLURM_REQUIRED) or started_by_torchrun(env):
+    if not all(k in env for k in _SLURM_REQUIRED) or started_by_torchrun():
         return None
     return SlurmTask(
         job_id=env["SLURM_JOB_ID"],
@@ -77,8 +78,7 @@ def slurm_task() -> SlurmTask | None:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``), from ``scontrol show
-    hostnames`` or, where scontrol is missing, a parser of the list syntax."""
+    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``): scontrol's, else parsed."""
     try:
         out = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10, check=True
@@ -87,18 +87,12 @@ def first_host(nodelist: str) -> str:
             return out[0]
     except (OSError, subprocess.SubprocessError):
         pass
-    depth, end = 0, len(nodelist)
-    for i, c in enumerate(nodelist):
-        depth += (c == "[") - (c == "]")
-        if c == "," and depth == 0:
-            end = i
-            break
-    entry = nodelist[:end].strip()
-    if "[" not in entry:
+    entry = re.split(r",(?![^\[]*\])", nodelist)[0].strip()  # the commas outside brackets part the entries
+    prefix, _, rest = entry.partition("[")
+    if not rest:
         return entry
-    prefix, rest = entry.split("[", 1)
-    ranges, suffix = rest.split("]", 1)
-    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+    ranges, _, suffix = rest.partition("]")
+    return prefix + re.split("[,-]", ranges)[0] + suffix
 
 
 def free_port() -> int:
@@ -130,8 +124,8 @@ class LaunchSpec:
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node: spawned ones meet on a free port
-        unless ``--master-port`` is given, also under srun (SLURM's derived port is the training run's)."""
+        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node; under srun too, they meet on a free
+        port unless ``--master-port`` is given (SLURM's derived port is the training run's)."""
         return cls(**dataclasses.asdict(processes))  # its fields are some of ours
 
     @property

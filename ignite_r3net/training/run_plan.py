@@ -110,7 +110,7 @@ def check_slurm(spec: LaunchSpec) -> None:
 def check_torchrun(config: TrainConfig) -> None:
     """Under torchrun the ranks meet where torchrun says: another address or port cannot be honoured."""
     env = os.environ
-    if not started_by_torchrun(env):
+    if not started_by_torchrun():
         return
     for flag, given, variable in (
         ("--master-addr", config.master_addr, "MASTER_ADDR"),
