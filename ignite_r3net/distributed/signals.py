@@ -48,11 +48,6 @@ def raise_if_terminated() -> None:
         raise Terminated()
 
 
-def ignore_interrupts_in_worker() -> None:
-    """Ctrl-C reaches every process: the launcher ends the spawned ranks, which would each print a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @contextmanager
 def threads_leave_signals_to_main() -> Iterator[None]:
     """Threads started in the block (ours, or a library's such as MLflow's) block SIGINT and SIGTERM, so that the
