@@ -72,8 +72,9 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
-    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in ``<traceback_dir>``),
-    ``Terminated``, ``KeyboardInterrupt``, ``RendezvousFailed`` or ``RanksDisagree``."""
+    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in
+    ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` or ``KeyboardInterrupt`` (the spawned workers stopped),
+    ``RendezvousFailed`` or ``RanksDisagree``."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
