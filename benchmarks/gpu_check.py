@@ -200,7 +200,8 @@ def no_host_sync(device: torch.device, sizes: Sizes, data: Path, work: Path) -> 
     only)."""
     from ignite.engine import Events
 
-    from ignite_r3net.training.engine import create_trainer, every_or_last
+    from ignite_r3net.training.engine import create_trainer
+    from ignite_r3net.training.events import every_or_last
     from ignite_r3net.training.train_log import TrainLog
 
     config = TrainConfig(

@@ -36,7 +36,7 @@ _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1"
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a training run: the options, then what start-up resolved
-    (``training/run_plan.py``); frozen, so every function sees the one description of the run."""
+    (``training/start.py``); frozen, so every function sees the one description of the run."""
 
     # data
     data: list[str] = option(
@@ -222,7 +222,7 @@ class TrainConfig:
         write_text(self.to_json() + "\n", path)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` naming the first wrong option (data, machine and files: ``training.run_plan``)."""
+        """Raise ``OptionError`` naming the first wrong option (data, machine and files: ``training.start``)."""
         check_fields(self)
         if self.batch_size < 2:
             raise OptionError(

@@ -20,7 +20,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # CPU and gloo only, also for the commands the tests run in this process with ``cli.main``
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("TORCH_HOME", str(Path(__file__).resolve().parent / ".no-torch-cache"))
-# the data scan cache (data/scan_cache.py) of the tests' data sets: not the user's ~/.cache
+# the data scan cache (data/checks.py) of the tests' data sets: not the user's ~/.cache
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ignite_r3net-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 

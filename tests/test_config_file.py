@@ -15,7 +15,7 @@ from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.model.r3net import build_backbone
 from ignite_r3net.training import start
-from ignite_r3net.training.starting_weights import resolve_initial_weights
+from ignite_r3net.training.start import resolve_initial_weights
 
 WEIGHTS = {"source": "imagenet", "file": "/cache/resnet18.pth", "sha256": "ab" * 32}
 

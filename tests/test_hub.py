@@ -24,7 +24,7 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.export import hub_folder
 from ignite_r3net.export.model_card import model_card, read_results
 from ignite_r3net.model.r3net import R3Net
-from ignite_r3net.training.starting_weights import resolve_initial_weights
+from ignite_r3net.training.start import resolve_initial_weights
 
 REPO = "lab/r3net-test"
 MAIN = "1111111111111111111111111111111111111111"

@@ -12,8 +12,7 @@ import pytest
 from PIL import Image
 
 from ignite_r3net.data import checks
-from ignite_r3net.data.checks import assert_dataset_ok, check_dataset
-from ignite_r3net.data.scan_cache import cache_folder
+from ignite_r3net.data.checks import assert_dataset_ok, cache_folder, check_dataset
 
 
 @pytest.fixture

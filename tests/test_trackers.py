@@ -187,9 +187,9 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     from torch.optim.lr_scheduler import LambdaLR
 
     from ignite_r3net.metrics.keys import METRIC_KEYS
+    from ignite_r3net.training.events import ValidationEvents
     from ignite_r3net.training.meters import LOSS_NAMES
     from ignite_r3net.training.tracker_loggers import attach_loggers
-    from ignite_r3net.training.validation import ValidationEvents
 
     calls: list[tuple] = []
     wandb = types.ModuleType("wandb")

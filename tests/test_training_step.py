@@ -75,3 +75,22 @@ def test_a_few_iterations_make_the_loss_fall(train_dir, tmp_path):
     first, last = sum(losses[:4]) / 4, sum(losses[-4:]) / 4
     assert 4 < first < 6, first  # an untrained model's loss: the check below starts from it
     assert last < 0.8 * first, (first, last, losses)
+
+
+def test_the_design_cards_handlers_come_first_in_its_order(train_dir, tmp_path):
+    """After each iteration: the poly LR (so a checkpoint holds the next rate), the loss meters, the
+    log line that reads them, then the checkpoint; the rest (validation, loggers, ...) after them."""
+    from ignite.handlers import Checkpoint, LRScheduler
+
+    config = _config(train_dir, tmp_path / "out", batch_size=2, iters=1)
+    loader, sampler = build_train_loader(config)
+    model = R3Net(config.backbone)
+    optimizer = build_optimizer(model, config)
+    log = TrainLog(Path(config.output_dir) / "train.log", console=False)
+    trainer = create_trainer(
+        model, optimizer, build_poly_lr(optimizer, config), sampler, log, config, torch.device("cpu")
+    ).trainer
+    handlers = [h for h, *_ in trainer._event_handlers[Events.ITERATION_COMPLETED]]
+    assert isinstance(handlers[0], LRScheduler)
+    assert [getattr(h, "__name__", None) for h in handlers[1:4]] == ["update_meter", "sync_meter", "write_log_line"]
+    assert isinstance(getattr(handlers[4], "__wrapped__", handlers[4]), Checkpoint)

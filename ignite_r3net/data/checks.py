@@ -1,32 +1,29 @@
-"""Fast data set checks that read headers only, so a bad file is reported before training starts."""
+"""Fast data set checks that read headers only, so a bad file is reported before training starts, and the
+scan cache that keeps their findings between launches, so a relaunch rereads only the files that changed."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from PIL import Image
 
+from ..atomic_files import write_text
 from ..content_key import ContentKey
-from ..errors import DataError
-from .folder import scan
-from .scan_cache import Finding, ScanCache, collector_paused
+from ..errors import DataError, note
+from .folder import collector_paused, scan
 
-__all__ = ["check_dataset", "assert_dataset_ok", "image_size"]
-
+_CACHE_FORMAT = "ignite_r3net scan cache"
+_CACHE_VERSION = 1
+Finding = list[Any]  # what a check found about one file, as JSON values (e.g. [width, height, problem])
 _EXIF_ORIENTATION = 0x0112
 _TRANSPOSED = {5, 6, 7, 8}  # orientations that swap width and height
 _PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
-
-
-def _tail_is_jpeg_eoi(path: Path) -> bool:
-    # Some writers pad after the EOI marker with zeros or a newline; allow that, nothing else.
-    with open(path, "rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
-        tail = f.read().rstrip(b"\x00\r\n ")
-    return tail.endswith(b"\xff\xd9")
 
 
 def _header(path: Path) -> tuple[str, tuple[int, int]]:
@@ -47,8 +44,7 @@ def _header(path: Path) -> tuple[str, tuple[int, int]]:
 
 
 def image_size(path: str | Path) -> tuple[int, int] | None:
-    """(height, width) of the image in ``path`` as decoded (EXIF orientation applied), from its header;
-    None when the header cannot be read."""
+    """(height, width) as decoded (EXIF orientation applied), from the header; None when it is unreadable."""
     try:
         w, h = _header(Path(path))[1]
     except Exception:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
@@ -73,9 +69,97 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
         return None, f"not an image (unrecognised format): {path}"
     except Exception as exc:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
         return None, f"unreadable or truncated file: {path} ({exc})"
-    if fmt in ("JPEG", "MPO") and not _tail_is_jpeg_eoi(path):
-        return None, f"truncated JPEG (no end-of-image marker): {path}"
+    if fmt in ("JPEG", "MPO"):
+        with open(path, "rb") as f:  # some writers pad after the end marker with zeros or a newline
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64))
+            if not f.read().rstrip(b"\x00\r\n ").endswith(b"\xff\xd9"):
+                return None, f"truncated JPEG (no end-of-image marker): {path}"
     return size, None
+
+
+def cache_folder() -> Path:
+    """``$XDG_CACHE_HOME/ignite_r3net/scan`` (``~/.cache`` when the variable is unset or empty)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ignite_r3net" / "scan"
+
+
+class ScanCache:
+    """The findings of one kind of check on the files of ``folder`` in a JSON file (no pickle) of ``cache_folder()``,
+    by relative path, size and mtime; ``code`` retires another version's, a damaged file is noted and replaced."""
+
+    def __init__(self, folder: str | Path, kind: str, code: str) -> None:
+        self.folder = Path(os.path.abspath(folder))
+        self._prefix = os.path.join(os.fspath(folder), "")  # the folder as the scan's paths begin
+        self.kind, self.code = kind, code
+        digest = hashlib.sha256(os.fsencode(self.folder)).hexdigest()[:32]
+        self.path = cache_folder() / f"{digest}-{kind}.json"
+        self._old: dict[str, list[Any]] = {}
+        self._new: dict[str, list[Any]] = {}
+
+    def __enter__(self) -> ScanCache:
+        self._old = self._load()
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None and self._new != self._old:
+            self._save()
+
+    def get(self, path: Path, check: Callable[[], Finding]) -> Finding:
+        """The finding of ``path``, ``check()`` unless its size and mtime are those recorded (or stat fails)."""
+        where = os.fspath(path)
+        try:
+            st = os.stat(where)
+        except OSError:
+            return check()
+        name = self._name(where)
+        stamp = [st.st_size, st.st_mtime_ns]
+        entry = self._old.get(name)
+        finding = entry[2:] if entry is not None and entry[:2] == stamp else check()
+        self._new[name] = stamp + finding
+        return finding
+
+    def _name(self, path: str) -> str:
+        # relative to the folder: string work for the paths a scan of it lists
+        if path.startswith(self._prefix):
+            return path[len(self._prefix) :]
+        return os.path.relpath(os.path.abspath(path), self.folder)
+
+    def _load(self) -> dict[str, list[Any]]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            why = self._foreign(data)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            why = f"unreadable ({e.__class__.__name__})"
+        if why and why != "code":  # another version's cache ("code") is retired silently
+            note(f"ignoring the data scan cache {self.path} ({why}); rescanning {self.folder}")
+        return {} if why else data["entries"]
+
+    def _foreign(self, data: Any) -> str | None:
+        """Why ``data`` is no cache of this folder and kind (``code``: of another version), or None."""
+        if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT or data.get("version") != _CACHE_VERSION:
+            return "not a scan cache of this version"
+        if data.get("kind") != self.kind or data.get("folder") != os.fsdecode(self.folder):
+            return "made for another folder or check"
+        entries = data.get("entries")
+        if not isinstance(entries, dict) or data.get("checksum") != _checksum(entries):
+            return "its checksum does not match: damaged or edited"
+        if not all(isinstance(v, list) and len(v) >= 2 for v in entries.values()):
+            return "malformed entries"
+        return "code" if data.get("code") != self.code else None
+
+    def _save(self) -> None:
+        data = dict(format=_CACHE_FORMAT, version=_CACHE_VERSION, kind=self.kind, folder=os.fsdecode(self.folder))
+        data.update(code=self.code, checksum=_checksum(self._new), entries=self._new)
+        try:
+            write_text(json.dumps(data, separators=(",", ":")), self.path)
+        except OSError as e:  # a read-only home: every launch rescans, which is slower, not wrong
+            note(f"cannot write the data scan cache {self.path}: {e.strerror or e}")
+
+
+def _checksum(entries: dict[str, Any]) -> str:
+    return ContentKey("scan entries", _CACHE_VERSION).add_values(entries).hexdigest()
 
 
 def _code_version() -> str:
@@ -84,9 +168,7 @@ def _code_version() -> str:
 
 
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
-    """``_probe`` of ``path``, from the scan cache when the file is unchanged (a cached problem names the
-    path as given this time)."""
-
+    # a cached problem names the path as given this time
     def probe() -> Finding:
         size, problem = _probe(path)
         return [*(size or (None, None)), None if problem is None else problem.replace(str(path), _PATH)]
@@ -105,8 +187,7 @@ class Scan(NamedTuple):
 
 
 def scan_dataset(root: str | Path) -> Scan:
-    """The pairs of the data set under ``root``, every problem of its listing and headers (see
-    ``check_dataset``), the sizes of the pairs whose image and mask agree and the pairs without problems."""
+    """The header scan of the data set under ``root``: its problems are those of ``check_dataset``."""
     pairs, problems = scan(root)
     sizes: list[tuple[int, int]] = []
     sound: list[tuple[Path, Path]] = []
@@ -128,21 +209,17 @@ def scan_dataset(root: str | Path) -> Scan:
 
 
 def check_dataset(root: str | Path) -> list[str]:
-    """Every problem of the data set under ``root``, a line each naming the file: unpaired files, size
-    mismatches (after EXIF orientation), unreadable, truncated or non-image files, empty folders. Only
-    headers are read (plus PNG chunk CRCs and the JPEG end marker), not the pixels."""
+    """Every problem of the data set under ``root``, a line each naming the file: unpaired, unreadable, truncated,
+    non-image files, size mismatches (after EXIF orientation), empty folders; from headers, not the pixels."""
     return scan_dataset(root).problems
 
 
 def assert_dataset_ok(
     root: str | Path, min_size: int | None = None, option: str | None = None
 ) -> list[tuple[Path, Path]]:
-    """The ``(image, mask)`` pairs under ``root`` (as ``list_pairs``); raise DataError listing every
-    problem (after ``option``, the option that named ``root``, when given).
-
-    ``min_size`` (the training crop): also fail when the crop is larger than every image. Small images are
-    resized up to the crop, but a data set where *every* image needs that is the wrong folder or crop.
-    """
+    """The pairs under ``root`` (as ``list_pairs``); raise DataError listing every problem (after ``option``,
+    the option that named ``root``, when given). ``min_size`` (the crop): also fail when it is larger than
+    every image (small images are resized up, but a set where *every* one needs that is the wrong one)."""
     pairs, problems, sizes, _ = scan_dataset(root)
     if min_size is not None and sizes and not problems:
         if not any(w >= min_size and h >= min_size for w, h in sizes):

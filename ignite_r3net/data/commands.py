@@ -17,7 +17,14 @@ def make_data(out: str, n_train: int = 400, n_val: int = 60, seed: int = 2018) -
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise OptionError(f"--out {folder} exists and is not a folder")
-    _note_foreign_files(folder)
+    # make-data writes (and replaces) only its own syn_* files: the others stay and are listed with them
+    for split in ("train", "val"):
+        others = [p.name for p in sorted((folder / split).glob("*")) if not p.name.startswith("syn_")]
+        if others:
+            note(
+                f"--out {folder}: {split}/ also holds {len(others)} file(s) make-data did not write "
+                f"({listing(others, 3)}); they are left as they are, beside the generated pairs"
+            )
     try:
         train_dir, val_dir = make_synthetic_dataset(folder, n_train=n_train, n_val=n_val, seed=seed)
     except OSError as e:
@@ -31,20 +38,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _note_foreign_files(folder: Path) -> None:
-    # make-data writes (and replaces) only its own syn_* files: the others stay and are listed with them
-    for split in ("train", "val"):
-        others = [p.name for p in sorted((folder / split).glob("*")) if not p.name.startswith("syn_")]
-        if others:
-            note(
-                f"--out {folder}: {split}/ also holds {len(others)} file(s) make-data did not write "
-                f"({listing(others, 3)}); they are left as they are, beside the generated pairs"
-            )
-
-
 def check_data(folders: list[str], decode: bool = False) -> int:
-    """Print every problem of each data set folder by file name; return 1 when any was found, else 0.
-    ``decode``: also decode every file in full (needs torch; the header scan does not)."""
+    """Print every problem of each folder; 1 when any was found, else 0. ``decode``: decode every file (torch)."""
     failed = False
     for folder in folders:
         scan = scan_dataset(folder)  # one listing of the folder for all that follows

@@ -6,7 +6,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from threading import Lock
 
@@ -16,24 +16,12 @@ from PIL import Image, ImageOps
 
 from ..errors import DataError, warn
 
-__all__ = ["load_image", "load_mask", "decode_problems"]
-
-_JPEG_START = b"\xff\xd8"
 _capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
 _capture_lock = Lock()
 
 
-def _read_bytes(path: Path) -> bytes:
-    # Bytes are read in Python so that any file name the OS accepts works.
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read image {path}: {exc}") from exc
-
-
 def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torch.Tensor | None:
-    """Decode with torchvision (libjpeg-turbo); None when it cannot. ``messages`` collects libjpeg's
-    warnings about a JPEG (corrupt or missing data)."""
+    """Decode with torchvision (libjpeg-turbo); None when it cannot. ``messages`` collects libjpeg's warnings."""
     from torchvision.io import ImageReadMode, decode_image
 
     if not raw:
@@ -48,7 +36,7 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
         except Exception:
             return None
 
-    if messages is None or not raw.startswith(_JPEG_START):
+    if messages is None or not raw.startswith(b"\xff\xd8"):
         return decode(None)
     first: list[str] = []
     out = decode(first)
@@ -66,12 +54,8 @@ def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torc
 
 @contextmanager
 def _stderr_lines(into: list[str] | None) -> Iterator[None]:
-    """Collect what is written to fd 2 while the block decodes one JPEG.
-
-    libjpeg reports damaged data ("Premature end of JPEG file") as warnings and decodes on, filling in
-    grey; torchvision leaves them to libjpeg's default output_message, which prints to fd 2, with no API
-    (PIL drops them). So fd 2 points at a pipe for the decode. Only for JPEGs: libpng's warnings (an odd
-    colour profile) are harmless."""
+    """Collect what is written to fd 2 while the block decodes a JPEG: libjpeg's warnings on damaged data, which
+    torchvision leaves to libjpeg's default output_message, which prints to fd 2 (PIL drops them)."""
     if into is None:
         yield
         return
@@ -85,22 +69,16 @@ def _stderr_lines(into: list[str] | None) -> Iterator[None]:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-            into.extend(line.strip() for line in _drain(read_end).splitlines() if line.strip())
-
-
-def _drain(read_end: int) -> str:
-    text = b""
-    try:
-        while chunk := os.read(read_end, 1 << 16):
-            text += chunk
-    except BlockingIOError:  # empty
-        pass
-    return text.decode(errors="replace")
+            text = b""
+            with suppress(BlockingIOError):  # raised once the pipe is empty
+                while chunk := os.read(read_end, 1 << 16):
+                    text += chunk
+            into.extend(line.strip() for line in text.decode(errors="replace").splitlines() if line.strip())
 
 
 def _pipe_of_this_process() -> tuple[int, int]:
-    """A non-blocking pipe (a full pipe loses libjpeg's message rather than blocking the decode),
-    one per process: forked DataLoader workers must not read each other's messages."""
+    # non-blocking (a full pipe loses libjpeg's message rather than blocking the decode), and one per
+    # process: forked DataLoader workers must not read each other's messages
     pid = os.getpid()
     if pid not in _capture_pipe:
         for inherited in _capture_pipe.values():
@@ -114,14 +92,20 @@ def _pipe_of_this_process() -> tuple[int, int]:
     return _capture_pipe[pid]
 
 
-def _check_damaged(path: Path, messages: list[str] | None, what: str, strict: bool) -> None:
-    # refuse (strict) or name in a warning a JPEG that libjpeg decoded with messages
-    if not messages:
-        return
-    said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
-    if strict:
-        raise DataError(f"{said} (part of the picture is missing or garbled)")
-    warn(f"{said}; used as decoded (part of the picture may be missing or grey)")
+def _tv_load(path: Path, mode: str, what: str, strict: bool, warn_damaged: bool) -> torch.Tensor | None:
+    # torchvision's decode or None; a JPEG that libjpeg decoded with messages is refused (strict) or named
+    messages: list[str] | None = [] if strict or warn_damaged else None
+    try:
+        raw = path.read_bytes()  # in Python, so that any file name the OS accepts works
+    except OSError as exc:
+        raise DataError(f"cannot read image {path}: {exc}") from exc
+    out = _tv_decode(raw, mode, messages)
+    if messages:
+        said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
+        if strict:
+            raise DataError(f"{said} (part of the picture is missing or garbled)")
+        warn(f"{said}; used as decoded (part of the picture may be missing or grey)")
+    return out
 
 
 def _pil_open(path: Path) -> Image.Image:
@@ -132,18 +116,12 @@ def _pil_open(path: Path) -> Image.Image:
 
 def load_image(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
     """Decode an image to uint8 ``(3, H, W)`` RGB in display (EXIF) orientation, channels-last in memory.
-
-    Raises DataError naming the file when it cannot be read (``strict``: or when a JPEG decodes with
-    libjpeg warnings, i.e. corrupt or truncated data; ``warn_damaged``: it is used, and a warning names it).
-    """
+    Raises DataError naming the file when it cannot be read (``strict``: or when a JPEG decodes with libjpeg
+    warnings, i.e. corrupt or truncated data; ``warn_damaged``: it is used, and a warning names it)."""
     # torchvision decodes 8-bit RGB; the rest (CMYK JPEGs, whose inverted ink only PIL handles, grayscale,
-    # alpha, 16-bit, TIFF, ...) goes to PIL
+    # alpha, 16-bit, TIFF, ...) goes to PIL: UNCHANGED rather than RGB, the channel count is the test
     path = Path(path)
-    messages: list[str] | None = [] if strict or warn_damaged else None
-    # UNCHANGED rather than RGB: the channel count libjpeg/libpng report is the test that sends
-    # CMYK and the other odd files to PIL, at no cost to the common case.
-    out = _tv_decode(_read_bytes(path), "UNCHANGED", messages)
-    _check_damaged(path, messages, "image", strict)
+    out = _tv_load(path, "UNCHANGED", "image", strict, warn_damaged)
     if out is not None and out.dtype == torch.uint8 and out.ndim == 3 and out.shape[0] == 3:
         return out
     try:
@@ -155,7 +133,7 @@ def load_image(path: str | Path, strict: bool = False, warn_damaged: bool = Fals
 
 
 def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
-    """Map any mask bit depth onto 0..255; a 0/1 (or boolean) mask becomes 0/255."""
+    # any mask bit depth onto 0..255; a 0/1 (or boolean) mask becomes 0/255
     arr = np.asarray(arr)
     peak = int(arr.max()) if arr.size else 0
     if peak <= 1:
@@ -170,24 +148,17 @@ def _mask_to_uint8(arr: np.ndarray) -> np.ndarray:
 
 
 def load_mask(path: str | Path, strict: bool = False, warn_damaged: bool = False) -> torch.Tensor:
-    """Decode a mask to uint8 ``(1, H, W)`` 0..255 (soft masks stay soft; 16-bit rescaled, 0/1 to 0/255).
-    Raises DataError as ``load_image`` does."""
+    """Decode a mask to uint8 ``(1, H, W)`` 0..255 (16-bit rescaled, 0/1 to 0/255); raises as ``load_image``."""
     path = Path(path)
-    messages: list[str] | None = [] if strict or warn_damaged else None
-    out = _tv_decode(_read_bytes(path), "GRAY", messages)
-    _check_damaged(path, messages, "mask", strict)
+    out = _tv_load(path, "GRAY", "mask", strict, warn_damaged)
     if out is not None and out.ndim == 3 and out.shape[0] == 1 and out.dtype in (torch.uint8, torch.uint16):
         # the decoded tensor is ours alone: no copy needed
         arr = out[0].numpy() if out.dtype == torch.uint8 else out[0].to(torch.int32).numpy()
         return torch.from_numpy(_mask_to_uint8(arr)).unsqueeze(0)
     try:
         with _pil_open(path) as img:
-            if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-                arr = np.asarray(img)
-            elif img.mode == "1":
-                arr = np.asarray(img).astype(np.uint8)
-            else:
-                arr = np.asarray(img.convert("L"))
+            # 16-bit, float and 1-bit (boolean) masks as they are, for _mask_to_uint8 to scale
+            arr = np.asarray(img if img.mode in ("I", "I;16", "I;16B", "I;16L", "F", "1") else img.convert("L"))
     except Exception as exc:
         raise DataError(f"cannot read mask {path}: {exc}") from exc
     if arr.dtype.kind == "f":

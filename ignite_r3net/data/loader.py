@@ -19,16 +19,6 @@ from .folder import list_pairs
 from .sampler import EvalShardSampler, ResumableDistributedSampler
 from .transforms import JointCropFlip, draw_angle
 
-__all__ = [
-    "SaliencyTrainSet",
-    "SaliencyEvalSet",
-    "collate_train",
-    "build_train_loader",
-    "build_eval_loader",
-    "worker_context",
-    "stop_workers",
-]
-
 
 def _load_pair(
     image_path: Path, mask_path: Path, strict: bool = False, warn_damaged: bool = False
@@ -44,16 +34,9 @@ def _load_pair(
 
 
 class SaliencyTrainSet(Dataset):
-    """Training pairs under ``roots`` (one folder or several, listed in turn), indexed by the sampler's
-    ``(index, sample_seed)`` keys.
-
-    An item is ``dict(image=uint8 (3, crop, crop) channels-last, mask=uint8 (1, crop, crop),
-    angle=float32 scalar, index, bad=[(image path, problem), ...])``; batch it with :func:`collate_train`.
-    Crop, flip and angle are drawn from ``sample_seed``, so an item is a pure function of its key; rotation
-    and normalisation are left to ``DeviceAugment``. A pair that cannot be read (unless
-    ``allow_decode_warnings``: or a JPEG with libjpeg warnings) is replaced by the next readable one, with
-    the same seed; ``bad`` names the pairs passed over, for the trainer to report.
-    """
+    """Training pairs under ``roots`` by the sampler's ``(index, sample_seed)``: ``dict(image, mask, angle, index,
+    bad)``, crop, flip and angle drawn from the seed. A pair that cannot be read (unless ``allow_decode_warnings``:
+    or a JPEG with libjpeg warnings) is replaced by the next readable one; ``bad`` lists (path, problem)."""
 
     def __init__(
         self, roots: str | Path | Sequence[str | Path], crop: int, rotate: float, allow_decode_warnings: bool = False
@@ -68,13 +51,11 @@ class SaliencyTrainSet(Dataset):
         return len(self.pairs)
 
     def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
-        index, seed = int(key[0]), int(key[1])
-        generator = torch.Generator().manual_seed(seed)
-        index, (image, mask), bad = self._first_readable(index)
+        generator = torch.Generator().manual_seed(int(key[1]))
+        index, (image, mask), bad = self._first_readable(int(key[0]))
         image, mask = self.crop_flip(image, mask, generator)
-        angle = draw_angle(generator, self.rotate) if self.rotate > 0 else 0.0
-        angle_t = torch.tensor(angle, dtype=torch.float32)
-        return {"image": image, "mask": mask, "angle": angle_t, "index": index, "bad": bad}
+        angle = torch.tensor(draw_angle(generator, self.rotate) if self.rotate > 0 else 0.0, dtype=torch.float32)
+        return {"image": image, "mask": mask, "angle": angle, "index": index, "bad": bad}
 
     def _first_readable(self, index: int) -> tuple[int, tuple[torch.Tensor, torch.Tensor], list[tuple[str, str]]]:
         bad: list[tuple[str, str]] = []
@@ -88,25 +69,16 @@ class SaliencyTrainSet(Dataset):
 
 
 def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """``default_collate`` of training items, the images kept channels-last (a copy into planar would cost
-    several times the crop itself); ``bad`` lists the (image path, problem) pairs the items passed over."""
+    """``default_collate`` of training items, the images kept channels-last (planar would cost a copy)."""
     bad = [entry for s in samples for entry in s.get("bad", ())]
     items = [{**{k: v for k, v in s.items() if k != "bad"}, "image": s["image"].permute(1, 2, 0)} for s in samples]
     batch = default_collate(items)
-    batch["image"] = batch["image"].permute(0, 3, 1, 2)
-    batch["bad"] = bad
-    return batch
+    return {**batch, "image": batch["image"].permute(0, 3, 1, 2), "bad": bad}
 
 
 class SaliencyEvalSet(Dataset):
-    """Full-resolution evaluation pairs: ``dict(image=uint8 (3, H, W), mask=uint8 (1, H, W) raw 0..255,
-    name, index, problem)``.
-
-    ``skip_unreadable`` (validation during training, which a damaged file must not end): a pair that
-    cannot be read (``strict``: or whose JPEG decodes with warnings) comes as a 1x1 stand-in whose
-    ``problem`` says why, else ``problem`` is empty. ``warn_damaged`` (``evaluate``): a JPEG that decodes
-    with warnings is scored as decoded, and a warning names it.
-    """
+    """Full-resolution pairs: ``dict(image, mask, name, index, problem)``. ``skip_unreadable``: an unreadable pair
+    (``strict``: or a damaged JPEG) is a 1x1 stand-in, ``problem`` saying why; ``warn_damaged``: as ``load_image``."""
 
     def __init__(
         self,
@@ -117,9 +89,11 @@ class SaliencyEvalSet(Dataset):
         warn_damaged: bool = False,
     ) -> None:
         self.root = Path(root)
-        listed = list_pairs(self.root)
-        self.listed = len(listed)  # the folder's pairs, of which ``max_pairs`` are taken
-        self.pairs = evenly_spaced(listed, max_pairs)
+        self.pairs = list_pairs(self.root)
+        self.listed = len(self.pairs)  # the folder's pairs, of which ``max_pairs`` are taken, evenly spread:
+        # a fixed subset that samples every part of a data set whose names group its sources
+        if max_pairs is not None and max_pairs < self.listed:
+            self.pairs = [self.pairs[i * self.listed // max_pairs] for i in range(max_pairs)]
         self.skip_unreadable, self.strict, self.warn_damaged = skip_unreadable, strict, warn_damaged
 
     def __len__(self) -> int:
@@ -138,24 +112,12 @@ class SaliencyEvalSet(Dataset):
         return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index), "problem": problem}
 
 
-def evenly_spaced(pairs: list[tuple[Path, Path]], count: int | None) -> list[tuple[Path, Path]]:
-    """``count`` pairs spread evenly over the listing (all when None or not smaller): a fixed subset that
-    samples every part of a data set whose names group its sources."""
-    if count is None or count >= len(pairs):
-        return pairs
-    return [pairs[i * len(pairs) // count] for i in range(count)]
-
-
 def build_train_loader(
     config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
 ) -> tuple[DataLoader, ResumableDistributedSampler]:
-    """Training DataLoader of ``config.data`` (per-rank ``config.batch_size``, ``drop_last=True``,
-    ``config.workers`` persistent workers) and its resumable sampler, shard ``rank`` of ``num_replicas``.
-
-    Call ``sampler.set_epoch(epoch, skip_batches)`` before each epoch's iterator is created; do not pass
-    the loader through ``idist.auto_dataloader`` (it would replace the sampler). ``pin_memory``: for CUDA.
-    Raises DataError when the data set has fewer pairs than one batch on every rank.
-    """
+    """Training DataLoader of ``config.data`` (``drop_last``, persistent workers) and its sampler, shard
+    ``rank`` of ``num_replicas``: call ``sampler.set_epoch`` before each epoch, and keep the loader from
+    ``idist.auto_dataloader`` (it would replace the sampler). Raises DataError for less than a batch per rank."""
     dataset = SaliencyTrainSet(config.data, config.crop, config.rotate, config.allow_decode_warnings)
     sampler = ResumableDistributedSampler(len(dataset), num_replicas, rank, config.seed, batch_size=config.batch_size)
     if sampler.num_batches == 0:
@@ -189,9 +151,7 @@ def build_eval_loader(
     strict: bool = False,
     warn_damaged: bool = False,
 ) -> DataLoader:
-    """Evaluation DataLoader: batch size 1 (full-resolution sizes differ), unpadded strided shard (of
-    ``max_pairs`` evenly spaced pairs, when given). ``persistent_workers`` (validation during training)
-    keeps the workers from one pass to the next, until ``stop_workers``; the rest: see ``SaliencyEvalSet``."""
+    """Evaluation DataLoader of batch size 1 on an unpadded strided shard; the rest: see ``SaliencyEvalSet``."""
     dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict, warn_damaged)
     return DataLoader(
         dataset,
@@ -205,20 +165,15 @@ def build_eval_loader(
 
 
 def worker_context(workers: int) -> str | None:
-    """How DataLoader workers start: forked where the platform allows it, as under torchrun.
-
-    A rank spawned by ``idist.Parallel`` inherits spawn, so each worker would import torch and this package
-    again (seconds, at every validation); workers only decode and crop on the CPU, so forking is safe,
-    also after CUDA is initialised."""
+    """Fork DataLoader workers where the platform can: a spawned one imports torch and this package again
+    (seconds, at every validation), and workers only decode and crop on the CPU, safe after CUDA starts."""
     return "fork" if workers > 0 and sys.platform.startswith("linux") else None
 
 
 def stop_workers(loader: DataLoader) -> None:
-    """Stop the persistent workers of ``loader`` now, while its queues are intact. Left to the garbage
-    collector (the Engine's handlers hold the loader in reference cycles), the queues are finalised before
-    the iterator, its stop message is never sent, and each worker waits out its 5 s status check."""
-    # private API, confined here: a DataLoader has no public close; its iterator's
-    # _shutdown_workers is what the iterator's own __del__ calls
+    """Stop the persistent workers of ``loader`` while its queues are intact: left to the garbage collector,
+    the queues go first, the stop message is never sent, and each worker waits out its 5 s status check."""
+    # private API, confined here: a DataLoader has no public close; the iterator's __del__ calls this
     iterator = getattr(loader, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
@@ -226,15 +181,11 @@ def stop_workers(loader: DataLoader) -> None:
 
 
 def init_loader_worker(worker_id: int) -> None:
-    """DataLoader worker set-up: Ctrl-C is for the process that owns the loader, which shuts its workers
-    down (an interrupted worker would only print a traceback), and a worker dies with that process (else
-    it lingers until PyTorch's watchdog notices, seconds later)."""
+    """DataLoader worker set-up: Ctrl-C is for the loader's process, which shuts the workers down, and a
+    worker dies with that process (else it lingers until PyTorch's watchdog notices, seconds later)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass  # no prctl: the watchdog still ends the worker
-
-
-_PR_SET_PDEATHSIG = 1

@@ -1,11 +1,5 @@
-"""The standard saliency data sets by name (test: ECSSD, HKU-IS, PASCAL-S, SOD, DUT-OMRON, DUTS-TE;
-training: MSRA10K, DUTS-TR), with the folder names people give them and their published pair counts.
-
-With ``--data-root DIR``, ``train``, ``evaluate`` and ``compare`` take these names: the set's folder is
-the entry of DIR named after one of its aliases up to case and punctuation (``HKU_IS``), in any layout
-``folder.py`` lists, also one folder further down (``MSRA10K_Imgs_GT/Imgs``). Another pair count is a
-warning, not an error: copies that drop a few pairs are common (4,445 HKU-IS pairs instead of 4,447).
-"""
+"""The standard saliency data sets by name, found in ``--data-root DIR`` by the folder names people give them
+(``HKU_IS``). A pair count other than the published one only warns: copies that drop a few pairs are common."""
 
 from __future__ import annotations
 
@@ -19,10 +13,8 @@ from .folder import IMAGE_EXTS, scan, split_dirs
 
 @dataclass(frozen=True)
 class StandardSet:
-    """A published data set: its name, folder names people use, pairs, split and source."""
-
     name: str
-    aliases: tuple[str, ...]
+    aliases: tuple[str, ...]  # the folder names people use, up to case and punctuation
     pairs: int
     split: str  # "test" or "train"
     source: str  # the publication that released it
@@ -74,7 +66,7 @@ STANDARD_BY_NAME = {s.name: s for s in STANDARD_SETS}
 
 
 def _key(name: str) -> str:
-    """A folder or set name up to case and punctuation: ``HKU-IS`` and ``hku_is`` are ``hkuis``."""
+    # a folder or set name up to case and punctuation: ``HKU-IS`` and ``hku_is`` are ``hkuis``
     return re.sub(r"[^a-z0-9]+", "", name.lower())
 
 
@@ -87,8 +79,7 @@ def standard_set(name: str) -> StandardSet | None:
 
 
 def find_in_root(root: str | Path, dataset: StandardSet) -> Path | None:
-    """The folder of ``dataset`` in ``root`` (an entry named after an alias), down to the folder that holds
-    its images and masks; None when ``root`` has none."""
+    """The folder of ``dataset`` in ``root``, down to the one that holds its images and masks, or None."""
     root = Path(root)
     keys = {_key(dataset.name), *dataset.aliases}
     matches = sorted(p for p in root.iterdir() if p.is_dir() and _key(p.name) in keys) if root.is_dir() else []
@@ -96,8 +87,8 @@ def find_in_root(root: str | Path, dataset: StandardSet) -> Path | None:
 
 
 def _data_folder(folder: Path) -> Path:
-    """``folder``, or the one folder it holds when it holds no images and no images/masks pair of folders
-    (a zip's top folder, ``MSRA10K_Imgs_GT/Imgs``, PoolNet's ``Imgs/`` + ``test.lst``)."""
+    # folder, or the one folder it holds when it holds no images and no images/masks pair of folders
+    # (a zip's top folder, ``MSRA10K_Imgs_GT/Imgs``, PoolNet's ``Imgs/`` + ``test.lst``)
     while True:
         try:
             if split_dirs(folder) is not None:
@@ -112,9 +103,8 @@ def _data_folder(folder: Path) -> Path:
 
 
 def resolve_names(values: list[str], data_root: str | None, option: str, named: bool = False) -> list[str]:
-    """``values`` with each standard set's name replaced by its folder in ``data_root`` (``NAME=DIR`` when
-    ``named``); an existing path or ``NAME=DIR`` stays. Warns when a set's pair count is not the published
-    one; raises OptionError for a value that is no path and no known name, or a set not in ``data_root``."""
+    """``values`` with each set's name replaced by its folder in ``data_root`` (``NAME=DIR`` when ``named``), warning
+    on an unpublished pair count; OptionError for a value that is no path or known name, or a set not found."""
     if data_root is None:
         return values
     root = Path(data_root)
@@ -148,8 +138,7 @@ def found_sets(data_root: str | Path, split: str = "test") -> dict[str, Path]:
 
 
 def check_count(folder: Path, dataset: StandardSet, shown: int = 5) -> int:
-    """The number of pairs in ``folder``; warns when it is not ``dataset``'s published one, naming the
-    first listing problems (unpaired files, the usual cause)."""
+    """The number of pairs in ``folder``; warns when it is not the published one, naming the first problems."""
     pairs, problems = scan(folder)
     if len(pairs) != dataset.pairs:
         more = f"; {len(problems)} listing problems, first: {'; '.join(problems[:shown])}" if problems else ""

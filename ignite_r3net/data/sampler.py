@@ -10,8 +10,6 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["sample_seed", "ResumableDistributedSampler", "EvalShardSampler"]
-
 _MASK64 = (1 << 64) - 1
 _MASK63 = (1 << 63) - 1
 
@@ -26,13 +24,8 @@ def sample_seed(seed: int, epoch: int, position: int) -> int:
 
 
 class ResumableDistributedSampler(Sampler[tuple[int, int]]):
-    """A ``DistributedSampler`` that yields ``(index, sample_seed)`` and can start mid-epoch.
-
-    Permutation, padding and rank split are those of ``torch.utils.data.DistributedSampler``
-    (``drop_last=False``). Each index comes with the :func:`sample_seed` of its global position, from
-    which the dataset draws its augmentation: the same whether or not the epoch was interrupted, and
-    whatever the number of workers.
-    """
+    """A ``DistributedSampler`` (``drop_last=False``) that yields ``(index, sample_seed)`` and can start mid-epoch:
+    the seed of the global position draws the augmentation, the same whether or not the epoch was interrupted."""
 
     def __init__(
         self,
@@ -59,12 +52,11 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         """Select the epoch for the next ``__iter__``, which (that one only) starts after ``skip_batches``."""
         if skip_batches < 0 or skip_batches > self.num_batches:
             raise ValueError(f"skip_batches must be in [0, {self.num_batches}], got {skip_batches}")
-        self.epoch = int(epoch)
-        self.skip_batches = int(skip_batches)
+        self.epoch, self.skip_batches = int(epoch), int(skip_batches)
 
-    def global_indices(self, epoch: int) -> list[int]:
-        """The padded permutation of ``epoch`` shared by all ranks."""
-        if self.shuffle:
+    def keys(self, epoch: int, skip_batches: int = 0) -> list[tuple[int, int]]:
+        """This rank's ``(index, sample_seed)`` list for ``epoch``, after ``skip_batches`` batches."""
+        if self.shuffle:  # the padded permutation all ranks share
             g = torch.Generator().manual_seed(self.seed + epoch)
             indices = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
@@ -72,11 +64,6 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         padding = self.total_size - len(indices)
         if padding > 0:
             indices += (indices * math.ceil(padding / len(indices)))[:padding]
-        return indices
-
-    def keys(self, epoch: int, skip_batches: int = 0) -> list[tuple[int, int]]:
-        """This rank's ``(index, sample_seed)`` list for ``epoch``, after ``skip_batches`` batches."""
-        indices = self.global_indices(epoch)
         start = self.rank + skip_batches * self.batch_size * self.num_replicas
         return [
             (indices[pos], sample_seed(self.seed, epoch, pos))
@@ -84,8 +71,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
         ]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        # Built eagerly (not a generator) so the epoch and skip in force when the DataLoader
-        # iterator is created are the ones used, even if set_epoch is called again later.
+        # a list, not a generator: the epoch and skip set when the DataLoader's iterator is created are used
         keys = self.keys(self.epoch, self.skip_batches)
         self.skip_batches = 0
         return iter(keys)
@@ -100,8 +86,7 @@ class ResumableDistributedSampler(Sampler[tuple[int, int]]):
 
 
 class EvalShardSampler(Sampler[int]):
-    """Strided, unpadded shard for evaluation: every sample is seen exactly once across ranks (distributed
-    metrics are exact); ranks may differ by one sample in length."""
+    """Strided, unpadded shard for evaluation: every sample is seen once across ranks (exact metrics)."""
 
     def __init__(self, dataset_len: int, num_replicas: int = 1, rank: int = 0) -> None:
         if dataset_len < 0:

@@ -1,14 +1,9 @@
-"""A small, deterministic, learnable salient-object data set (MSRA10K layout) for smoke tests and demos.
-
-One (sometimes two) saturated, textured objects near the centre on a cluttered, desaturated background:
-learnable from saturation, contrast and position in a few hundred iterations, while shapes, textures,
-sizes and soft/hard edges vary enough that the task is not trivial.
-"""
+"""A small, deterministic, learnable salient-object data set (MSRA10K layout) for smoke tests and demos: one or
+two saturated, textured objects of varied shapes and edges near the centre on a cluttered, desaturated background."""
 
 from __future__ import annotations
 
 import colorsys
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -18,16 +13,12 @@ from PIL import Image
 
 from ..atomic_files import atomic_output, write_bytes
 
-__all__ = ["make_synthetic_dataset", "synthetic_paths", "ensure_synthetic"]
-
 _FORMAT = 1  # bump when the generator changes so old sets are regenerated
 _MANIFEST = "manifest.json"
 _SPLITS = {"train": 0, "val": 1}
 
 
 # Signed distance fields in pixels (negative inside), vectorised over the whole image
-
-
 def _sdf_polygon(u: np.ndarray, v: np.ndarray, a: float, b: float, rng: np.random.Generator) -> np.ndarray:
     # Points on an ellipse are in convex position, so the max of edge half-plane distances is the SDF inside.
     n = int(rng.integers(3, 8))
@@ -69,9 +60,6 @@ def _shape_sdf(xx, yy, cx, cy, a, b, rng: np.random.Generator) -> np.ndarray:
     if kind == "polygon":
         return _sdf_polygon(u, v, a, b, rng)
     return _sdf_radial(u, v, a, b, rng, star=kind == "star")
-
-
-# Textures
 
 
 def _smooth_noise(h: int, w: int, cells: int, rng: np.random.Generator) -> np.ndarray:
@@ -136,8 +124,7 @@ def _object_fill(xx, yy, h: int, w: int, rng: np.random.Generator) -> np.ndarray
     if kind in (1, 2):  # two vivid colours in stripes or a gradient
         t = (_stripes(xx, yy, rng) if kind == 1 else _gradient(xx, yy, h, w, rng))[..., None]
         return c1 * (1 - t) + _vivid(rng) * t
-    noise = _smooth_noise(h, w, int(rng.integers(6, 14)), rng)[..., None] * 30
-    return c1 + noise
+    return c1 + _smooth_noise(h, w, int(rng.integers(6, 14)), rng)[..., None] * 30
 
 
 def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -169,9 +156,6 @@ def _render(rng: np.random.Generator, size: tuple[int, int]) -> tuple[np.ndarray
     return image, mask
 
 
-# Files
-
-
 def _names(n: int) -> list[str]:
     return [f"syn_{i:05d}{ext}" for i in range(n) for ext in (".jpg", ".png")]
 
@@ -180,10 +164,8 @@ def _write_image(path: Path, array: np.ndarray, **save: Any) -> None:
     # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
     # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
     # whether a set is complete
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, **save)
     with atomic_output(path, durable=False) as tmp:
-        tmp.write_bytes(buf.getvalue())
+        Image.fromarray(array).save(tmp, **save)
 
 
 def _complete(out_dir: Path, params: dict) -> bool:
@@ -199,12 +181,8 @@ def _complete(out_dir: Path, params: dict) -> bool:
 def make_synthetic_dataset(
     out_dir: str | Path, n_train: int = 400, n_val: int = 60, size: tuple[int, int] = (120, 200), seed: int = 2018
 ) -> tuple[Path, Path]:
-    """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs); return both folders.
-
-    ``size`` is the (min, max) side length; height and width are drawn independently. The same
-    arguments always give byte-identical files. A complete set with the same arguments is reused;
-    the manifest is written last, so an interrupted generation is redone.
-    """
+    """Write ``out_dir/train`` and ``out_dir/val`` (``syn_00000.jpg`` + ``.png`` pairs, byte-identical for the same
+    arguments, a complete set reused) and return them; ``size``: (min, max) of the height and of the width."""
     out_dir = Path(out_dir)
     lo, hi = int(size[0]), int(size[1])
     if not 8 <= lo <= hi:
@@ -240,10 +218,5 @@ def synthetic_paths(output_dir: str | Path) -> tuple[Path, Path]:
 def ensure_synthetic(
     output_dir: str | Path, seed: int = 2018, n_train: int = 400, n_val: int = 60
 ) -> tuple[Path, Path]:
-    """Generate (or reuse) the synthetic set under ``<output_dir>/synthetic``; return (train_dir, val_dir).
-
-    Safe to call from several ranks at once (identical bytes, atomic renames), but calling it on
-    one rank and then waiting at a barrier avoids duplicate work.
-    """
-    make_synthetic_dataset(Path(output_dir) / "synthetic", n_train=n_train, n_val=n_val, seed=seed)
-    return synthetic_paths(output_dir)
+    """``make_synthetic_dataset`` in ``<output_dir>/synthetic``: safe from several ranks at once (atomic renames)."""
+    return make_synthetic_dataset(Path(output_dir) / "synthetic", n_train=n_train, n_val=n_val, seed=seed)

@@ -1,10 +1,5 @@
-"""Joint image/mask augmentation, split between the data workers and the training device.
-
-The reference DDP script's PIL ``RandomCrop(300)`` (resizing a smaller image up), ``RandomHorizontallyFlip``
-and ``RandomRotate(10)``: resize, crop and flip run per sample on uint8 tensors, rotation and
-normalisation batched on the device. Randomness comes from a per-sample ``torch.Generator``, so a resumed
-run repeats it exactly.
-"""
+"""The reference DDP script's joint image/mask augmentation: resize, crop and flip per sample on uint8 tensors in
+the data workers (a per-sample ``torch.Generator``), rotation and normalisation batched on the device."""
 
 from __future__ import annotations
 
@@ -13,28 +8,13 @@ import functools
 import torch
 import torch.nn.functional as F
 
-__all__ = [
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "JointCropFlip",
-    "draw_angle",
-    "rotate_batch",
-    "normalize_image",
-    "DeviceAugment",
-]
-
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 class JointCropFlip:
-    """Per-sample crop and flip of a uint8 image ``(3, H, W)`` and mask ``(1, H, W)``, distributed as in
-    the reference DDP script: both resized to ``crop x crop`` (image bilinear, mask nearest) when a side is
-    smaller, a uniform crop offset, a flip with probability 0.5.
-
-    The image stays channels-last (a crop copies whole rows); ``DeviceAugment``'s float conversion, which
-    writes a new tensor anyway, makes it planar.
-    """
+    """The reference's ``RandomCrop`` (resizing a smaller image up) and ``RandomHorizontallyFlip`` of a uint8 image
+    ``(3, H, W)`` and mask ``(1, H, W)``; the image stays channels-last (a crop copies whole rows)."""
 
     def __init__(self, crop: int) -> None:
         if crop < 1:
@@ -75,32 +55,19 @@ def draw_angle(generator: torch.Generator, rotate: float) -> float:
     return u * 2.0 * rotate - rotate
 
 
-def _rotation_grid(angles: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Sampling grid for a counter-clockwise rotation by ``angles`` degrees about the image centre.
-
-    PIL's ``rotate(a)`` maps output pixel p to input ``R(-a) (p - c) + c`` (pixels, y down); in
-    ``grid_sample``'s [-1, 1] coordinates the off-diagonal terms carry the aspect ratio. Equal to
-    ``F.affine_grid(theta, ..., align_corners=False)``, built as two in-place broadcast sums: several
-    times cheaper on the CPU.
-    """
-    n = angles.shape[0]
-    t = -torch.deg2rad(angles.to(torch.float32))
-    cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
-    # pixel centres in normalised coordinates (align_corners=False)
-    xs = ((torch.arange(width, dtype=torch.float32, device=angles.device) * 2 + 1) / width - 1).view(1, 1, width)
-    ys = ((torch.arange(height, dtype=torch.float32, device=angles.device) * 2 + 1) / height - 1).view(1, height, 1)
-    grid = torch.empty(n, height, width, 2, dtype=torch.float32, device=angles.device)
-    torch.add(cos * xs, (sin * (height / width)) * ys, out=grid[..., 0])
-    torch.add((-sin * (width / height)) * xs, cos * ys, out=grid[..., 1])
-    return grid
-
-
 def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, filling
-    with zeros. Host ``angles`` are copied without waiting for the device."""
+    """Rotate float images (bilinear) and masks (nearest) counter-clockwise by ``angles`` degrees, 0-filled."""
     n, _, h, w = images.shape
-    angles = angles.to(device=images.device, non_blocking=True).reshape(n)
-    grid = _rotation_grid(angles, h, w)
+    t = -torch.deg2rad(angles.to(device=images.device, non_blocking=True).reshape(n).to(torch.float32))
+    cos, sin = torch.cos(t).view(n, 1, 1), torch.sin(t).view(n, 1, 1)
+    # grid_sample's grid for PIL's rotate(a), which maps output pixel p to input R(-a) (p - c) + c (pixels,
+    # y down): in [-1, 1] coordinates of the pixel centres the off-diagonal terms carry the aspect ratio.
+    # F.affine_grid's (align_corners=False), built as two in-place broadcast sums: several times cheaper
+    xs = ((torch.arange(w, dtype=torch.float32, device=images.device) * 2 + 1) / w - 1).view(1, 1, w)
+    ys = ((torch.arange(h, dtype=torch.float32, device=images.device) * 2 + 1) / h - 1).view(1, h, 1)
+    grid = torch.empty(n, h, w, 2, dtype=torch.float32, device=images.device)
+    torch.add(cos * xs, (sin * (h / w)) * ys, out=grid[..., 0])
+    torch.add((-sin * (w / h)) * xs, cos * ys, out=grid[..., 1])
     images = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     masks = F.grid_sample(masks, grid, mode="nearest", padding_mode="zeros", align_corners=False)
     return images, masks
@@ -108,8 +75,8 @@ def rotate_batch(images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor
 
 @functools.cache
 def _affine_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)`` with ``x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std`` (ImageNet): one
-    in-place multiply-add. Cached per device: on a GPU each new tensor is a copy from the host."""
+    # (scale, shift) with x_uint8 * scale + shift == (x_uint8 / 255 - mean) / std: one in-place multiply-add;
+    # cached per device, as on a GPU each new tensor is a copy from the host
     m = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     s = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     return 1.0 / (255.0 * s), -m / s
@@ -132,9 +99,8 @@ def normalize_image(images: torch.Tensor) -> torch.Tensor:
 
 
 class DeviceAugment:
-    """Rotate and normalise a training batch on its device: uint8 ``images (N, 3, H, W)`` and ``masks
-    (N, 1, H, W)``, ``angles (N,)`` degrees (on the host) to ImageNet-normalised float images and float
-    masks in [0, 1] (soft masks stay soft)."""
+    """Rotate (``angles`` in degrees, on the host) and normalise a uint8 training batch on its device: ImageNet-
+    normalised float images and float masks in [0, 1] (soft masks stay soft)."""
 
     def __call__(
         self, images: torch.Tensor, masks: torch.Tensor, angles: torch.Tensor

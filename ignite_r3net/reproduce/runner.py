@@ -1,41 +1,52 @@
-"""The steps of ``reproduce``: train (or take ``--checkpoint``), evaluate every test set in ``--data-root``
-(original protocol with and without CRF, standard protocol), score the authors' maps, write the table.
-Each step calls its command (``train``, ``evaluate``); a rerun resumes the training and reuses every
-evaluation of the same checkpoint file (by sha256) on the same pairs."""
+"""``reproduce``: train, evaluate every test set in ``--data-root`` (a rerun resumes the training and reuses every
+evaluation of the same checkpoint on the same pairs), score the authors' maps and write the results table."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import importlib.util
+import io
 import json
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_json
+from ..atomic_files import write_json, write_text
 from ..config import TrainConfig
 from ..content_key import ContentKey
 from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
 from ..errors import OptionError, warn
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
+from ..evaluation.paper_numbers import REFERENCE_NAMES, reference, reference_for
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
 from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..training.recipe_config import config_from_options
 from ..training.start import train
-from .table import Model, build_results, write_results
 
 # the evaluations of one model: variant -> data set -> {"listing", "r3net": row, "standard": row}
 VARIANTS = {"no-crf": False, "crf": True}
+METRICS = ("maxF", "mae")
+COLUMNS = {"no-crf": "ours", "crf": "ours + CRF"}
+
+
+@dataclass
+class Model:
+    """A model of the reproduction: label (``seed 2018``, ``checkpoint``), checkpoint, ``evaluate_model``'s scores."""
+
+    label: str
+    checkpoint: str
+    scores: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, Any]:
-    """Train (unless ``options.checkpoint``), evaluate and write OUTPUT_DIR/results.{md,csv,json}; return
-    results.json's content. ``given``: the training options of the command line (the paper's recipe,
-    MSRA10K and ``--resume auto`` where not given; ``data_root`` is required). Raises OptionError for a
-    wrong option, no test set in ``--data-root`` or a refused resume."""
+    """Train (unless ``options.checkpoint``), evaluate, write OUTPUT_DIR/results.{md,csv,json} and return its JSON;
+    OptionError for a wrong option, no ``--data-root`` or test set in it, or a refused resume."""
     options.validate()
     given = {**REPRODUCE_DEFAULTS, **given}
     data_root = given.get("data_root")
@@ -47,13 +58,19 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
     models = [Model("checkpoint", options.checkpoint)] if options.checkpoint else []
     for config in configs:
         train(config)
-        models.append(Model(f"seed {config.seed}", str(_final_checkpoint(config))))
+        path = Path(config.output_dir) / f"checkpoint_{config.iters}.pt"
+        if not path.is_file():
+            raise OptionError(f"the training in {config.output_dir} ended without its final checkpoint {path.name}")
+        models.append(Model(f"seed {config.seed}", str(path)))
     processes = ProcessOptions(nproc=given.get("nproc", 1), backend=given.get("backend"))
     # the backbone of --checkpoint from its config.json or weights, unless --backbone is given
     inference = InferenceOptions(backbone=given.get("backbone"), workers=given.get("workers", 2))
     progress = given.get("progress", True)
     evaluations = out / "evaluations"
-    variants = _variants()
+    variants = dict(VARIANTS)
+    if importlib.util.find_spec("pydensecrf") is None:
+        warn("the crf extra is not installed (pip install -e '.[crf]'): the CRF columns stay empty")
+        variants = {"no-crf": False}
     for model in models:
         model.scores = evaluate_model(
             model.checkpoint, test_sets, evaluations, processes, inference, variants, progress
@@ -75,13 +92,6 @@ def _training_configs(given: Mapping[str, Any], seeds: list[int] | None) -> list
     return configs
 
 
-def _final_checkpoint(config: TrainConfig) -> Path:
-    path = Path(config.output_dir) / f"checkpoint_{config.iters}.pt"
-    if not path.is_file():
-        raise OptionError(f"the training in {config.output_dir} ended without its final checkpoint {path.name}")
-    return path
-
-
 def _test_sets(data_root: str) -> dict[str, Path]:
     """The standard test sets in ``data_root`` (their counts checked); warns naming the missing ones."""
     found = found_sets(data_root)
@@ -95,14 +105,6 @@ def _test_sets(data_root: str) -> dict[str, Path]:
     return found
 
 
-def _variants() -> dict[str, bool]:
-    """The CRF variants that can run here: without the crf extra, only the one without CRF."""
-    if importlib.util.find_spec("pydensecrf") is None:
-        warn("the crf extra is not installed (pip install -e '.[crf]'): the CRF columns stay empty")
-        return {"no-crf": False}
-    return dict(VARIANTS)
-
-
 def evaluate_model(
     checkpoint: str,
     test_sets: Mapping[str, Path],
@@ -112,9 +114,8 @@ def evaluate_model(
     variants: Mapping[str, bool] = VARIANTS,
     progress: bool = True,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """``checkpoint`` scored on every test set per CRF variant: the original protocol (``evaluate
-    --checkpoint --protocol r3net [--crf] --save-maps``), then the standard one on the same maps
-    (``evaluate --maps``). Kept in ROOT/<sha256>/<variant>.json: a set is not scored again on the same pairs."""
+    """``checkpoint`` scored on every test set per CRF variant by ``evaluate --protocol r3net [--crf] --save-maps``,
+    then ``evaluate --maps`` (standard), kept in ROOT/<sha256>/<variant>.json while the pairs are the same."""
     folder = root / sha256_of(resolve_checkpoint(checkpoint))[:16]
     listings = {name: listing_digest(path) for name, path in test_sets.items()}
     scores = {}
@@ -186,3 +187,151 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         warn(f"{path} cannot be read: evaluating again")
         return {}
+
+
+Summary = dict[str, dict[str, float]]  # metric -> {"mean", and with several models "std", "min", "max"}
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
+    # mean, and with several models their spread: sample standard deviation, min and max
+    out = {"mean": statistics.fmean(values)}
+    if len(values) > 1:
+        out.update(std=statistics.stdev(values), min=min(values), max=max(values))
+    return out
+
+
+def _ours(models: Sequence[Model], variant: str, dataset: str, protocol: str) -> Summary | None:
+    rows = [m.scores[variant][dataset][protocol] for m in models if variant in m.scores]
+    return {metric: _summary([float(row[metric]) for row in rows]) for metric in METRICS} if rows else None
+
+
+def _comparison(ours: Summary | None, ref: Mapping[str, float], options: ReproduceOptions) -> dict:
+    if ours is None or not all(metric in ref for metric in METRICS):
+        return {}
+    delta = {metric: ours[metric]["mean"] - ref[metric] for metric in METRICS}
+    tolerance = {"maxF": options.tolerance_maxf, "mae": options.tolerance_mae}
+    # a rounding margin: the references are given to 3 decimals
+    within = all(abs(delta[m]) <= tolerance[m] + 1e-9 for m in METRICS)
+    return {"delta": delta, "within_tolerance": within}
+
+
+def build_results(
+    models: Sequence[Model],
+    test_sets: Mapping[str, Path],
+    missing: Sequence[str],
+    author: Mapping[str, Mapping[str, Any]] | None,
+    options: ReproduceOptions,
+    data_root: str,
+) -> dict[str, Any]:
+    """Everything results.json holds: models, references, tolerances, an entry per found and the missing sets."""
+    sets: dict[str, Any] = {}
+    for name, folder in test_sets.items():
+        ref = reference_for(name)
+        ref_values = ref.sets[name] if ref else {}
+        entry: dict[str, Any] = {
+            "folder": str(folder),
+            "pairs": models[0].scores["no-crf"][name]["r3net"]["images"] if models else None,
+            "published_pairs": STANDARD_BY_NAME[name].pairs,
+            "reference": {"name": ref.name, **{m: ref_values[m] for m in METRICS if m in ref_values}} if ref else None,
+        }
+        for variant in COLUMNS:
+            ours = _ours(models, variant, name, "r3net")
+            entry[variant] = {"r3net": ours, "standard": _ours(models, variant, name, "standard")}
+            entry[variant].update(_comparison(ours, ref_values, options))
+        if author is not None and name in author:
+            entry["author_maps"] = {p: {m: author[name][p][m] for m in METRICS} for p in ("r3net", "standard")}
+        sets[name] = entry
+    return {
+        "data_root": data_root,
+        "models": [{"label": m.label, "checkpoint": m.checkpoint} for m in models],
+        "protocol": "maxF and MAE by the original R3Net code's definitions (--protocol r3net); 'standard': "
+        "PySODMetrics on the same maps",
+        "tolerance": {"maxF": options.tolerance_maxf, "mae": options.tolerance_mae},
+        "references": {
+            name: {"label": r.label, "source": r.source, "kind": r.kind, "note": r.note}
+            for name, r in ((n, reference(n)) for n in REFERENCE_NAMES)
+        },
+        "sets": sets,
+        "missing": list(missing),
+    }
+
+
+def _value(summary: Summary | None, metric: str) -> str:
+    if not summary:
+        return "-"
+    cell = f"{summary[metric]['mean']:.3f}"
+    return f"{cell} ± {summary[metric]['std']:.3f}" if "std" in summary[metric] else cell
+
+
+def _comparison_cells(entry: Mapping[str, Any]) -> list[str]:
+    # Δ maxF, Δ MAE and within, which _comparison gives together or not at all
+    if "delta" not in entry:
+        return ["-", "-", "-"]
+    return [*(f"{entry['delta'][m]:+.3f}" for m in METRICS), "yes" if entry["within_tolerance"] else "no"]
+
+
+def table_rows(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the table (one per found test set)."""
+    header = ["data set", "pairs", "reference", "ref maxF", "ref MAE"]
+    for title in COLUMNS.values():
+        header += [f"{title} maxF", f"{title} MAE", "Δ maxF", "Δ MAE", "within"]
+    header += ["standard maxF", "standard MAE"]
+    with_author = any("author_maps" in e for e in results["sets"].values())
+    if with_author:
+        header += ["author maps maxF", "author maps MAE"]
+    rows = []
+    for name, entry in results["sets"].items():
+        ref = entry["reference"] or {}
+        marked = {"r3net-paper": "paper", "r3net-released-maps": "released maps ‡"}.get(ref.get("name", ""), "-")
+        row = [name, str(entry["pairs"]), marked, *(f"{ref[m]:.3f}" if m in ref else "-" for m in METRICS)]
+        for variant in COLUMNS:
+            row += [*(_value(entry[variant]["r3net"], m) for m in METRICS), *_comparison_cells(entry[variant])]
+        row += [_value(entry["no-crf"]["standard"], m) for m in METRICS]
+        if with_author:
+            author = entry.get("author_maps")
+            row += [f"{author['r3net'][m]:.3f}" if author else "-" for m in METRICS]
+        rows.append(row)
+    return header, rows
+
+
+def to_markdown(results: Mapping[str, Any]) -> str:
+    """results.md: the table and what its columns mean."""
+    header, rows = table_rows(results)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    tolerance = results["tolerance"]
+    models = results["models"]
+    notes = [
+        "",
+        f"maxF and MAE by the original R3Net code's protocol (--protocol r3net), full resolution; standard: "
+        f"PySODMetrics on the maps without CRF. Δ = ours - reference; within: |Δ maxF| <= {tolerance['maxF']} "
+        f"and |Δ MAE| <= {tolerance['mae']}.",
+        "Models: "
+        + "; ".join(f"{m['label']}: {m['checkpoint']}" for m in models)
+        + (f" (mean ± sample standard deviation of {len(models)} models)" if len(models) > 1 else ""),
+    ]
+    for name, ref in results["references"].items():
+        mark = " ‡" if name == "r3net-released-maps" else ""
+        notes.append(
+            f"Reference {ref['label']}{mark}: {ref['source']}." + (f" Note: {ref['note']}." if ref["note"] else "")
+        )
+    if results["missing"]:
+        notes.append(f"Missing (not found in {results['data_root']}): {', '.join(results['missing'])}.")
+    return "\n".join(lines + notes) + "\n"
+
+
+def to_csv(results: Mapping[str, Any]) -> str:
+    header, rows = table_rows(results)
+    missing = [[name, "missing"] for name in results["missing"]]
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([header, *rows, *missing])
+    return buffer.getvalue()
+
+
+def write_results(results: Mapping[str, Any], out: Path) -> None:
+    """Print the table and write OUT/results.md, results.csv and results.json."""
+    markdown = to_markdown(results)
+    print(markdown, flush=True)
+    write_text(markdown, out / "results.md")
+    write_text(to_csv(results), out / "results.csv")
+    write_json(results, out / "results.json")

@@ -1,2 +1,1 @@
-"""Training: start-up (``start``: checks, then the workers), the worker (``worker``), the Engine
-and its handlers (``engine``)."""
+"""Training: start-up (``start``: checks, then the workers), the worker, the Engine and its handlers."""

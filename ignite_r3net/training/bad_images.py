@@ -1,8 +1,6 @@
-"""Training pairs found unreadable during a run (a damaged file, a cut JPEG): ``SaliencyTrainSet``
-trains on the next readable pair and names it in the batch's ``bad`` list; ``BadImages`` gathers those
-names from every rank at the sync iterations, reports each once, and stops every rank at the same
-iteration past ``--max-bad-images``. The list is checkpointed, so a resumed run counts on.
-"""
+"""Training pairs found unreadable during a run: ``SaliencyTrainSet`` trains on the next readable pair and
+names it in the batch's ``bad`` list; ``BadImages`` gathers them from every rank at the sync iterations,
+reports each once, stops every rank alike past ``--max-bad-images``, and is checkpointed."""
 
 from __future__ import annotations
 
@@ -69,8 +67,7 @@ class BadImages:
 def attach_bad_images(
     trainer: Engine, bad: BadImages, log: TrainLog, sync_iterations: CallableEventWithFilter, config: TrainConfig
 ) -> None:
-    """Note each batch's replaced pairs; at ``sync_iterations`` report the new ones (rank 0) and stop
-    every rank past ``--max-bad-images``."""
+    """Note each batch's replaced pairs; report new ones at ``sync_iterations``, past the limit stop."""
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def note_replaced_pairs(engine: Engine) -> None:

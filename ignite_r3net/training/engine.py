@@ -1,5 +1,6 @@
 """The training Engine and its handlers: ``create_trainer`` attaches, in the design's order, the poly
-LR, the loss meters, the log line and checkpointing (rank 0 writes), then the rest.
+LR, the loss meters, the log line and checkpointing (rank 0 writes), then the rest, one line each:
+sampler epoch, damaged images, progress, validation, TensorBoard and trackers, signals, failures.
 
 Every ``attach_*`` runs on every rank (handlers with collectives need all ranks); rank 0's own work
 (files, TensorBoard, the progress bar) is ``rank_zero_only``. ``sync_iterations`` alone decides which
@@ -10,14 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, NamedTuple, cast
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
-from ignite.engine.events import CallableEventWithFilter
 from ignite.handlers import Checkpoint, LRScheduler
 
 from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
@@ -26,11 +25,14 @@ from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
 from ..progress import Clock, Progress, format_duration
 from .bad_images import BadImages, attach_bad_images
+from .events import log_iterations, sync_iterations
 from .meters import LOSS_NAMES, LossMeter
 from .optim import learning_rates
 from .resume import RunRecipe
 from .step import create_train_step
+from .tracker_loggers import attach_loggers, open_tensorboard
 from .train_log import TrainLog
+from .validation import attach_validation
 
 
 class NonFiniteLossError(RuntimeError):
@@ -38,11 +40,10 @@ class NonFiniteLossError(RuntimeError):
 
 
 class TrainerParts(NamedTuple):
-    """The Engine, what a checkpoint holds, and what a failure closes (add what is attached later)."""
+    """The Engine and what a checkpoint holds."""
 
     trainer: Engine
     to_save: dict[str, Any]
-    closables: list[Any]
 
 
 def create_trainer(
@@ -54,8 +55,9 @@ def create_trainer(
     config: TrainConfig,
     device: torch.device,
     scaler: torch.amp.GradScaler | None = None,
+    val_loader: Any = None,
 ) -> TrainerParts:
-    """The training Engine: one batch per iteration, then its handlers in the module's order."""
+    """The training Engine: one batch per iteration, then its handlers in the design's order."""
     # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
     trained = cast(torch.nn.Module, torch.compile(model)) if config.compile else model
     trainer = Engine(create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last))
@@ -76,6 +78,7 @@ def create_trainer(
     if scaler is not None:
         to_save["scaler"] = scaler
 
+    # the design card: ITERATION_COMPLETED handlers, in this order
     attach_poly_lr(trainer, lr_scheduler)
     attach_loss_meter(trainer, meter, clock, config)
     attach_train_log(trainer, log, meter, clock, lr_scheduler, config)
@@ -84,21 +87,12 @@ def create_trainer(
     attach_sampler_epoch(trainer, sampler)
     attach_bad_images(trainer, bad, log, sync_iterations(config), config)
     progress = attach_progress_bar(trainer, clock, config)
-    closables: list[Any] = [progress, log]
-    attach_close_on_failure(trainer, closables)
-    return TrainerParts(trainer, to_save, closables)
-
-
-def log_iterations(config: TrainConfig) -> CallableEventWithFilter:
-    """Every ``--log-every`` iteration and the last: log line, TensorBoard and the trackers."""
-    return Events.ITERATION_COMPLETED(event_filter=every_or_last(config.log_every, config.iters))
-
-
-def sync_iterations(config: TrainConfig) -> CallableEventWithFilter:
-    """The log iterations and every checkpoint: the only ones with a collective or a host sync."""
-    return Events.ITERATION_COMPLETED(
-        event_filter=every_or_last(config.log_every, config.iters, config.checkpoint_every)
-    )
+    tb = open_tensorboard(config)
+    evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
+    trackers = attach_loggers(trainer, evaluator, tb, lr_scheduler, config)
+    attach_stop_on_sigterm(trainer)
+    attach_close_on_failure(trainer, [progress, log, *(trackers or [])])
+    return TrainerParts(trainer, to_save)
 
 
 class RunClock:
@@ -224,16 +218,6 @@ def _done_in_epoch(engine: Engine) -> int:
     return engine.state.iteration % cast(int, engine.state.epoch_length)  # set by Engine.run
 
 
-def every_or_last(every: int, last: int, *extra_every: int) -> Callable[[Engine, int], bool]:
-    """Event filter: iterations divisible by ``every`` or any of ``extra_every``, and ``last``."""
-    periods = [p for p in (every, *extra_every) if p > 0]
-
-    def event_filter(_: Engine, iteration: int) -> bool:
-        return iteration == last or any(iteration % p == 0 for p in periods)
-
-    return event_filter
-
-
 class RunProgress:
     """The bar over ``--iters``, opened at the first iteration trained (not counting the validation)."""
 
@@ -270,8 +254,8 @@ def attach_progress_bar(trainer: Engine, clock: RunClock, config: TrainConfig) -
 
 def attach_close_on_failure(trainer: Engine, closables: list[Any]) -> None:
     """On a failure, close ``closables`` (None entries skipped) so that the last lines are on disk,
-    then re-raise. One handler over a list that may still grow: ignite stops calling EXCEPTION_RAISED
-    handlers at the first that raises, and swallows the exception if none does."""
+    then re-raise. One handler for them all: ignite stops calling EXCEPTION_RAISED handlers at the
+    first that raises, and swallows the exception if none does."""
 
     def on_exception(engine: Engine, e: BaseException) -> None:
         for closable in (c for c in closables if c is not None):  # not filter(None): a falsy closable still closes

@@ -1,6 +1,5 @@
-"""Running averages of the 7 side-output losses and their sum across all ranks: updated on the device,
-read by one all-reduce (``sync``) when a log line or checkpoint needs them. The first iteration each
-loss went non-finite is kept too, so that every rank stops at the same iteration."""
+"""Running averages of the 7 side-output losses and their sum over all ranks, updated on the device and
+read by one all-reduce (``sync``); with the first non-finite iteration, so that every rank stops alike."""
 
 from __future__ import annotations
 
@@ -52,26 +51,21 @@ class LossMeter:
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
 
     def sync(self, iteration: int) -> MeterReading:
-        """All-reduce across ranks and read the averages on the host (a collective), once per
-        ``iteration``: a second call returns the same reading. Only when a sum is non-finite do the
-        ranks ask which iteration was first."""
-        if self._reading is None or self._reading[0] != iteration:
-            self._reading = (iteration, self._sync())
-        return self._reading[1]
-
-    def _sync(self) -> MeterReading:
+        """The averages over all ranks, read on the host (a collective, once per ``iteration``: a second
+        call returns the same reading); only a non-finite sum asks which iteration was first."""
+        if self._reading is not None and self._reading[0] == iteration:
+            return self._reading[1]
         values = all_reduce_tensor(torch.cat([self._sums, self._count])).tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
-        if all(math.isfinite(v) for v in values):
-            return MeterReading(averages, int(count), None, [])
-        bad = all_reduce_tensor(self._first_bad.clone(), op="MIN").tolist()
-        first = min(bad)
-        if math.isinf(first):
-            return MeterReading(averages, int(count), None, [])
-        return MeterReading(
-            averages, int(count), int(first), [name for name, it in zip(LOSS_NAMES, bad) if it == first]
-        )
+        first, nonfinite = None, []
+        if not all(math.isfinite(v) for v in values):
+            bad = all_reduce_tensor(self._first_bad.clone(), op="MIN").tolist()
+            if not math.isinf(min(bad)):
+                first = int(min(bad))
+                nonfinite = [name for name, it in zip(LOSS_NAMES, bad) if it == first]
+        self._reading = (iteration, MeterReading(averages, int(count), first, nonfinite))
+        return self._reading[1]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Sums over all ranks (a collective); restoring them on one rank restores the global average."""

@@ -1,5 +1,4 @@
-"""The reference DDP script's optimiser recipe: SGD with bias parameters at 2x LR and no weight
-decay, poly LR decay."""
+"""The reference DDP script's optimiser recipe: SGD with biases at 2x LR and no weight decay, poly LR decay."""
 
 from __future__ import annotations
 
@@ -42,10 +41,8 @@ class PolyFactor:
 
 
 def build_poly_lr(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LRScheduler:
-    """Poly decay ``lr_i = base * (1 - (i - 1) / iters) ** power`` for iteration i (1-based), as the
-    reference DDP script has it: ``LambdaLR``'s closed form (torch's chained ``PolynomialLR`` drifts when
-    ignite drives it), through ignite's ``use_legacy`` variant, where each call after iteration i sets
-    ``lr_{i+1}``."""
+    """The reference's ``lr_i = base * (1 - (i - 1) / iters) ** power`` (i from 1): ``LambdaLR``'s closed form
+    (a chained ``PolynomialLR`` drifts under ignite), ``use_legacy``: the call after iteration i sets lr_{i+1}."""
     with warnings.catch_warnings():
         # ignite warns that use_legacy needs ITERATION_COMPLETED, where engine.attach_poly_lr puts it
         warnings.filterwarnings("ignore", message="Please make sure to attach scheduler")

@@ -1,6 +1,5 @@
-"""The training config a command line describes: the ``--recipe``'s values (or those a run saved,
-``--config``), replaced by the options given, with a recipe's global batch shared among the job's
-processes."""
+"""The training config a command line describes: the ``--recipe``'s values (or a saved run's, ``--config``)
+under the options given, a recipe's global batch shared among the job's processes."""
 
 from __future__ import annotations
 
@@ -22,28 +21,21 @@ _CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
 
 
 def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> TrainConfig:
-    """``TrainConfig`` from ``base`` (default: the defaults), overlaid with the values of the recipe
-    ``given`` names (or the default one when ``base`` is empty), then with ``given`` itself. A recipe's
-    global batch (``r3net-paper``: 14) is shared by the processes unless ``--batch-size`` is given.
-
-    Raises:
-        OptionError: the global batch cannot be shared equally by the job's processes.
-    """
+    """``base`` (default: the defaults) under the recipe ``given`` names (the default one when ``base`` is
+    empty), under ``given``. A recipe's global batch (``r3net-paper``: 14) is shared by the processes unless
+    ``--batch-size`` is given; ``OptionError`` when they cannot share it equally."""
     values = dict(base or {})
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
-    applied = recipe is not None and ("recipe" in given or not values)
-    if recipe is not None and applied:
+    if "recipe" not in given and values:  # a saved run's values hold its recipe's already
+        recipe = None
+    if recipe is not None:
         values.update(recipe.values, recipe=name)
     values.update(given)
     config = TrainConfig(**values)
-    if recipe is None or not applied or recipe.global_batch is None or "batch_size" in given:
+    if recipe is None or recipe.global_batch is None or "batch_size" in given:
         return config
-    return _share_global_batch(config, recipe.global_batch)
-
-
-def _share_global_batch(config: TrainConfig, global_batch: int) -> TrainConfig:
-    world = LaunchSpec.of(config).world_size
+    global_batch, world = recipe.global_batch, LaunchSpec.of(config).world_size
     per_process = split_global_batch(global_batch, world)
     if per_process is None:
         possible = ", ".join(str(n) for n in possible_world_sizes(global_batch))
@@ -61,13 +53,9 @@ def _share_global_batch(config: TrainConfig, global_batch: int) -> TrainConfig:
 
 
 def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
-    """``train --config FILE``: the recipe a run saved in ``path``, with ``given`` in its place; not its
-    ``resume`` nor ``device``. ``weights`` is kept as the expected starting weights unless ``given``
-    chooses them anew; ``--data synthetic`` is ``synthetic`` again (generated into the new folder).
-
-    Raises:
-        OptionError: the file cannot be read, a key is no option of ``train``, or a value is wrong.
-    """
+    """``train --config FILE``: the recipe a run saved (not ``resume``, ``device``) under ``given``; its
+    ``weights`` are the expected ones unless ``given`` chooses anew; its generated data is ``synthetic`` again.
+    ``OptionError``: the file cannot be read, a key is no option of ``train``, or a value is wrong."""
     saved = read_options(TrainConfig, path, "--config")
     if "backbone" not in given and "backbone" in saved and saved["backbone"] not in BACKBONES:
         # its choices are the model package's, not the field's: read_options cannot check them

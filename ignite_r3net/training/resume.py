@@ -1,10 +1,9 @@
-"""``--resume``: which checkpoint a run continues, and proof that it continues the same run. A resume
-is exact (sample for sample, ending where the uninterrupted run would): that needs the checkpoint's
-full training state and the same recipe, both checked here before any worker starts.
-"""
+"""``--resume``: which checkpoint a run continues, and proof that it continues the same run exactly
+(sample for sample): the checkpoint's full training state and the same recipe, checked before any worker."""
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,9 +15,8 @@ from ..data.sampler import ResumableDistributedSampler
 from ..errors import CheckpointError, OptionError, warn
 from ..options.fields import flag_named
 
-# Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state
-# dict restores them), what each iteration samples and how it is computed (precision, TF32,
-# deterministic algorithms).
+# Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state dict
+# restores them), what each iteration samples and how it is computed (precision, TF32, determinism).
 RESUME_FIXED = tuple(
     "iters lr lr_power momentum weight_decay batch_size crop rotate backbone seed amp recipe tf32 deterministic".split()
 )
@@ -28,9 +26,8 @@ EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 
 
 class RunRecipe:
-    """What a resume must not change, saved in each checkpoint as ``recipe``: the ``RESUME_FIXED``
-    options, the world size, the training pairs and folders (``config.data_sets``). Never restored:
-    ``check_resume_compatible`` compares it (ignite would quietly keep the checkpoint's schedule)."""
+    """What a resume must not change (``RESUME_FIXED``, world size, ``config.data_sets``), checkpointed as
+    ``recipe``: compared, never restored (ignite would quietly keep the checkpoint's schedule)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values = dict(values)
@@ -50,9 +47,8 @@ class RunRecipe:
         """Nothing to restore: the recipe is compared before the run starts, never loaded."""
 
     def differences(self, saved: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-        """``{name: (saved value, this run's value)}`` for each difference; training folders differ when
-        their pairs do (a folder that moved holds the same pairs)."""
-        same = {"data": _same_pairs}
+        """``{name: (saved, this run's value)}``; folders differ when their pairs do (not when moved)."""
+        same = {"data": lambda old, new: [d["listing"] for d in old] == [d["listing"] for d in new]}
         return {
             name: (saved[name], value)
             for name, value in self.values.items()
@@ -60,8 +56,12 @@ class RunRecipe:
         }
 
 
-def _same_pairs(saved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
-    return [d["listing"] for d in saved] == [d["listing"] for d in new]
+def read_record(output_dir: str, name: str) -> dict[str, Any]:
+    """The JSON object a resumed run left in ``output_dir/name``; empty when there is none to read."""
+    try:
+        return dict(json.loads((Path(output_dir) / name).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return {}
 
 
 def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
@@ -71,7 +71,12 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
     if config.resume == "auto":
         found = find_resume_checkpoint(config.output_dir, report=warn)
         if found is None:
-            _refuse_unloadable_checkpoints(config)
+            unloadable = [path.name for _, path in list_checkpoints(config.output_dir)]
+            if unloadable:  # a disk or copy problem to look at first, no reason to start afresh over them
+                raise OptionError(
+                    f"--resume auto: none of the {len(unloadable)} checkpoint(s) in {config.output_dir} loads "
+                    f"({', '.join(unloadable)}: see the warnings above); move them away to start a fresh run there"
+                )
             warn(f"--resume auto: no checkpoint in {config.output_dir}; starting a fresh run")
             return None
         path, checkpoint = str(found[0]), found[1]
@@ -84,38 +89,7 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
         except CheckpointError as e:
             raise OptionError(f"--resume: {e}") from None
         _refuse_newer_checkpoints(config)
-    _check_training_state(path, config.amp, checkpoint)
-    return path, checkpoint
-
-
-def _refuse_unloadable_checkpoints(config: TrainConfig) -> None:
-    """Checkpoints that all fail to load are no reason to start afresh over them (a disk or copy
-    problem to look at first)."""
-    found = [path.name for _, path in list_checkpoints(config.output_dir)]
-    if found:
-        raise OptionError(
-            f"--resume auto: none of the {len(found)} checkpoint(s) in {config.output_dir} loads "
-            f"({', '.join(found)}: see the warnings above); move them away to start a fresh run there"
-        )
-
-
-def _refuse_newer_checkpoints(config: TrainConfig) -> None:
-    """Newer checkpoints beside the one resumed would be picked up by the next ``--resume auto``."""
-    resume = Path(str(config.resume)).resolve()
-    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
-    if resume not in here:
-        return
-    newer = sorted(p.name for p, it in here.items() if it > here[resume])
-    if newer:
-        raise OptionError(
-            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
-            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
-            "resume into another --output-dir"
-        )
-
-
-def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) -> None:
-    needed = TRAINING_STATE_KEYS + (("scaler",) if amp == "fp16" else ())
+    needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
         hint = (
@@ -127,12 +101,25 @@ def _check_training_state(path: str, amp: str, checkpoint: Mapping[str, Any]) ->
         raise OptionError(
             f"--resume {path} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
         )
+    return path, checkpoint
+
+
+def _refuse_newer_checkpoints(config: TrainConfig) -> None:
+    # newer checkpoints beside the one resumed would be picked up by the next --resume auto
+    resume = Path(str(config.resume)).resolve()
+    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
+    newer = sorted(p.name for p, it in here.items() if resume in here and it > here[resume])
+    if newer:
+        raise OptionError(
+            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
+            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
+            "resume into another --output-dir"
+        )
 
 
 def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> None:
-    """This run's options continue the checkpoint's run exactly: ignite restores the schedule and
-    epoch length, the optimiser its hyper-parameters, so changes would be silently ignored (or, with
-    more iterations, restart a finished run at LR zero)."""
+    """Refuse a run that does not continue the checkpoint's exactly: ignite and the optimiser would silently
+    restore their own schedule, epoch length and hyper-parameters (more iters: a restart at LR zero)."""
     changed = RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
     # what ignite itself keeps, so also checked for checkpoints without a recipe
     state = checkpoint["trainer"]
@@ -171,7 +158,6 @@ def _option_name(name: str) -> str:
 
 
 def _value(name: str, value: Any) -> str:
-    """An option's value as the refusal shows it: each training folder with its pairs."""
-    if name != "data":
+    if name != "data":  # each training folder with its pairs
         return str(value)
     return ", ".join(f"{d['folder']}: {d['listing']}" for d in value)

@@ -1,20 +1,43 @@
-"""``train``: resolve the run once in the launching process (``run_plan``), then start the workers,
-which save the config once they agree."""
+"""``train``: the run resolved once in the launching process (``planned_run``: every user error one line,
+before any work can be lost) into the frozen ``RunPlan`` that the launch and every worker receive; then the
+workers, which save the config once they agree."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import torch
+from filelock import FileLock
+
+from ..checkpoint_io import list_checkpoints, load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
+from ..data.checks import assert_dataset_ok
+from ..data.folder import listing_digest
+from ..data.registry import resolve_names
+from ..data.synthetic import ensure_synthetic
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
+from ..distributed.process_setup import freeze_long_lived_objects, use_device
 from ..distributed.ranks import rank_zero_only, refuse_unless_ranks_agree
-from ..errors import ending_line
+from ..distributed.topology import LaunchSpec, started_by_torchrun
+from ..errors import CheckpointError, OptionError, ending_line, error_line, warn
+from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
+from ..model.backbones import BACKBONES
+from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
+from ..model.r3net import build_backbone, num_parameters
+from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
-from .resume import RESUME_FIXED
-from .run_plan import RunPlan, planned_run
+from ..run_lock import claimed_folder
+from .resume import RESUME_FIXED, check_resume_compatible, read_record, resolve_resume
+from .trackers import prepare_trackers
 from .train_log import record_ending
 
 # a rank that syncs its loss meters, or validates, at other iterations than its peers hangs them
@@ -22,16 +45,11 @@ COLLECTIVE_SCHEDULE = ("log_every", "checkpoint_every", "val_every")
 
 
 def train(config: TrainConfig) -> None:
-    """Train as ``config`` says on every worker, after ``run_plan.planned_run`` (whose errors this raises).
-
-    Raises:
-        WorkerFailed: a rank failed (its traceback in ``OUTPUT_DIR/error-rankN.log``).
-        RendezvousFailed: the processes of a multi-node job did not all meet within ``--dist-timeout``.
-        RanksDisagree: the ranks were started with different options or software.
-        KeyboardInterrupt: Ctrl-C, or ``Terminated`` for SIGTERM, after every rank has stopped.
-    """
+    """Train as ``config`` says on every worker. Raises ``planned_run``'s errors, ``WorkerFailed`` (traceback in
+    ``OUTPUT_DIR/error-rankN.log``), ``RendezvousFailed`` (not all met within ``--dist-timeout``), ``RanksDisagree``,
+    ``KeyboardInterrupt`` (Ctrl-C; ``Terminated`` for SIGTERM) once every rank stopped."""
     with planned_run(config) as plan:
-        if plan.complete:
+        if plan.start >= plan.config.iters:
             done = plan.config
             echo(f"run already complete: {done.resume} is at iteration {plan.start} of {done.iters}; nothing to do")
             return
@@ -49,7 +67,7 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
     if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
         set_deterministic_environment()
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
-    _save_config(config)
+    rank_zero_only(config.save)(os.path.join(config.output_dir, "config.json"))
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .worker import training
@@ -60,14 +78,227 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
 
 
 def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
-    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps, the
-    options that schedule collectives, and the pairs ``--data`` and ``--val-data`` list. Options that
-    may differ between nodes are left out (``--workers``, ``--output-dir``, ``--node-rank``, the
-    rendezvous and speed options, ``--keep``), and the starting weights: DDP copies rank 0's."""
+    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps, the options
+    that schedule collectives, the data's pairs; not what may differ between nodes (``--workers``, ``--output-dir``,
+    ``--node-rank``, rendezvous and speed options, ``--keep``) nor the starting weights (DDP copies rank 0's)."""
     listings = {flag_named(TrainConfig, name): listing for name, listing in (config.listings or {}).items()}
     return values_by_flag(config, RESUME_FIXED + COLLECTIVE_SCHEDULE) | listings
 
 
-@rank_zero_only
-def _save_config(config: TrainConfig) -> None:
-    config.save(os.path.join(config.output_dir, "config.json"))
+@dataclass(frozen=True)
+class RunPlan:
+    """The run as start-up resolved it: ``config`` filled in, the launch layout, the iterations already trained."""
+
+    config: TrainConfig
+    spec: LaunchSpec
+    start: int
+
+
+@contextmanager
+def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
+    """Check and resolve everything a run needs, holding its output folder (``run_lock``) meanwhile.
+    Raises ``OptionError`` (an option, folder, checkpoint, weights, tracker) or ``DataError`` (by file)."""
+    config.validate()
+    if config.deterministic:  # before any CUDA work here; spawned workers inherit it
+        set_deterministic_environment()
+    spec = LaunchSpec.of(config)
+    check_slurm(spec)
+    check_torchrun(config)
+    if config.backbone not in BACKBONES:
+        raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
+    device = use_device(spec)  # before anything else asks torch about CUDA: --device cpu hides it
+    output = Path(config.output_dir)
+    with claimed_folder(output, "--output-dir", spec.is_leader()):
+        check_disk_space(config, num_parameters(config.backbone))
+        # a fresh run must not mix its checkpoints (periodic or best) with an earlier run's
+        if not config.resume and (list_checkpoints(output) or any(output.glob("best_model_*.pt"))):
+            raise OptionError(
+                f"--output-dir {config.output_dir} already holds checkpoints of a run: continue it "
+                "with --resume auto, or choose another --output-dir"
+            )
+        resume_file, checkpoint = resolve_resume(config) or (None, None)
+        weights = resolve_initial_weights(config, resumed=resume_file is not None)
+        resolved = dataclasses.replace(
+            resolve_data(config, spec.world_size), device=device, resume=resume_file, weights=weights
+        )
+        start = 0
+        if checkpoint is not None:
+            pairs = sum(d["pairs"] for d in resolved.data_sets or [])
+            check_resume_compatible(resolved, checkpoint, spec.world_size, pairs)
+            start = int(checkpoint["trainer"].get("iteration", 0))
+        # rank 0 logs to the trackers: the job's leading process opens their runs
+        if spec.is_leader() and start < config.iters:
+            resolved = dataclasses.replace(resolved, tracking=prepare_trackers(resolved))
+        yield RunPlan(resolved, spec, start)
+
+
+def check_slurm(spec: LaunchSpec) -> None:
+    """Under srun the nodes and ranks come from SLURM; spawning workers needs one task per node."""
+    task = spec.slurm
+    if task is None:
+        return
+    if spec.nnodes != 1 or spec.node_rank != 0:
+        raise OptionError("--nnodes and --node-rank come from SLURM under srun: leave them out")
+    if spec.nproc > 1 and not task.one_task_per_node:
+        raise OptionError(
+            f"--nproc {spec.nproc} under srun spawns that many workers per task, so it needs one task per node "
+            f"(this step has {task.ntasks} tasks on {task.nnodes} node(s)): use srun --ntasks-per-node 1, or "
+            "one task per GPU without --nproc"
+        )
+
+
+def check_torchrun(config: TrainConfig) -> None:
+    """Under torchrun the ranks meet where torchrun says: another address or port cannot be honoured."""
+    env = os.environ
+    if not started_by_torchrun():
+        return
+    for flag, given, variable in (
+        ("--master-addr", config.master_addr, "MASTER_ADDR"),
+        ("--master-port", config.master_port, "MASTER_PORT"),
+    ):
+        if given is not None and str(given) != env.get(variable):
+            raise OptionError(
+                f"{flag} {given}: under torchrun the ranks meet where torchrun says ({variable}="
+                f"{env.get(variable)}); leave {flag} out, or give the address to torchrun (--rdzv-endpoint, "
+                "--master-addr, --master-port)"
+            )
+
+
+def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
+    """Refuse to start when the checkpoints kept (weights + momentum, fp32) cannot fit."""
+    per_checkpoint = num_parameters * 4 * 2 + (1 << 20)
+    needed = per_checkpoint * (config.keep + 2)  # kept + best + the one being written
+    free = shutil.disk_usage(config.output_dir).free
+    if free < needed:
+        raise OptionError(
+            f"--output-dir {config.output_dir} has {free / 2**20:.0f} MiB free; "
+            f"{config.keep} checkpoints need about {needed / 2**20:.0f} MiB"
+        )
+
+
+def resolve_data(config: TrainConfig, world_size: int) -> TrainConfig:
+    """``config`` with ``--data`` and ``--val-data`` resolved and checked ('synthetic' generated, its held-out
+    split the default validation), ``data_sets`` and ``listings`` filled in; each rank must get a full batch."""
+    data, val_data = config.data, config.val_data
+    if config.data_root is not None:
+        data = resolve_names(data, config.data_root, "--data")
+        val_data = resolve_names([val_data], config.data_root, "--val-data")[0] if val_data else None
+    folders: list[str] = []
+    generated = set()
+    for entry in data:
+        if entry == "synthetic":
+            # several launching processes (torchrun) may try to generate the same data at once
+            with FileLock(Path(config.output_dir) / ".synthetic.lock"):
+                train_dir, val_dir = ensure_synthetic(config.output_dir, seed=config.seed)
+            entry, val_data = str(train_dir), val_data or str(val_dir)
+            generated.add(entry)
+        if entry in folders:
+            raise OptionError(f"--data {entry} is given twice: each folder's pairs would be trained on twice as often")
+        folders.append(entry)
+    # the generated set's small images are resized up to any crop, as the reference DDP script does
+    checked = {
+        folder: assert_dataset_ok(folder, min_size=None if folder in generated else config.crop, option="--data")
+        for folder in folders
+    }
+    val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
+    # config.json's record of each training folder: the listing ("6 pairs (sha256 ...)") tells a resume
+    # the same pairs from others
+    data_sets: list[dict[str, Any]] = [
+        {"folder": f, "pairs": len(p), "listing": listing_digest(f, p)} for f, p in checked.items()
+    ]
+    pairs = sum(len(p) for p in checked.values())
+    if -(-pairs // world_size) < config.batch_size:  # each rank's shard must fill one batch
+        raise OptionError(
+            f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
+            f"{config.batch_size} on {world_size} process(es)"
+        )
+    listings = {
+        "data": "; ".join(d["listing"] for d in data_sets),
+        "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
+    }
+    return dataclasses.replace(config, data=folders, val_data=val_data, data_sets=data_sets, listings=listings)
+
+
+def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
+    """``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random),
+    fetched and checked against ``config.weights`` (``--config``'s); a resumed run keeps its first start's."""
+    if resumed:
+        return read_record(config.output_dir, "config.json").get("weights")
+    weights: Weights | None
+    if config.init_from:
+        weights = _init_from_weights(config, config.init_from)
+    else:
+        weights = resolve_weights(config.pretrained, config.backbone)
+        if weights is not None:
+            try:  # a file of another architecture is one line, before any worker
+                load_backbone_weights(build_backbone(config.backbone), weights.file)
+            except ValueError as e:
+                hint = _what_the_file_fits(weights.file, config.backbone)
+                raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
+    record = weights.as_dict() if weights else None
+    expected = config.weights  # train --config expects the weights its saved run started from
+    if expected and record and expected.get("sha256") != record["sha256"]:
+        warn(
+            f"the starting weights differ from those the saved recipe's run started from: {record['file']} has "
+            f"sha256 {record['sha256'][:12]}..., the record says {expected.get('file')} with "
+            f"{str(expected.get('sha256'))[:12]}..."
+        )
+    return record
+
+
+def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] | None:
+    """``("R3Net" or "backbone", its backbone or None)``; None for a layout we do not read."""
+    try:
+        if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
+            return "R3Net", infer_backbone(state)
+        return "backbone", infer_backbone({f"backbone.{k}": v for k, v in backbone_state_dict_from_any(state).items()})
+    except ValueError:
+        return None
+
+
+def _what_the_file_fits(file: str, backbone: str) -> str:
+    """The error line's end: where a ``--pretrained`` file that does not fit belongs (empty: nowhere)."""
+    try:
+        held = _what_it_holds(model_state_dict(load_checkpoint(file, what="weights file"), file))
+    except CheckpointError:  # the mismatch line says enough
+        return ""
+    kind, found = held or ("", None)
+    if kind == "R3Net":
+        named = f" ({found})" if found else ""
+        return f"; it holds a whole trained R3Net{named}: start from it with --init-from {file}"
+    if found is not None and found != backbone:
+        return f"; it holds {found} weights: add --backbone {found}"
+    return ""
+
+
+def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
+    if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
+        raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
+    # a Hub source is fetched here, once per node; workers read the local file recorded in config.weights
+    path = resolve_checkpoint(init_from, f"--init-from {init_from}")
+    if not path.is_file():
+        raise OptionError(f"--init-from {path}: no such file")
+    try:
+        state = model_state_dict(load_checkpoint(path), path)
+    except CheckpointError as e:
+        raise OptionError(f"--init-from: {e}") from None
+    found = find_backbone(path, state)
+    if found is not None and found != config.backbone:
+        raise OptionError(
+            f"--init-from {init_from} holds an R3Net with backbone {found}, not {config.backbone}: "
+            f"add --backbone {found}"
+        )
+    # backbone weights: the fix is --pretrained, not another --backbone (an unknown layout: check_fits says)
+    held = _what_it_holds(state)
+    if held is not None and held[0] == "backbone":
+        named, flag = (f" ({held[1]})", f" --backbone {held[1]}") if held[1] else ("", "")
+        raise OptionError(
+            f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "
+            f"with --pretrained {init_from}{flag}"
+        )
+    try:
+        check_fits(config.backbone, state, init_from)  # or one line saying why not
+    except OptionError as e:
+        raise OptionError(f"--init-from: {e}") from None
+    # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix
+    return Weights(source="init-from", file=str(path.absolute()), sha256=sha256_of(path))

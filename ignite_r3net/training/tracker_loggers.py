@@ -17,11 +17,10 @@ from ..checkpoint_io import BEST_PATTERN, saved_files
 from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..metrics.keys import METRIC_KEYS
-from .engine import log_iterations
+from .events import ValidationEvents, log_iterations
 from .meters import LOSS_NAMES
 from .optim import learning_rates
 from .trackers import recipe_params
-from .validation import ValidationEvents
 
 
 class TrackerRun:

@@ -1,15 +1,11 @@
-"""Experiment trackers (``--tracker``), the launching process's part: each tracker's package must
-import and its server answer before any worker starts, else one ``OptionError`` line. The runs are
-opened here (a resumed run reopens those in ``OUTPUT_DIR/tracking.json``); rank 0 logs into them
-(``tracker_loggers``). MLflow's default store is ``sqlite:///OUTPUT_DIR/mlruns.db``: MLflow 3 refuses
-a plain ``./mlruns`` file store unless told to accept it.
-"""
+"""``--tracker``, the launching process's part: each package must import and its server answer (else one
+``OptionError`` line) before the runs are opened (or, resumed, those in ``tracking.json``) for rank 0's
+``tracker_loggers``. MLflow's store: ``sqlite:///OUTPUT_DIR/mlruns.db`` (MLflow 3 refuses a ``./mlruns``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -21,6 +17,7 @@ from ..config import TrainConfig
 from ..distributed.signals import threads_leave_signals_to_main
 from ..distributed.topology import environment
 from ..errors import OptionError, error_line
+from .resume import read_record
 
 RECORD = "tracking.json"
 PROJECT = "ignite_r3net"  # the MLflow experiment, W&B project and ClearML project unless set otherwise
@@ -31,18 +28,11 @@ def prepare_trackers(config: TrainConfig) -> dict[str, dict] | None:
     """Check every ``--tracker`` and open its run; returns ``config.tracking`` (also in ``tracking.json``)."""
     if not config.tracker:
         return None
-    recorded = _recorded(config) if config.resume else {}
+    recorded = read_record(config.output_dir, RECORD) if config.resume else {}
     with threads_leave_signals_to_main():  # MLflow starts a telemetry thread in this process
         tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
     write_json(tracking, Path(config.output_dir) / RECORD)
     return tracking
-
-
-def _recorded(config: TrainConfig) -> dict[str, Any]:
-    try:
-        return json.loads((Path(config.output_dir) / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def _require(name: str) -> Any:

@@ -1,7 +1,5 @@
-"""``train.log``: every line of a run's history, each with its time, from the configuration to how
-the run ended or went on (resumed); the console gets a short version (a summary line in place of the
-configuration unless ``--verbose``), and a closed pipe ends the echo, not the run.
-"""
+"""``train.log``: a run's history, each line with its time, from the configuration to how it ended; the
+console gets a summary line in place of the configuration (unless ``--verbose``), until a pipe closes."""
 
 from __future__ import annotations
 
@@ -78,20 +76,15 @@ def header_lines(
     notes = _notes(config, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
     header = [config_line, world, *weights, *notes, *resumed]
-    summary = summary_line(config, world_size)
-    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
-    return header, console
-
-
-def summary_line(config: TrainConfig, world_size: int) -> str:
-    """The one console line about a run: backbone, data, world, batch, iterations, output."""
     sets = config.data_sets or []
-    pairs = sum(d["pairs"] for d in sets)
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
-    return (
+    pairs = sum(d["pairs"] for d in sets)
+    summary = (  # the one console line about a run
         f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
         f"global batch {config.batch_size * world_size}, {config.iters} iterations, output {config.output_dir}"
     )
+    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
+    return header, console
 
 
 def _notes(config: TrainConfig, device: torch.device) -> list[str]:
@@ -120,20 +113,13 @@ def _resumed_line(config: TrainConfig, resumed_from: Path, iteration: int) -> st
     passed_over = [path.name for it, path in list_checkpoints(config.output_dir) if it > iteration]
     if passed_over:
         line += f" (passed over {', '.join(passed_over)}, which could not be loaded)"
-    logged = last_logged_iteration(Path(config.output_dir) / LOG_NAME)
-    if logged is not None and logged > iteration:
-        line += f": iterations {iteration + 1} to {logged} above are trained again below"
-    return line
-
-
-def last_logged_iteration(path: Path) -> int | None:
-    """The iteration of the last ``[iter N]`` line of an existing train.log (None: no such line)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        logged = _ITERATION_LINE.findall((Path(config.output_dir) / LOG_NAME).read_text(encoding="utf-8"))
     except OSError:
-        return None
-    found = _ITERATION_LINE.findall(text)
-    return int(found[-1]) if found else None
+        logged = []
+    if logged and int(logged[-1]) > iteration:
+        line += f": iterations {iteration + 1} to {logged[-1]} above are trained again below"
+    return line
 
 
 def _describe(weights: dict[str, str]) -> str:
@@ -143,9 +129,8 @@ def _describe(weights: dict[str, str]) -> str:
 
 def record_ending(output_dir: str | Path, line: str) -> None:
     """Append the console's last line (``interrupted``, ``error: ...``) to train.log once the workers are
-    gone; a job refused before its log was opened leaves none."""
+    gone; a job refused before its log was opened (or whose output folder failed) leaves none."""
     path = Path(output_dir) / LOG_NAME
-    # when the output folder itself failed, the console line is what is left
     if path.is_file():
         with suppress(OSError), path.open("a", encoding="utf-8") as f:
             f.write(f"{timestamp()} {line}\n")

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from ignite.engine import Engine, EventEnum, Events
+from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 from torch import nn
 from torchvision.utils import make_grid
@@ -22,16 +22,10 @@ from ..metrics.saliency import SaliencyMetrics
 from ..model.r3net import R3Net
 from ..numerics import no_autotuning
 from ..progress import Progress
-from .engine import every_or_last
+from .events import ValidationEvents, every_or_last
 from .train_log import TrainLog
 
 GRID_IMAGES, GRID_TILE = 4, 96
-
-
-class ValidationEvents(EventEnum):
-    """Fired on the evaluator once a validation's metrics are in its ``state.metrics`` (for the trackers)."""
-
-    SCORED = "validation_scored"
 
 
 def attach_validation(
@@ -42,9 +36,12 @@ def attach_validation(
     log: TrainLog,
     tb: Any,
     device: torch.device,
-) -> Engine:
+) -> Engine | None:
     """Validate before training (unless ``--no-val-at-start``), every ``--val-every`` (default: at the
-    checkpoints) and at the end: every rank scores its shard, rank 0 logs."""
+    checkpoints) and at the end: every rank scores its shard, rank 0 logs. The evaluator, or None
+    without ``val_loader`` (``--val-data``)."""
+    if val_loader is None:  # not falsy: a rank's shard of a small set may hold no image
+        return None
     # the plain module: DDP's forward would add collectives, and shards may differ in length
     plain = cast(R3Net, getattr(model, "module", model))
     evaluator = create_evaluator(plain, device, config.amp)

@@ -19,11 +19,9 @@ from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
 from ..model.r3net import R3Net
 from ..numerics import configure_training
-from .engine import attach_stop_on_sigterm, create_trainer
+from .engine import create_trainer
 from .optim import build_optimizer, build_poly_lr
-from .tracker_loggers import attach_loggers, open_tensorboard
 from .train_log import LOG_NAME, TrainLog, header_lines
-from .validation import attach_validation
 
 
 def training(local_rank: int, config: TrainConfig) -> None:
@@ -43,33 +41,15 @@ def training(local_rank: int, config: TrainConfig) -> None:
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
-    trainer, to_save, closables = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler)
+    val_loader = _build_val_loader(config.val_data, config) if config.val_data else None
+    trainer, to_save = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler, val_loader)
 
     resumed_from = _restore(to_save, config)
     _check_same_start(trainer.state.iteration)
     log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device))
-    tb = open_tensorboard(config)
-    loaders, evaluator = [loader], None
-    if config.val_data:
-        # persistent: a validation does not fork its workers again, and they are stopped below
-        # rather than by the garbage collector (see ``stop_workers``)
-        val_loader = build_eval_loader(
-            config.val_data,
-            num_replicas=world_size,
-            rank=rank,
-            workers=min(config.workers, 2),
-            persistent_workers=True,
-            max_pairs=config.val_max or None,
-            # a damaged validation file is left out and reported, not fatal; read as training reads
-            skip_unreadable=True,
-            strict=not config.allow_decode_warnings,
-        )
+    if val_loader is not None:
         _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
-        evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
-        loaders.append(val_loader)
-    closables += attach_loggers(trainer, evaluator, tb, lr_scheduler, config) or []
-    attach_stop_on_sigterm(trainer)
-
+    loaders = [loader] if val_loader is None else [loader, val_loader]
     try:
         if resumed_from is None:
             trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
@@ -78,6 +58,22 @@ def training(local_rank: int, config: TrainConfig) -> None:
     finally:
         for each in loaders:
             stop_workers(each)
+
+
+def _build_val_loader(val_data: str, config: TrainConfig) -> Any:
+    # persistent: a validation does not fork its workers again, and they are stopped at the end of
+    # the run rather than by the garbage collector (see ``stop_workers``)
+    return build_eval_loader(
+        val_data,
+        num_replicas=idist.get_world_size(),
+        rank=idist.get_rank(),
+        workers=min(config.workers, 2),
+        persistent_workers=True,
+        max_pairs=config.val_max or None,
+        # a damaged validation file is left out and reported, not fatal; read as training reads
+        skip_unreadable=True,
+        strict=not config.allow_decode_warnings,
+    )
 
 
 def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: TrainLog) -> None:
@@ -111,7 +107,7 @@ def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (run_plan), never loaded
+    # the recipe is only compared (start.planned_run), never loaded
     Checkpoint.load_objects(to_load={k: v for k, v in to_load.items() if k != "recipe"}, checkpoint=checkpoint)
     return path
 
