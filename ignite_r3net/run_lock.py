@@ -27,7 +27,7 @@ from typing import Any
 
 from .atomic_files import remove_stale_temporaries
 from .distributed.signals import threads_leave_signals_to_main
-from .distributed.torchrun import started_by_torchrun
+from .distributed.topology import started_by_torchrun
 from .errors import OptionError, UserError, note
 from .output_paths import check_writable_folder
 
@@ -42,7 +42,7 @@ def job_id() -> str:
     env = os.environ
     if "SLURM_JOB_ID" in env:
         return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
-    if started_by_torchrun(env):
+    if started_by_torchrun():
         # torchrun's default run id outside --standalone is "none": the rendezvous address tells jobs apart
         return f"torchrun:{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
     return f"process:{socket.gethostname()}:{os.getpid()}"

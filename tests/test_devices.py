@@ -17,7 +17,7 @@ from test_slurm import _free_port_for_slurm, srun_env
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.distributed.devices import tasks_on_this_node
+from ignite_r3net.distributed.process_setup import tasks_on_this_node
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -17,9 +17,8 @@ import torch
 import torch.distributed as dist
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, group_pids, make_tiny_dataset
 
-from ignite_r3net.distributed import failures
-from ignite_r3net.distributed.failures import publish, published, spawn_failure
-from ignite_r3net.distributed.launch import _job_failure
+from ignite_r3net.distributed import launch
+from ignite_r3net.distributed.launch import _job_failure, publish, published, spawn_failure
 from ignite_r3net.distributed.topology import LaunchSpec
 
 pytestmark = pytest.mark.timeout(300)
@@ -108,7 +107,7 @@ def test_a_node_s_launcher_ends_with_the_job_s_first_failure(monkeypatch):
     """A worker killed without a word (the out-of-memory killer) is named by its rank and host,
     and its launcher tells the other nodes; a node whose worker ended because another node's rank
     failed reports that rank's line."""
-    monkeypatch.setattr(failures, "SEEN_WAIT_S", 0.1)  # nobody reads: no rank runs
+    monkeypatch.setattr(launch, "SEEN_WAIT_S", 0.1)  # nobody reads: no rank runs
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     spec = LaunchSpec(nproc=2, nnodes=2, node_rank=1)
     killed = _job_failure(spawn_failure(_killed(1), first_rank=2), store, spec)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ignite_r3net import cli
-from ignite_r3net.cli.common import options_from_args
+from ignite_r3net.cli import options_from_args
 from ignite_r3net.errors import OptionError
 from ignite_r3net.evaluation.evaluate import evaluate
 from ignite_r3net.export.writer import export_model

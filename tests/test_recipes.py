@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ignite_r3net import cli
-from ignite_r3net.cli.common import given_options
+from ignite_r3net.cli import given_options
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
 from ignite_r3net.training.recipe_config import config_from_options

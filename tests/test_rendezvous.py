@@ -17,7 +17,7 @@ from helpers import REPO, TINY_TRAIN, cpu_env, free_port, make_tiny_dataset
 
 from ignite_r3net import cli
 from ignite_r3net.distributed import rendezvous
-from ignite_r3net.distributed.agreement import disagreement
+from ignite_r3net.distributed.ranks import disagreement
 from ignite_r3net.distributed.rendezvous import Meeting, meet
 from ignite_r3net.distributed.topology import Endpoint, LaunchSpec, rendezvous_endpoint
 from ignite_r3net.errors import RanksDisagree, RendezvousFailed

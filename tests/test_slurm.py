@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, TINY_TRAIN, cpu_env, log_iterations, make_tiny_dataset
 
 from ignite_r3net.cli import main
-from ignite_r3net.distributed.slurm import first_host
+from ignite_r3net.distributed.topology import first_host
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 from helpers import TINY_TRAIN, log_lines, make_tiny_dataset
 
-from ignite_r3net.cli import build_parser, main
-from ignite_r3net.cli.common import options_from_args
+from ignite_r3net.cli import build_parser, main, options_from_args
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.folder import list_pairs
 from ignite_r3net.data.loader import SaliencyEvalSet, SaliencyTrainSet

@@ -1,40 +1,56 @@
-"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job, as ``spec`` and the
-environment say: spawned through ``idist.Parallel``, as one rank of a group whose ranks torchrun or srun started,
-or in this process. Processes started separately first meet in Python (``rendezvous.meet``).
-"""
+"""``launch(fn, arg, spec)``: run ``fn(local_rank, arg)`` on every worker of the job (spawned through
+``idist.Parallel``, as one rank of a group torchrun or srun started, or in this process), and when one fails, end
+every rank, on every node, with one line: ``rank N failed on HOST: <type>: <cause>`` (its traceback in a file).
+A rank blocked in a collective may not notice that a peer died (NCCL waits until ``--dist-timeout``, then aborts
+without a line), so the first rank that fails writes its line into the job's TCP store and a thread of every rank
+watches it: a rank that finds a line aborts its process group (NCCL's collectives then fail and the main thread
+reports the line) and ends its process if the main thread is still blocked ``GRACE_S`` later (gloo's waits, a store
+wait: nothing another thread can interrupt)."""
 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
+import signal
+import socket
 import sys
+import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import ignite.distributed as idist
 import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
-from ..console import quiet_library_logs
-from ..errors import UserError, WorkerFailed
-from .devices import local_rank_on_its_gpu
-from .failures import publish_quietly, run_reporting_failures, spawn_failure
-from .process_setup import freeze_long_lived_objects, quiet_launcher_logs
-from .rendezvous import Meeting, meet
-from .signals import raise_on_sigterm, restore_sigterm, stop_children
+from ..console import quiet_library_logs, tolerate_closed_console
+from ..errors import RanksDisagree, Terminated, UserError, WorkerFailed, error_line
+from .process_setup import freeze_long_lived_objects, local_rank_on_its_gpu, quiet_launcher_logs
+from .rendezvous import Meeting, meet, wait_for_readers
+from .signals import raise_on_sigterm, restore_sigterm, stop_children, terminating, threads_leave_signals_to_main
 from .topology import (
     LaunchSpec,
     environment,
     rendezvous_endpoint,
-    set_rank_variables_from_slurm,
     slurm_hidden_from_children,
+    started_by_torchrun,
+    warn_if_restarts_share_a_store,
 )
-from .torchrun import started_by_torchrun, warn_if_restarts_share_a_store
 
 T = TypeVar("T")
 
-# c10d's processes use the store a rendezvous participant serves, as torchrun's workers use their
-# agent's (torch.distributed.rendezvous: _create_c10d_store)
+POLL_S = 1.0  # how often a rank reads the store; every rank adds one request per period
+GRACE_S = 10.0  # how long the main thread has to end by itself once the failure is known
+SEEN_WAIT_S = 5.0  # how long the failed process keeps the store for the others to read its line
+CHILDREN_GRACE_S = 2.0  # DataLoader workers of a process that must end: SIGTERM, then SIGKILL
+
+# gloo's and NCCL's words for a peer that went away
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
+# c10d's processes use the rendezvous's store, as torchrun's workers their agent's (see _create_c10d_store)
 _USE_MEETING_STORE = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
 
 
@@ -56,10 +72,9 @@ def parallel_for(spec: LaunchSpec) -> idist.Parallel:
 
 
 def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
-    """Run ``fn(local_rank, arg)`` on every worker; raise ``WorkerFailed`` if any of them failed (its traceback
-    goes to ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` (SIGTERM) or ``KeyboardInterrupt`` (Ctrl-C)
-    after stopping the spawned workers, ``RendezvousFailed`` when the job's processes did not meet,
-    ``RanksDisagree`` when they were started differently."""
+    """Run ``fn(local_rank, arg)`` on every worker. Raises ``WorkerFailed`` (traceback in
+    ``<traceback_dir>/error-rank<N>.log``), ``Terminated`` or ``KeyboardInterrupt`` (the spawned workers stopped),
+    ``RendezvousFailed`` or ``RanksDisagree``."""
     freeze_long_lived_objects()
     quiet_launcher_logs()
     quiet_library_logs(spec.verbose)  # ignite's launcher names our functions and its parameters
@@ -83,9 +98,8 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
 
 
 def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> UserError:
-    """The job's first failure as the store of a multi-node job records it (this node's worker may have ended for
-    another node's failed rank), else ``failure``; a worker that died without a word (SIGKILL, the kernel's
-    out-of-memory killer) is announced to the other nodes here."""
+    """The job's first failure as a multi-node job's store records it (this node's worker may have ended for
+    another node's), else ``failure``, announced here to the other nodes (a worker may die without a word)."""
     if store is None or not isinstance(failure, WorkerFailed):
         return failure
     return WorkerFailed(publish_quietly(store, str(failure), spec.world_size - 1))
@@ -93,14 +107,14 @@ def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> 
 
 @contextmanager
 def joined_group(spec: LaunchSpec) -> Iterator[None]:
-    """This process as one rank of a job whose ranks were started separately (torchrun, srun, or torch's variables
-    set by hand): meet, form the group with ``--dist-timeout`` (ignite's ``Parallel`` would join without it:
-    c10d's 30 minutes), and destroy it at the end."""
+    """This process as one rank of a job whose ranks were started separately: meet, form the group with
+    ``--dist-timeout`` (ignite's ``Parallel`` would wait c10d's 30 minutes), and destroy it at the end."""
     backend = spec.resolved_backend
     endpoint = rendezvous_endpoint(spec)
     task = spec.slurm
-    if task is not None:
-        set_rank_variables_from_slurm(task, endpoint)
+    if task is not None:  # torch's variables from SLURM's
+        os.environ.update(RANK=str(task.procid), LOCAL_RANK=str(task.localid), WORLD_SIZE=str(task.ntasks))
+        os.environ.update(MASTER_ADDR=endpoint.addr, MASTER_PORT=str(endpoint.port))
     local_rank_on_its_gpu()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
@@ -126,8 +140,7 @@ def joined_group(spec: LaunchSpec) -> Iterator[None]:
 
 @contextmanager
 def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
-    """The nodes of a multi-node launch (``--nnodes``, or one srun task per node) meet before spawning; the block
-    gets the store node 0 serves, which every node's workers then use (None for a launch on one node)."""
+    """The nodes of a multi-node launch meet before spawning; the block gets node 0's store (None on one node)."""
     if not spec.spawns() or spec.spawns_alone():
         yield None
         return
@@ -143,3 +156,211 @@ def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
             yield store
     finally:
         del store
+
+
+# a worker's failure, as one line
+
+
+def run_reporting_failures(
+    local_rank: int, fn: Callable[[int, T], None], arg: T, traceback_dir: str | None, spawned: bool = False
+) -> None:
+    """Worker entry: run ``fn``; on failure keep the traceback in a file and raise one line."""
+    if spawned:  # Ctrl-C reaches every process: the launcher ends the spawned ranks, else each prints a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tolerate_closed_console()  # a spawned worker's streams are new ones
+    with watching_for_failures(spawned) as watch:
+        try:
+            fn(local_rank, arg)
+        except (KeyboardInterrupt, RanksDisagree):
+            raise  # a refusal every rank makes alike, before any work: no rank failed
+        except BaseException as e:  # noqa: BLE001 - every failure must end the job with a clear line
+            if watch is not None:
+                watch.main_left()  # this thread is not blocked: the watch must not end the process
+            if isinstance(e, SystemExit) and not e.code:
+                raise
+            raise _failure(e, traceback_dir, watch) from None
+    # collect what fn built before ignite destroys the group: the Engine's handler cycles hold the DDP model, whose
+    # Reducer would keep the gloo group alive, never destroyed
+    gc.collect()
+
+
+def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | None) -> BaseException:
+    """``Terminated`` after SIGTERM, else ``WorkerFailed`` with the job's line (another rank's, if it failed first)."""
+    if terminating():
+        # a peer or DataLoader worker the same signal ended (Terminated may have been swallowed in a fork hook)
+        return Terminated()
+    rank = idist.get_rank()
+    where = _save_traceback(traceback_dir, rank, e)
+    peer = watch.peer_failure() if watch is not None else None
+    if peer is not None:  # what this rank met (a lost peer, an aborted group) follows from it
+        return WorkerFailed(peer)
+    line = f"rank {rank} failed on {socket.gethostname()}: {type(e).__name__}: {_peer_lost_line(e)}{where}"
+    return WorkerFailed(watch.report(line) if watch is not None else line)
+
+
+def _peer_lost_line(e: BaseException) -> str:
+    """The cause of ``e`` in one line; a lost peer (no rank published why) in our words, whatever the backend's."""
+    message = error_line(e, default="")
+    if isinstance(e, dist.DistNetworkError) or any(words in message for words in _PEER_LOST):
+        return "lost the connection to another rank, which failed or was stopped (its own error says why)"
+    return message
+
+
+def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
+    if folder is None:
+        return ""
+    try:
+        path = Path(folder) / f"error-rank{rank}.log"
+        path.write_text("".join(traceback.format_exception(e)), encoding="utf-8")
+        return f" (traceback in {path})"
+    except OSError:
+        return ""
+
+
+def spawn_failure(e: Exception, first_rank: int = 0) -> UserError:
+    """The error for what torch's spawn re-raised (the worker's traceback as text); ``first_rank``: this node's."""
+    rank = first_rank + getattr(e, "error_index", 0)
+    who = f"rank {rank} failed on {socket.gethostname()}"
+    text = str(e).strip().splitlines()
+    last = text[-1] if text else type(e).__name__
+    for kind in (WorkerFailed, RanksDisagree):
+        if f"{kind.__name__}: " in last:
+            return kind(last.split(f"{kind.__name__}: ", 1)[1])
+    if isinstance(e, torch.multiprocessing.ProcessExitedException):
+        # killed without a word (SIGKILL, the kernel's out-of-memory killer): torch says how
+        return WorkerFailed(f"{who}: its process exited unexpectedly ({last})")
+    return WorkerFailed(f"{who}: {last}")
+
+
+# the board: the job's first failure line in its store, and the thread of every rank that watches it
+
+
+def _key(name: str) -> str:
+    # torchrun's agent keeps its store across restarts: an attempt must not read the failure that ended the last
+    return f"ignite_r3net/failure/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
+
+
+def published(store: Any) -> str | None:
+    """The line of the job's first failure, or None while no process failed."""
+    if not store.check([_key("line")]):
+        return None
+    return bytes(store.get(_key("line"))).decode()
+
+
+def publish(store: Any, line: str, readers: int) -> str:
+    """Record ``line`` as the job's failure unless another process did first; return the job's line."""
+    first = bytes(store.compare_set(_key("line"), "", line)).decode()
+    if first == line:  # this process may serve the store
+        wait_for_readers(store, _key("seen"), readers, SEEN_WAIT_S)
+    return first
+
+
+def publish_quietly(store: Any | None, line: str, readers: int) -> str:
+    if store is None:
+        return line
+    try:
+        return publish(store, line, readers)
+    except dist.DistError:
+        return line
+
+
+class FailureWatch:
+    """A thread that reads the job's store every ``POLL_S`` for another rank's failure and ends this process."""
+
+    def __init__(self, store: Any, readers: int, spawned: bool) -> None:
+        self._store = store.clone()  # its own connection: the main thread may block in the store
+        self._readers = readers
+        self._spawned = spawned
+        self._main_left = threading.Event()
+        self._lock = threading.Lock()
+        self.failure: str | None = None
+        with threads_leave_signals_to_main():
+            self._thread = threading.Thread(target=self._watch, name="failure-watch", daemon=True)
+            self._thread.start()
+
+    def main_left(self) -> None:  # the main thread returned or raised: the watch stops
+        self._main_left.set()
+
+    def stop(self) -> None:
+        self.main_left()
+        self._thread.join(POLL_S + 1.0)
+
+    def peer_failure(self) -> str | None:
+        """Another rank's failure line, if one is published."""
+        if self.failure is None:
+            try:
+                line = published(self._store)
+            except dist.DistError:
+                return None
+            if line is not None:
+                self._read(line)
+        return self.failure
+
+    def report(self, line: str) -> str:
+        """Publish this rank's failure ``line``; return the job's (an earlier one may have won)."""
+        first = publish_quietly(self._store, line, self._readers)
+        if first != line:
+            self._read(first)
+        return first
+
+    def _read(self, line: str) -> None:
+        # keep the job's failure line and tell its publisher, once, that this rank has read it
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = line
+        try:
+            self._store.add(_key("seen"), 1)
+        except dist.DistError:
+            pass
+
+    def _watch(self) -> None:
+        while not self._main_left.wait(POLL_S):
+            try:
+                line = published(self._store)
+            except dist.DistError:
+                return  # the store's process ended: the job is over or ends by itself
+            if self._main_left.is_set():
+                return  # the line may be this rank's own, published after its main thread left
+            if line is not None:
+                self._read(line)
+                _abort_group()
+                if not self._main_left.wait(GRACE_S):
+                    _end_process(line, print_line=not self._spawned)
+                return
+
+
+def _abort_group() -> None:
+    """NCCL's collectives then fail in the main thread (gloo ignores it); ignite's clean-up destroys the group."""
+    try:
+        distributed_c10d._get_default_group().abort()
+    except (RuntimeError, ValueError):
+        pass  # no group, or none left to abort
+
+
+def _end_process(line: str, print_line: bool) -> None:
+    """End this process and its DataLoader workers with ``line`` (printed unless a launcher of ours reports it): the
+    package's one hard exit, for a main thread blocked in C++ (gloo, a store wait, a CUDA sync)."""
+    if print_line:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    stop_children(CHILDREN_GRACE_S)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@contextmanager
+def watching_for_failures(spawned: bool) -> Iterator[FailureWatch | None]:
+    """A ``FailureWatch`` over this process's group for the block (None for a single process)."""
+    # the group's TCP store, unprefixed: the launcher of a multi-node job reads it too
+    store = distributed_c10d._get_default_store() if dist.is_available() and dist.is_initialized() else None
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore) or dist.get_world_size() < 2:
+        yield None
+        return
+    watch = FailureWatch(store, dist.get_world_size() - 1, spawned)
+    try:
+        yield watch
+    finally:
+        watch.stop()

@@ -1,30 +1,124 @@
-"""Settings every launching process and worker applies once its heavy imports are done."""
+"""What each process sets up for itself: the device its workers compute on (``--device``: the CPU, or one GPU per
+process, settled by ``use_device`` in the launching process before any worker starts), their torch threads, the
+garbage collector and the launchers' logs."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import ignite.distributed as idist
 import torch
 
+from ..errors import OptionError
+from ..options.shared import ProcessOptions
+from .topology import LaunchSpec, rank_set_by_launcher, slurm_task, started_by_torchrun
+
+
+def use_device(spec: LaunchSpec) -> str:
+    """``--device`` resolved to ``"cuda"`` or ``"cpu"``, before anything asks torch about CUDA (the driver reads
+    ``CUDA_VISIBLE_DEVICES`` once); ``OptionError`` when it does not fit the backend or the process count."""
+    if spec.device == "cpu":
+        # the one switch torch and ignite both obey: ignite computes on cuda:<local rank> whenever CUDA is available
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        if torch.cuda.is_available():  # the driver had already read the variable
+            raise OptionError(
+                "--device cpu: CUDA was started in this process before it could hide the GPUs; start it with "
+                "CUDA_VISIBLE_DEVICES= (empty) instead"
+            )
+        if spec.backend == "nccl":
+            raise OptionError("--backend nccl needs --device cuda (NCCL runs on GPUs); use --backend gloo on the CPU")
+        return "cpu"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        if spec.device == "cuda":
+            raise OptionError("--device cuda: no CUDA GPU is visible on this host; use --device cpu (or auto)")
+        if spec.backend == "nccl":
+            raise OptionError("--backend nccl needs CUDA GPUs, and none is visible; use --backend gloo")
+        return "cpu"
+    check_processes_fit(spec, gpus)
+    return "cuda"
+
+
+def processes_on_device(processes: ProcessOptions) -> ProcessOptions:
+    """``processes`` of ``evaluate``, ``predict`` or ``compare`` with ``--device`` resolved (``use_device``)."""
+    return dataclasses.replace(processes, device=use_device(LaunchSpec.on_one_node(processes)))
+
+
+def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:
+    """Raise ``OptionError`` when this node runs more processes than the ``gpus`` this process sees."""
+    advice = "or --device cpu for CPU processes"
+    if spec.spawns():
+        if spec.nproc > gpus:
+            raise OptionError(
+                f"--nproc {spec.nproc} is more than the {gpus} GPU(s) visible on this node (one process per GPU): "
+                f"give --nproc {gpus} or fewer, {advice}"
+            )
+        return
+    if not spec.joins():
+        return  # one process, on the current GPU
+    if started_by_torchrun():
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        if ranks > gpus:
+            raise OptionError(
+                f"torchrun starts {ranks} ranks on this node and it has {gpus} GPU(s) visible (one rank per GPU): "
+                f"give torchrun --nproc-per-node {gpus} or fewer, {advice}"
+            )
+        return
+    if gpus == 1:
+        return  # a task bound to its own GPU (srun --gpus-per-task 1) uses it: see local_rank_on_its_gpu
+    task = slurm_task()
+    tasks = tasks_on_this_node() if task is not None else None
+    local_rank = task.localid if task is not None else int(os.environ.get("LOCAL_RANK", "0"))
+    if (tasks or local_rank + 1) > gpus:
+        who = f"srun starts {tasks} tasks" if tasks else f"this rank is local rank {local_rank}"
+        raise OptionError(
+            f"{who} on this node and it has {gpus} GPU(s) visible (one rank per GPU): run at most {gpus} "
+            f"tasks per node, or bind one GPU to each (srun --gpus-per-task 1), {advice}"
+        )
+
+
+def tasks_on_this_node() -> int | None:
+    """The tasks of this srun step on this node: SLURM_TASKS_PER_NODE (``2(x3),1``) at SLURM_NODEID."""
+    env = os.environ
+    if "SLURM_TASKS_PER_NODE" not in env or "SLURM_NODEID" not in env:
+        return None
+    counts: list[int] = []
+    for entry in env["SLURM_TASKS_PER_NODE"].split(","):
+        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", entry.strip())
+        if found is None:
+            return None
+        counts += [int(found[1])] * int(found[2] or 1)
+    node = int(env["SLURM_NODEID"])
+    return counts[node] if node < len(counts) else None
+
+
+def local_rank_on_its_gpu() -> None:
+    """A rank about to join that sees exactly one GPU (``srun --gpus-per-task 1``) computes on it: the local rank
+    ignite reads (SLURM_LOCALID, else LOCAL_RANK) becomes 0, else set_device fails with "invalid device ordinal"."""
+    if not rank_set_by_launcher() and slurm_task() is None:
+        return
+    if torch.cuda.is_available() and torch.cuda.device_count() == 1:
+        os.environ["LOCAL_RANK"] = "0"
+        if "SLURM_LOCALID" in os.environ:
+            os.environ["SLURM_LOCALID"] = "0"
+
 
 def freeze_long_lived_objects() -> None:
-    """Exempt every object alive now from the cyclic garbage collector for the rest of the process: torch,
-    torchvision and ignite leave about a million import-time objects that every full collection (several at
-    interpreter shutdown) would walk. Frozen pages are also not copied into forked DataLoader workers."""
+    """Exempt the objects alive now (a million, from the imports) from every later collection, which also spares
+    forked DataLoader workers a copy of their pages."""
     gc.collect()
     gc.freeze()
 
 
 def quiet_launcher_logs() -> None:
-    """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" when a
-    rank fails, and the resource tracker's "leaked semaphore" warning about the DataLoader workers of terminated
-    ranks (their clean-up is right). The resource tracker starts later, in whichever process first needs it, and
-    takes its warning filters from the environment, hence ``PYTHONWARNINGS``."""
+    """Silence what would repeat our one-line error: torch's "Terminating process N via signal SIGTERM" and the
+    resource tracker's "leaked semaphore" (the tracker starts later, reading ``PYTHONWARNINGS``)."""
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     quiet = "ignore:resource_tracker:UserWarning"
     current = os.environ.get("PYTHONWARNINGS", "")
@@ -46,8 +140,7 @@ def worker_thread_count(device: torch.device, limit: int | None = None) -> int:
     if device.type != "cpu" or "OMP_NUM_THREADS" in os.environ:
         threads = torch.get_num_threads()
     else:
-        # processes on one host share its cores: each full-size pool would oversubscribe them
-        # (evaluate with 2 processes on 2 cores ran 3x slower than with one)
+        # full-size pools would oversubscribe the cores (evaluate with 2 processes on 2 cores ran 3x slower)
         threads = max(1, available_cpus() // max(idist.get_nproc_per_node(), 1))
     return threads if limit is None else max(1, min(threads, limit))
 
@@ -62,8 +155,7 @@ def set_worker_threads(device: torch.device, limit: int | None = None) -> int:
 
 @contextmanager
 def worker_threads(device: torch.device, limit: int | None = None) -> Iterator[int]:
-    """``set_worker_threads`` for the block, for workers that may run inside the launching process
-    (``--nproc 1``): it goes on with its own count afterwards."""
+    """``set_worker_threads`` for the block, for workers that may run inside the launching process (``--nproc 1``)."""
     before = torch.get_num_threads()
     try:
         yield set_worker_threads(device, limit)

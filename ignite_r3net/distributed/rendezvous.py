@@ -1,19 +1,9 @@
 """The rendezvous of processes started separately (srun tasks, ranks started with torch's variables, the nodes of
-a multi-node launch): they meet at a TCP store in Python first, and c10d then forms the process group among
-processes that are all there.
-
-Why not let c10d wait: it waits for its peers inside C++ (the TCPStore client's connect loop, the server's wait for
-its clients, gloo's full-mesh connect), retrying on EINTR, so the Python handlers of SIGTERM and SIGINT never run
-while it waits and only SIGKILL ends the process; it says nothing while it waits; and a process that joins through
-ignite's ``Parallel`` waits c10d's 30 minutes, since ``Parallel`` passes the timeout only to the processes it
-spawns. Here every wait is a short call in a Python loop: a signal ends it at once, a line every
-``REPORT_EVERY_S`` says what it waits for, and ``--dist-timeout`` ends it with one line naming what is missing.
-
-Participant 0 serves the store, the others connect to it (first with a plain socket, so that c10d's client never
-logs a failed attempt), and c10d's processes then use it as torchrun's workers use their agent's store. Participant
-0 also compares what each participant must have alike (the world size, the backend, ``--nproc``) and hands out
-the verdict.
-"""
+a multi-node launch): they meet at a TCP store in Python, then c10d forms the group among processes all there.
+c10d itself waits in C++ retrying on EINTR (only SIGKILL ends it), silently, and for 30 minutes when joining
+through ignite's ``Parallel``. Here every wait is a short call in a Python loop: a signal ends it, a line every
+``REPORT_EVERY_S`` says what it waits for, and ``--dist-timeout`` ends it with one line naming who is missing.
+Participant 0 serves the store, compares what every participant must have alike and hands out the verdict."""
 
 from __future__ import annotations
 
@@ -29,7 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import RanksDisagree, RendezvousFailed
-from .agreement import disagreement
+from .ranks import disagreement
 from .topology import Endpoint
 
 REPORT_EVERY_S = 30.0
@@ -42,8 +32,7 @@ _VERDICT_READ, _ARRIVED = "ignite_r3net/meeting/verdict_read", "ignite_r3net/mee
 
 @dataclass(frozen=True)
 class Meeting:
-    """``count`` participants (the ranks, or the nodes' launching processes) meeting at ``endpoint``; this
-    process is participant ``index``."""
+    """``count`` participants (ranks, or the nodes' launching processes) meeting; this process is ``index``."""
 
     kind: str  # "rank" or "node"
     index: int
@@ -64,7 +53,6 @@ class Meeting:
         return self.index == 0 and not self.torchrun_serves
 
     def announce(self) -> str:
-        """The start-up line: who, where, where the address came from, how long it will wait."""
         role = "hosts" if self.serves else "joins"
         return (
             f"rendezvous: {self.who} of {self.count} {role} the {self.backend} group of {self.world_size} "
@@ -81,9 +69,8 @@ class Meeting:
 
 
 def meet(meeting: Meeting) -> Any:
-    """Announce, meet every participant and return the store (keep it for as long as the group lives: participant
-    0's process serves it). Raises ``RendezvousFailed`` when ``--dist-timeout`` runs out, ``RanksDisagree`` when
-    the participants differ in ``meeting.alike``."""
+    """Announce, meet every participant and return the store (keep it while the group lives: participant 0 serves
+    it). Raises ``RendezvousFailed`` (``--dist-timeout`` ran out) or ``RanksDisagree`` (``meeting.alike`` differs)."""
     print(meeting.announce(), file=sys.stderr, flush=True)
     wait = _Wait(meeting)
     try:
@@ -114,7 +101,6 @@ class _Wait:
         return max(0.0, self.deadline - time.monotonic())
 
     def until(self, ready: Callable[[], bool], waiting_for: Callable[[], str], timed_out: Callable[[], str]) -> None:
-        """Call ``ready`` until it is true; ``RendezvousFailed(timed_out())`` at the deadline."""
         while not ready():
             now = time.monotonic()
             if now >= self.deadline:
@@ -144,8 +130,7 @@ def _serve(meeting: Meeting) -> Any:
 
 
 def _reach(meeting: Meeting, wait: _Wait) -> Any:
-    """Wait in Python until participant 0's store accepts connections, then connect c10d's client (which thus
-    succeeds at its first attempt)."""
+    # a plain socket first: c10d's client then connects at once, never logging a failed attempt
     endpoint = meeting.endpoint
     try:
         socket.getaddrinfo(endpoint.addr, endpoint.port, type=socket.SOCK_STREAM)
@@ -187,8 +172,6 @@ def _arrive(store: Any, meeting: Meeting) -> None:
 
 
 def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
-    """Participant 0: wait for everyone, compare what they must share, publish the verdict."""
-
     def absent() -> list[str]:
         return [f"{meeting.kind} {i}" for i in range(1, meeting.count) if not store.check([f"{_ARRIVED}{i}"])]
 
@@ -213,17 +196,15 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
         if refusal:
             break
     store.set(_VERDICT, json.dumps({"refusal": refusal}))
-    if refusal:
-        _let_the_others_read(store, meeting)
+    if refusal:  # it ends this process and its store: every participant must stop with this line, not a lost one
+        wait_for_readers(store, _VERDICT_READ, meeting.count - 1, VERDICT_READ_S)
     return refusal
 
 
-def _let_the_others_read(store: Any, meeting: Meeting) -> None:
-    """A refusal ends participant 0's process, and with it the store the others poll for the verdict: wait until
-    each has read it (``VERDICT_READ_S`` at most), so that every participant stops with the same line rather than
-    with a lost connection."""
-    deadline = time.monotonic() + VERDICT_READ_S
-    while store.add(_VERDICT_READ, 0) < meeting.count - 1 and time.monotonic() < deadline:
+def wait_for_readers(store: Any, key: str, readers: int, seconds: float) -> None:
+    """Keep this process (it may serve ``store``) until ``readers`` others counted in ``key``, ``seconds`` at most."""
+    deadline = time.monotonic() + seconds
+    while store.add(key, 0) < readers and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

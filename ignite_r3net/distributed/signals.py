@@ -1,8 +1,5 @@
-"""SIGTERM and Ctrl-C stop the whole job, its spawned ranks and DataLoader workers included.
-
-By default SIGTERM ends the launching process at once and leaves spawned ranks training as orphans; during a
-job it becomes ``Terminated`` (a ``KeyboardInterrupt``), handled like Ctrl-C.
-"""
+"""SIGTERM and Ctrl-C stop the whole job, its spawned ranks and DataLoader workers included: during a job SIGTERM
+becomes ``Terminated`` (a ``KeyboardInterrupt``), handled like Ctrl-C, rather than leave spawned ranks as orphans."""
 
 from __future__ import annotations
 
@@ -20,18 +17,15 @@ _terminating = threading.Event()  # set once this process received SIGTERM: what
 
 
 def raise_on_sigterm() -> Any:
-    """Turn SIGTERM into ``Terminated`` until the returned previous handler is restored.
-
-    torchrun, SLURM and systemd signal a rank's DataLoader workers too. PyTorch's SIGCHLD handler would then raise
-    "DataLoader worker ... killed by signal" wherever the main thread is (a ``finally``, a ``__del__``) in place of
-    ``Terminated``, so SIGCHLD is given a handler that does nothing first (not SIG_DFL: a pending SIGCHLD would
-    print "Signal 17 ignored")."""
+    """Turn SIGTERM into ``Terminated`` until the returned previous handler is restored."""
     if threading.current_thread() is not threading.main_thread():
         return None
     _terminating.clear()
 
     def terminate(signum: int, frame: Any) -> None:
         _terminating.set()
+        # torchrun, SLURM and systemd signal the DataLoader workers too, and PyTorch's SIGCHLD handler would raise
+        # "DataLoader worker ... killed by signal" in place of Terminated (not SIG_DFL: "Signal 17 ignored")
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         raise Terminated()
 
@@ -39,7 +33,7 @@ def raise_on_sigterm() -> Any:
 
 
 def restore_sigterm(previous: Any) -> None:
-    """Put back the SIGTERM handler ``raise_on_sigterm`` replaced (None: it replaced none)."""
+    """Put back the handler ``raise_on_sigterm`` replaced (None: none)."""
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
 
@@ -49,25 +43,16 @@ def terminating() -> bool:
 
 
 def raise_if_terminated() -> None:
-    """Raise ``Terminated`` if this process received SIGTERM during the job. A signal handler that runs inside a
-    ``__del__`` or a fork hook cannot raise (Python prints "Exception ignored"), so the training loop checks here."""
+    """Raise ``Terminated`` after SIGTERM: a handler that ran inside a ``__del__`` or a fork hook could not raise."""
     if _terminating.is_set():
         raise Terminated()
-
-
-def ignore_interrupts_in_worker() -> None:
-    """Ctrl-C reaches the whole process group; the launching process ends the job by terminating its spawned
-    ranks, which would otherwise each print a KeyboardInterrupt traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager
 def threads_leave_signals_to_main() -> Iterator[None]:
     """Threads started in the block (ours, or a library's such as MLflow's) block SIGINT and SIGTERM, so that the
-    kernel hands those to the main thread. Linux gives a process's signal to any thread that does not block it;
-    Python's handler then only sets a flag that the main thread reads when it next runs Python code, and a main
-    thread asleep in ``poll()`` (the launcher waiting for its ranks) slept through Ctrl-C. A new thread inherits
-    the mask of the thread that starts it."""
+    kernel hands those to the main thread: given to another thread, a signal only sets a flag, and a main thread
+    asleep in ``poll()`` (the launcher waiting for its ranks) slept through Ctrl-C. Threads inherit the mask."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
@@ -76,8 +61,7 @@ def threads_leave_signals_to_main() -> Iterator[None]:
 
 
 def stop_children(grace: float = 5.0) -> None:
-    """End the processes this one started with SIGTERM, then SIGKILL after ``grace`` seconds (an interrupt that
-    reached only the launching process, e.g. ``kill -INT``, would otherwise leave the ranks training)."""
+    """End the processes this one started (``kill -INT`` reaches only it): SIGTERM, then SIGKILL after ``grace``."""
     children = multiprocessing.active_children()
     for child in children:
         child.terminate()

@@ -1,11 +1,13 @@
-"""Where the workers run: how many processes, on which nodes, and where they meet (``LaunchSpec``:
-the distribution options read together with what torchrun or srun decided for this process)."""
+"""Where the workers run: how many processes, on which nodes, and where they meet (``LaunchSpec``: the
+distribution options read together with what torchrun or srun, seen through the environment, decided)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
+import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,14 +15,84 @@ from dataclasses import dataclass
 import torch
 
 from ..config import TrainConfig
+from ..errors import warn
 from ..options.shared import ProcessOptions
-from .slurm import SlurmTask, slurm_task
-from .torchrun import started_by_torchrun
+
+
+def started_by_torchrun() -> bool:
+    """Whether torchrun's agent started this process (it sets TORCHELASTIC_RUN_ID for its workers)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def warn_if_restarts_share_a_store() -> None:
+    """Warn when torchrun restarts workers with its shared rendezvous store: there, with no per-attempt prefix, a
+    restarted group can find a dead peer's address and fail with "Gloo connectFullMesh failed"."""
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        if env.get("RANK") == "0" and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            warn(
+                "torchrun --max-restarts with its shared rendezvous store: a restarted group can read the dead "
+                "attempt's addresses and fail to connect; run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                "(examples/torchrun_elastic.sh does)"
+            )
 
 
 def rank_set_by_launcher() -> bool:
     """Whether a launcher (torchrun, or another that sets torch's variables) set this process's rank."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+_SLURM_REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")
+
+
+@dataclass(frozen=True)
+class SlurmTask:
+    """This task of a SLURM job step, as ``srun`` tells it: one rank (one task per GPU) or one node that spawns
+    ``--nproc`` workers (``srun --ntasks-per-node 1``); see examples/slurm/train.sbatch."""
+
+    job_id: str
+    procid: int  # rank of this task among the step's tasks
+    localid: int  # rank of this task on its node
+    ntasks: int
+    nodelist: str
+    nnodes: int  # nodes of the allocation
+
+    @property
+    def one_task_per_node(self) -> bool:
+        return self.ntasks == self.nnodes
+
+
+def slurm_task() -> SlurmTask | None:
+    """This process's SLURM task, or None outside ``srun`` (or when torchrun set the ranks)."""
+    env = os.environ
+    if not all(k in env for k in _SLURM_REQUIRED) or started_by_torchrun():
+        return None
+    return SlurmTask(
+        job_id=env["SLURM_JOB_ID"],
+        procid=int(env["SLURM_PROCID"]),
+        localid=int(env["SLURM_LOCALID"]),
+        ntasks=int(env["SLURM_NTASKS"]),
+        nodelist=env["SLURM_JOB_NODELIST"],
+        nnodes=int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1),
+    )
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``): scontrol's, else parsed."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.split()
+        if out:
+            return out[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    entry = re.split(r",(?![^\[]*\])", nodelist)[0].strip()  # the commas outside brackets part the entries
+    prefix, _, rest = entry.partition("[")
+    if not rest:
+        return entry
+    ranges, _, suffix = rest.partition("]")
+    return prefix + re.split("[,-]", ranges)[0] + suffix
 
 
 def free_port() -> int:
@@ -42,7 +114,7 @@ class LaunchSpec:
     dist_timeout: int = 600
     traceback_dir: str | None = None
     verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
-    device: str = "auto"  # --device: auto, cuda or cpu (devices.use_device resolves it)
+    device: str = "auto"  # --device: auto, cuda or cpu (process_setup.use_device resolves it)
 
     @classmethod
     def of(cls, config: TrainConfig) -> LaunchSpec:
@@ -52,9 +124,8 @@ class LaunchSpec:
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node: spawned ones meet on a
-        free port unless ``--master-port`` is given, also under srun (SLURM's derived port is the
-        training run's)."""
+        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node; under srun too, they meet on a free
+        port unless ``--master-port`` is given (SLURM's derived port is the training run's)."""
         return cls(**dataclasses.asdict(processes))  # its fields are some of ours
 
     @property
@@ -105,8 +176,8 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the processes of a job meet (the rendezvous's TCP store) and the ``(setting, origin)`` each
-    part came from, for the messages: ``("MASTER_PORT", "the environment")``, ``("--master-port", "")``."""
+    """Where the processes of a job meet, and the ``(setting, origin)`` each part came from, for the messages:
+    ``("MASTER_PORT", "the environment")``, ``("--master-port", "")``."""
 
     addr: str
     port: int
@@ -128,9 +199,8 @@ class Endpoint:
 
 
 def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
-    """The rendezvous of a job: ``--master-addr`` / ``--master-port``, else ``MASTER_ADDR`` /
-    ``MASTER_PORT`` (torchrun's, or an sbatch script's), else SLURM's first node and 15000 + the job
-    id's last digits, else 127.0.0.1:29500; a job of one node meets on a free port of 127.0.0.1."""
+    """The options, else the environment (torchrun's, an sbatch script's), else SLURM's, else 127.0.0.1:29500; a
+    job of one node meets on a free port of 127.0.0.1."""
     env, task = os.environ, spec.slurm
     origin = "torchrun" if started_by_torchrun() else "the environment"
     if spec.spawns_alone():
@@ -140,36 +210,25 @@ def rendezvous_endpoint(spec: LaunchSpec) -> Endpoint:
     elif env.get("MASTER_ADDR"):
         addr, addr_from = env["MASTER_ADDR"], ("MASTER_ADDR", origin)
     elif task is not None:
-        addr, addr_from = task.master_addr(), ("the first node of SLURM_JOB_NODELIST", "")
+        addr, addr_from = first_host(task.nodelist), ("the first node of SLURM_JOB_NODELIST", "")
     else:
         addr, addr_from = "127.0.0.1", ("the default address", "")
     if spec.master_port:
         port, port_from = spec.master_port, ("--master-port", "")
     elif env.get("MASTER_PORT"):
         port, port_from = int(env["MASTER_PORT"]), ("MASTER_PORT", origin)
-    elif task is not None:
-        port, port_from = task.default_port, ("15000 + the last 4 digits of SLURM_JOB_ID", "")
+    elif task is not None:  # as ignite derives it
+        port = 15000 + int(task.job_id[-4:]) if task.job_id[-4:].isdigit() else 29500
+        port_from = ("15000 + the last 4 digits of SLURM_JOB_ID", "")
     else:
         port, port_from = 29500, ("the default port", "")
     return Endpoint(addr, port, addr_from, port_from)
 
 
-def set_rank_variables_from_slurm(task: SlurmTask, endpoint: Endpoint) -> None:
-    """torch's rendezvous variables from SLURM's and ``endpoint``, set before joining."""
-    os.environ.update(
-        RANK=str(task.procid),
-        LOCAL_RANK=str(task.localid),
-        WORLD_SIZE=str(task.ntasks),
-        MASTER_ADDR=endpoint.addr,
-        MASTER_PORT=str(endpoint.port),
-    )
-
-
 @contextmanager
 def slurm_hidden_from_children(task: SlurmTask | None) -> Iterator[None]:
-    """Spawned workers must not see SLURM's variables: ignite reads any ``SLURM_JOB_ID`` as "ranks
-    come from SLURM" and refuses the rank the spawner gives ("Arguments rank and world_size should
-    not be specified with SLURM"). The children copy the environment as they start."""
+    """Spawned workers must not see SLURM's variables: ignite reads any ``SLURM_JOB_ID`` as "ranks come from SLURM"
+    and refuses the rank the spawner gives ("Arguments rank and world_size should not be specified with SLURM")."""
     hidden = [k for k in os.environ if k.startswith("SLURM_")] if task is not None else []
     with environment(dict.fromkeys(hidden)):
         yield

@@ -24,7 +24,7 @@ from ..atomic_files import write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import list_pairs
 from ..data.registry import resolve_names
-from ..distributed.devices import processes_on_device
+from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields

@@ -27,11 +27,9 @@ from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.loader import SaliencyEvalSet, build_eval_loader
 from ..data.registry import resolve_names
-from ..distributed.agreement import refuse_unless_ranks_agree
-from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
-from ..distributed.ranks import is_rank_zero, rank_zero_only
+from ..distributed.process_setup import freeze_long_lived_objects, processes_on_device, worker_threads
+from ..distributed.ranks import is_rank_zero, rank_zero_only, refuse_unless_ranks_agree
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, warn
 from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..console import echo
 from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
-from ..distributed.devices import processes_on_device
 from ..distributed.launch import launch
+from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..exported_model import is_onnx, load_exported, require_onnxruntime

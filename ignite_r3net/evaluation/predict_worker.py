@@ -33,9 +33,14 @@ from ..console import echo
 from ..data.checks import image_size
 from ..data.decode import load_image
 from ..data.loader import init_loader_worker, worker_context
-from ..distributed.agreement import refuse_unless_ranks_agree
 from ..distributed.process_setup import freeze_long_lived_objects, worker_thread_count, worker_threads
-from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zero, rank_zero_only
+from ..distributed.ranks import (
+    all_gather_items,
+    all_gather_tensor,
+    is_rank_zero,
+    rank_zero_only,
+    refuse_unless_ranks_agree,
+)
 from ..errors import DataError
 from ..exported_model import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps

@@ -1,5 +1,5 @@
 """Options as dataclass fields carrying their ``--help`` text, argparse extras and rule, so that a
-command's flags (``cli.common.add_options``) and its checks (``check_fields``) cannot drift apart.
+command's flags (``cli.add_options``) and its checks (``check_fields``) cannot drift apart.
 ``group`` composes a shared group of options into a command's; a field without help is no option.
 """
 

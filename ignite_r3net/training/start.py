@@ -23,13 +23,10 @@ from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.registry import resolve_names
 from ..data.synthetic import ensure_synthetic
-from ..distributed.agreement import refuse_unless_ranks_agree
-from ..distributed.devices import use_device
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects
-from ..distributed.ranks import rank_zero_only
-from ..distributed.topology import LaunchSpec
-from ..distributed.torchrun import started_by_torchrun
+from ..distributed.process_setup import freeze_long_lived_objects, use_device
+from ..distributed.ranks import rank_zero_only, refuse_unless_ranks_agree
+from ..distributed.topology import LaunchSpec, started_by_torchrun
 from ..errors import CheckpointError, OptionError, ending_line, error_line, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
 from ..model.backbones import BACKBONES
@@ -152,7 +149,7 @@ def check_slurm(spec: LaunchSpec) -> None:
 def check_torchrun(config: TrainConfig) -> None:
     """Under torchrun the ranks meet where torchrun says: another address or port cannot be honoured."""
     env = os.environ
-    if not started_by_torchrun(env):
+    if not started_by_torchrun():
         return
     for flag, given, variable in (
         ("--master-addr", config.master_addr, "MASTER_ADDR"),

@@ -1,24 +1,74 @@
-"""Every command's parser and the function it runs. Each function imports its command's code only
-when the command runs, so that ``--help`` and the other commands never import it (``train``'s
-launching process: the checks and the launcher, not the Engine)."""
+"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``reproduce``,
+``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError`` becomes one
+``error: ...`` line. The options need no torch and each command imports its code only when it runs, so ``--help``
+answers at once and a process imports only what its command needs."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from ..config import TrainConfig
-from ..model.backbones import BACKBONES
-from ..options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
-from ..options.fields import is_option
-from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
-from ..recipes import R3NET_PAPER
-from .common import add_options, given_options, options_from_args, with_default
+from .config import TrainConfig
+from .console import echo, tolerate_closed_console
+from .errors import Terminated, UserError, ending_line
+from .model.backbones import BACKBONES
+from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
+from .options.fields import flag_of, is_group, is_option
+from .options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from .recipes import R3NET_PAPER
 
+T = TypeVar("T")
 Subparsers = argparse._SubParsersAction
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    parser = argparse.ArgumentParser(
+        prog=name if name == "ignite-r3net" else "python run.py",
+        description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
+        "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_train(sub)  # the commands in the order --help lists them
+    for command in COMMANDS:
+        command.add_to(sub)
+    add_reproduce(sub)
+    add_data_commands(sub)
+    for parser_of_command in sub.choices.values():
+        parser_of_command.allow_abbrev = False  # "--checkpoint" must not pass for "--checkpoint-every"
+        parser_of_command.set_defaults(command_parser=parser_of_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python run.py`` and the ``ignite-r3net`` console script."""
+    tolerate_closed_console()
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not words or (words[0].startswith("-") and words[0] not in ("-h", "--help")):
+        words.insert(0, "train")  # the default command
+    args, unknown = build_parser().parse_known_args(words)
+    if unknown:  # the command's usage and --help, not the top level's
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt as e:
+        echo(ending_line(e), sys.stderr)  # a closed pipe (`2>&1 | head`) loses the line, not the exit code
+        return 143 if isinstance(e, Terminated) else 130
+    except UserError as e:
+        echo(ending_line(e), sys.stderr)
+        return e.exit_code
+
+
+# the commands
 
 
 def add_train(sub: Subparsers) -> None:
@@ -42,8 +92,8 @@ def add_train(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..training.recipe_config import config_from_file, config_from_options
-    from ..training.start import train
+    from .training.recipe_config import config_from_file, config_from_options
+    from .training.start import train
 
     given = given_options(TrainConfig, args)
     train(config_from_file(args.config, given) if args.config else config_from_options(given))
@@ -94,7 +144,7 @@ def _recipe_defaults() -> dict[str, str]:
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from ..reproduce.runner import reproduce
+    from .reproduce.runner import reproduce
 
     reproduce(given_options(TrainConfig, args), options_from_args(ReproduceOptions, args))
     return 0
@@ -134,38 +184,38 @@ def add_data_commands(sub: Subparsers) -> None:
 
 
 def run_make_data(args: argparse.Namespace) -> int:
-    from ..data.commands import make_data
+    from .data.commands import make_data
 
     make_data(args.out, n_train=args.train, n_val=args.val, seed=args.seed)
     return 0
 
 
 def run_check_data(args: argparse.Namespace) -> int:
-    from ..data.commands import check_data
+    from .data.commands import check_data
 
     return check_data(args.folders, decode=args.decode)
 
 
 def run_evaluate(options: EvaluateOptions) -> None:
-    from ..evaluation.evaluate import evaluate
+    from .evaluation.evaluate import evaluate
 
     evaluate(options)
 
 
 def run_predict(options: PredictOptions) -> None:
-    from ..evaluation.predict import predict
+    from .evaluation.predict import predict
 
     predict(options)
 
 
 def run_compare(options: CompareOptions) -> None:
-    from ..evaluation.compare import compare
+    from .evaluation.compare import compare
 
     compare(options)
 
 
 def run_export(options: ExportOptions) -> None:
-    from ..export.writer import export_model
+    from .export.writer import export_model
 
     export_model(options)
 
@@ -256,10 +306,71 @@ COMMANDS = (
 )
 
 
-def add_commands(sub: Subparsers) -> None:
-    """Every command's parser, in the order ``--help`` lists them."""
-    add_train(sub)
-    for command in COMMANDS:
-        command.add_to(sub)
-    add_reproduce(sub)
-    add_data_commands(sub)
+# the flags of an options dataclass, and the parsed command line read back into it
+
+
+def with_default(help_text: str, default: Any) -> str:
+    """``help_text`` ending in ``(default: ...)``, unless the default is None or the text names it (argparse's
+    ``%(default)s`` cannot show a default that ``add_options`` suppresses)."""
+    if default is None or "default" in help_text:
+        return help_text
+    return f"{help_text} (default: {default})"
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
+    """One flag per option field of ``cls`` and of its groups, with the field's help (or ``help_texts[name]``). A
+    field without a default is a required flag; fields sharing ``one_of`` form a required group of mutually
+    exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the namespace."""
+    hints = typing.get_type_hints(cls)
+    exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
+    for f in dataclasses.fields(cls):
+        if is_group(f):
+            add_options(parser, typing.cast(type, f.default_factory), **f.metadata["group"])
+            continue
+        if not is_option(f):  # filled in by the program, not an option
+            continue
+        kwargs = dict(f.metadata["argparse"])
+        kind = _option_type(hints[f.name])
+        default = None
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            make_default = typing.cast(Callable[[], Any], f.default_factory)
+            default = make_default() if f.default is dataclasses.MISSING else f.default
+            kwargs["default"] = argparse.SUPPRESS
+        kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), default)
+        if kind is bool:
+            kwargs.setdefault("action", argparse.BooleanOptionalAction)
+        else:
+            kwargs["type"] = kind
+        target: Any = parser
+        group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
+        if group_name:
+            key = (group_name, bool(f.metadata.get("one_of")))
+            if key not in exclusive:
+                exclusive[key] = parser.add_mutually_exclusive_group(required=key[1])
+            target = exclusive[key]
+        target.add_argument(flag_of(f), dest=f.name, **kwargs)
+
+
+def _option_type(hint: object) -> type:
+    """The type argparse converts each value to: ``str`` for ``str | None`` and ``list[str]``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is list:
+        hint = typing.get_args(hint)[0]
+    return typing.cast(type, hint)
+
+
+def given_options(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The options of the dataclass ``cls`` (not of its groups) given on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if is_option(f) and hasattr(args, f.name)}
+
+
+def options_from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """The ``cls`` instance of the parsed command line: the options given, the defaults for the others."""
+    values = given_options(cls, args)
+    for f in dataclasses.fields(typing.cast(Any, cls)):
+        if is_group(f):
+            values[f.name] = options_from_args(typing.cast(type, f.default_factory), args)
+    return cls(**values)
