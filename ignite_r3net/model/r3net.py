@@ -1,11 +1,6 @@
-"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018), on a ResNet / ResNeXt
-backbone exposed as the five stages R3Net taps.
-
-The head mirrors the authors' release module for module (Sequential indices, conv biases, one
-PReLU slope per activation), so an original checkpoint's head keys load unchanged. Backbones are
-torchvision's ``ResNet``, so torchvision and timm state_dicts load after a key rename
-(``key_layouts``); building one downloads nothing.
-"""
+"""R3Net (Deng et al., IJCAI 2018) on a torchvision ResNet / ResNeXt backbone (torchvision and timm
+weights load after a key rename, ``key_layouts``). The head mirrors the authors' release module for
+module (Sequential indices, conv biases, one PReLU slope per activation): their head keys load unchanged."""
 
 from __future__ import annotations
 
@@ -98,9 +93,8 @@ def _global_average(x: torch.Tensor) -> torch.Tensor:
 
 
 def _deterministic_backward(x: torch.Tensor) -> bool:
-    """Under ``torch.use_deterministic_algorithms`` (``--deterministic``) the CUDA backward of
-    bilinear interpolation and adaptive pooling raise (they add with atomics); their gradients are
-    then computed by ops whose backward is deterministic, on every device alike."""
+    """Under ``--deterministic`` the CUDA backward of bilinear interpolation and adaptive pooling raise
+    (they add with atomics): their gradients then come from ops with a deterministic backward, on any device."""
     return x.requires_grad and torch.are_deterministic_algorithms_enabled()
 
 
