@@ -208,7 +208,7 @@ class _ExactConstantSsim(py_sod_metrics.Smeasure):
 
 
 def test_constant_quadrant_scores_its_exact_value():
-    """The documented deviation (metrics/structure.py): pred and gt are constant over three of this
+    """The documented deviation (metrics/histogram.py, smeasure): pred and gt are constant over three of this
     map's 15x6 quadrants, and numpy's mean of 249/255 over such a slice does not round back to
     249/255, so PySODMetrics scores each of them 0 where the exact value is 1."""
     case = [(np.full((30, 12), 249, np.uint8), _CONSTANT_QUADRANT_GT)]

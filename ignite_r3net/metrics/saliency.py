@@ -17,7 +17,6 @@ from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
 
 from . import histogram
 from .keys import METRIC_KEYS, ImageScores
-from .structure import smeasure
 from .weighted_f import weighted_fmeasure
 
 Maps = torch.Tensor | Sequence[torch.Tensor]
@@ -67,12 +66,10 @@ def _as_list(maps: Maps) -> list[torch.Tensor]:
         if maps.dim() != 3:
             raise ValueError(f"expected (H, W), (N, H, W) or (N, 1, H, W) maps, got shape {tuple(maps.shape)}")
         return list(maps.unbind(0))
-    out = []
-    for m in maps:
-        m = m.squeeze(0) if m.dim() == 3 and m.shape[0] == 1 else m
+    out = [m.squeeze(0) if m.dim() == 3 and m.shape[0] == 1 else m for m in maps]
+    for m in out:
         if m.dim() != 2:
             raise ValueError(f"each map must be 2-D, got shape {tuple(m.shape)}")
-        out.append(m)
     return out
 
 
@@ -101,33 +98,28 @@ def _weighted_f_batch(pred_u8: torch.Tensor, gt: torch.Tensor, levels: torch.Ten
 
 
 class SaliencyMetrics(Metric):
-    r"""MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and
-    weighted F-measure of saliency maps, in one pass.
+    """MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and weighted
+    F-measure of saliency maps, in one pass. Attached as ``SaliencyMetrics().attach(evaluator, "sod")``,
+    ``state.metrics["sod"]`` is the dict of :meth:`compute` (ignite also spreads its keys there).
 
     ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or ``(N, H, W)``
     tensors, and the images' names (kept with ``per_image=True``). ``pred`` is uint8 0..255, or float
-    in [0, 1], first turned into the uint8 map one would save (``round(p * 255)``) so that scoring a
-    tensor equals scoring its PNG; ``gt`` is uint8 0..255 (or bool).
+    in [0, 1] first turned into the uint8 map one would save (``round(p * 255)``: scoring a tensor
+    equals scoring its PNG); ``gt`` is uint8 0..255 (or bool).
 
-    ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``structure``),
+    ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``histogram.smeasure``),
     every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the
-    mean curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use
-    the threshold ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as
-    the original R3Net code (``misc.py``, ``histogram.r3net_mae`` and ``r3net_precision_recall``):
-    precision and recall averaged over the dataset, then ``maxF = max_t 1.3 P R / (0.3 P + R)``.
+    mean curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use the
+    threshold ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as the
+    original R3Net code (``misc.py``): precision and recall averaged over the dataset, then
+    ``maxF = max_t 1.3 P R / (0.3 P + R)``.
 
-    Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on
-    ``device``, which ``compute`` and :meth:`curves` all-reduce (one collective): the sums are exact,
-    so a distributed evaluation gives bit for bit the numbers of a single process.
-
-    ``per_image=True`` also keeps each image's own scores, the values the sums are made of, for
-    :meth:`per_image_scores`: ``meanF`` / ``meanE`` are the mean and ``maxF`` / ``maxE`` the maximum
-    of the image's own curve (r3net ``maxF``: from its own precision and recall). The data set's
-    score is the mean of the images' values for all but ``maxF`` and ``maxE``.
-
-    ``device`` holds the sums and computes the histograms (the weighted F-measure runs on the CPU).
-    Attached as ``SaliencyMetrics().attach(evaluator, "sod")``, ``evaluator.state.metrics["sod"]``
-    is the dict of :meth:`compute` (ignite also spreads its keys into ``state.metrics``).
+    Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on ``device``
+    (which also computes the histograms; the weighted F-measure runs on the CPU), all-reduced by ``compute``
+    and :meth:`curves`: the sums are exact, so N processes give bit for bit the numbers of one.
+    ``per_image=True`` also keeps each image's own scores for :meth:`per_image_scores`: ``meanF`` / ``meanE``
+    are the mean and ``maxF`` / ``maxE`` the maximum of the image's own curve (r3net ``maxF``: from its own
+    precision and recall); the data set's score is the mean of the images' values but for ``maxF``, ``maxE``.
     """
 
     _state_dict_all_req_keys = ("_sums",)
@@ -226,7 +218,7 @@ class SaliencyMetrics(Metric):
             maxE=emeasure.max(1).values,
             meanE=emeasure.mean(1),
             adpE=self._add("adpE", adp_e),
-            Sm=self._add("Sm", smeasure(stats)),
+            Sm=self._add("Sm", histogram.smeasure(stats)),
         )
 
     def per_image_scores(self) -> list[ImageScores]:

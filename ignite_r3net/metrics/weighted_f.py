@@ -1,21 +1,17 @@
-"""Weighted F-measure (Margolin et al., "How to evaluate foreground maps?", CVPR 2014), beta^2 = 1.
+"""Weighted F-measure (Margolin et al., CVPR 2014), beta^2 = 1: PySODMetrics' ``WeightedFmeasure.cal_wfm``
+(after the MATLAB code), for a normalised ``pred`` and a bool ``gt`` with a foreground: ``Dst, Idxt =
+distance_transform_edt(~gt, return_indices=True)``; ``E = |pred - gt|``; ``Et``: ``E`` with each background
+pixel taking its nearest foreground pixel's; ``EA``: ``Et`` convolved with ``fspecial('gaussian', 7, 5)``
+(zeros outside); ``Ew = min(E, EA)`` on the foreground, ``E * (2 - 0.5 ** (Dst / 5))`` on the background;
+``R = 1 - mean(Ew[gt])``, ``P = TPw / (TPw + FPw + eps)`` with ``TPw = sum(gt) - sum(Ew[gt])``,
+``FPw = sum(Ew[~gt])``; the score is ``2 R P / (R + P + eps)``.
 
-PySODMetrics' ``WeightedFmeasure.cal_wfm`` (after the MATLAB code), for a normalised ``pred`` and a
-bool ``gt`` with a foreground: ``Dst, Idxt = distance_transform_edt(~gt, return_indices=True)``;
-``E = |pred - gt|``; ``Et``: ``E`` with each background pixel taking its nearest foreground pixel's;
-``EA``: ``Et`` convolved with ``fspecial('gaussian', 7, 5)`` (zeros outside); ``Ew = min(E, EA)`` on
-the foreground, ``E * (2 - 0.5 ** (Dst / 5))`` on the background; ``R = 1 - mean(Ew[gt])``,
-``P = TPw / (TPw + FPw + eps)`` with ``TPw = sum(gt) - sum(Ew[gt])``, ``FPw = sum(Ew[~gt])``; the
-score is ``2 R P / (R + P + eps)``.
-
-The same scipy call gives PySODMetrics' own nearest pixels, ties included (OpenCV's faster distance
-transform gives no exact indices); the rest is restricted to where it matters:
-
-* ``EA`` is read on the foreground only, whose 7x7 windows stay within 3 pixels of it: ``E``,
-  ``Et``, ``EA`` are computed on the foreground's bounding box grown by 3 (where the box meets the
-  map's edge the convolution pads zeros, as scipy's ``mode="constant"`` does there);
-* on the background ``E = pred``, so ``FPw = 2 sum(pred) - sum(pred * 0.5 ** (Dst / 5))`` there: one
-  full-map dot product with the decay, whose distances come exactly from the indices.
+The same scipy call gives PySODMetrics' own nearest pixels, ties included (OpenCV's faster transform gives
+no exact indices); the rest is restricted to where it matters. ``EA`` is read on the foreground only,
+whose 7x7 windows stay within 3 pixels of it: ``E``, ``Et``, ``EA`` are computed on the foreground's
+bounding box grown by 3 (zeros padded where it meets the map's edge, as scipy's ``mode="constant"``). On
+the background ``E = pred``, so ``FPw = 2 sum(pred) - sum(pred * 0.5 ** (Dst / 5))`` there: one full-map
+dot product with the decay, whose distances come exactly from the indices.
 """
 
 from __future__ import annotations
