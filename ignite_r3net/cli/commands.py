@@ -13,8 +13,8 @@ from typing import Any
 from ..config import TrainConfig
 from ..model.backbones import BACKBONES
 from ..options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
+from ..options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..options.fields import is_option
-from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..recipes import R3NET_PAPER
 from .common import add_options, given_options, options_from_args, with_default
 

@@ -1,4 +1,5 @@
-"""The options of ``evaluate``, ``predict``, ``compare`` and ``export``, one dataclass each."""
+"""The options of ``evaluate``, ``predict``, ``compare``, ``export`` and ``reproduce`` (besides its
+training options, ``TrainConfig``'s), one dataclass each."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from ..metrics.keys import METRIC_KEYS, canonical_metric
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, group, option
 from .shared import (
+    BACKBONE_HELP,
     CHECKPOINT_HELP,
+    PROGRESS_HELP,
+    PROTOCOL_HELP,
+    PROTOCOLS,
     InferenceOptions,
     ProcessOptions,
-    backbone_option,
     data_root_option,
-    progress_option,
-    protocol_option,
 )
 
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
@@ -47,7 +49,7 @@ class EvaluateOptions:
         "images and masks (its masks are used)",
         metavar="DIR",
     )
-    protocol: str = protocol_option()
+    protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     json_path: str | None = option(
         None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
     )
@@ -67,7 +69,7 @@ class EvaluateOptions:
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
         "divide the cores among them unless OMP_NUM_THREADS is set)",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
     # not options: set by ``compare``, which names the data sets itself and prints its own tables
     names: list[str] | None = field(default=None)
     quiet: bool = field(default=False)
@@ -150,7 +152,7 @@ class PredictOptions:
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; see --device); the images "
         "are dealt to them and the maps are those of one process; under torchrun or srun, leave it out",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
 
     def validate(self) -> None:
         """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
@@ -194,7 +196,7 @@ class CompareOptions:
         nargs="+",
         metavar="METRIC",
     )
-    protocol: str = protocol_option()
+    protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     reference: list[str] | None = option(
         None,
         "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
@@ -235,7 +237,7 @@ class CompareOptions:
         nproc="processes for scoring (and for checkpoint inference): on GPUs one per GPU, at most as many as the "
         "GPUs (--device cpu: CPU processes); the numbers are those of one process",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
 
     def __post_init__(self) -> None:
         # names in any case (maxf -> maxF); unknown ones stay for validate to name
@@ -276,7 +278,7 @@ class ExportOptions:
         rule=_OPSET,
         metavar="N",
     )
-    backbone: str | None = backbone_option()
+    backbone: str | None = option(None, BACKBONE_HELP)
     # the model card of --format hub
     results: str | None = option(
         None,
@@ -319,3 +321,46 @@ class ExportOptions:
     @property
     def onnx_opset(self) -> int:
         return DEFAULT_OPSET if self.opset is None else self.opset
+
+
+# the training options ``reproduce`` sets unless given: the original recipe on MSRA10K, continued
+REPRODUCE_DEFAULTS = {"recipe": "r3net-paper", "data": ["MSRA10K"], "output_dir": "runs/r3net-paper", "resume": "auto"}
+
+
+@dataclass(kw_only=True)
+class ReproduceOptions:
+    """What ``reproduce`` does besides training: the model to evaluate, extra columns, tolerances."""
+
+    checkpoint: str | None = option(
+        None,
+        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]",
+        metavar="CKPT",
+    )
+    author_maps: str | None = option(
+        None,
+        "the authors' released saliency maps: a folder with one subfolder per test set (named as the set "
+        "or an alias, e.g. ECSSD/, hkuis/), scored by the same code as ours, in a column of its own (tells "
+        "evaluation differences from training differences)",
+        metavar="DIR",
+    )
+    seeds: list[int] | None = option(
+        None,
+        "train one model per seed (each in OUTPUT_DIR/seed-N) and report the mean and the spread (sample "
+        "standard deviation, min and max); default: one model, --seed",
+        nargs="+",
+        metavar="SEED",
+    )
+    tolerance_maxf: float = option(
+        0.01, "a max F within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+    )
+    tolerance_mae: float = option(
+        0.005, "an MAE within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+    )
+
+    def validate(self) -> None:
+        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
+        check_fields(self)
+        if self.checkpoint is not None and self.seeds is not None:
+            raise OptionError("--seeds trains one model per seed; --checkpoint skips training: give one")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise OptionError(f"--seeds: a seed is given twice: {' '.join(map(str, self.seeds))}")

@@ -46,21 +46,10 @@ PROGRESS_HELP = (
     "show how far the work has come on rank 0: a bar over the work with its rate, elapsed time and ETA "
     "on a terminal, a plain line every 10%% when stderr is a file (SLURM logs); --no-progress shows none"
 )
-
-
-def progress_option() -> bool:
-    """``--progress/--no-progress``: the bar (or plain lines) with ETA of a long command."""
-    return option(True, PROGRESS_HELP)
-
-
-def protocol_option() -> str:
-    """``--protocol``: which code's metric definitions the scores follow."""
-    return option(
-        "standard",
-        "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF (marked † in the "
-        "tables and listed under 'protocol_metrics' in the JSON; the other metrics stay standard)",
-        choices=PROTOCOLS,
-    )
+PROTOCOL_HELP = (
+    "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF (marked † in the "
+    "tables and listed under 'protocol_metrics' in the JSON; the other metrics stay standard)"
+)
 
 
 def data_root_option() -> str | None:
@@ -72,11 +61,6 @@ def data_root_option() -> str | None:
         "pascals, ...); a count other than the published one is a warning",
         metavar="DIR",
     )
-
-
-def backbone_option() -> str | None:
-    """``--backbone`` of a trained model: needed only when neither config.json nor the weights tell."""
-    return option(None, BACKBONE_HELP)
 
 
 @dataclass(kw_only=True)
@@ -95,7 +79,7 @@ class ProcessOptions:
 class InferenceOptions:
     """How a checkpoint's maps are made: backbone, input size, CRF, precision, DataLoader workers."""
 
-    backbone: str | None = backbone_option()
+    backbone: str | None = option(None, BACKBONE_HELP)
     size: int | None = option(
         None,
         f"run the model on each image resized to N x N (bilinear, antialiased), as many saliency methods "

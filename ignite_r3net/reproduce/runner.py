@@ -22,7 +22,7 @@ from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
-from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..training.recipe_config import config_from_options
 from ..training.start import train
 from .table import Model, build_results, write_results
