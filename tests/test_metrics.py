@@ -10,8 +10,7 @@ import torch
 from ignite.exceptions import NotComputableError
 
 from ignite_r3net.metrics.keys import METRIC_KEYS
-from ignite_r3net.metrics.saliency import SaliencyMetrics
-from ignite_r3net.metrics.weighted_f import weighted_fmeasure
+from ignite_r3net.metrics.saliency import SaliencyMetrics, weighted_fmeasure
 
 # Per-image values are rounded to multiples of 2**-32 (2.3e-10) so that sums over images are exact
 # in any order: ours and PySODMetrics' differ by at most about 1.2e-10 on every metric.

@@ -1,12 +1,9 @@
-"""Where weights come from: ``--pretrained`` (``imagenet``, ``none``, a file read without unpickling
-code, a torchvision weights name, ``hf-hub:ORG/NAME[@REVISION]``), and the Hugging Face Hub files
-behind ``--pretrained hf-hub:...`` and ``--checkpoint hf-hub:...`` (a folder of ``export --format hub``).
-
-``resolve_weights`` runs in the launching process, once per node before any worker starts: it
-downloads what is missing and returns the local file and its sha256, which the run records; workers
-only read that file. ``huggingface_hub`` fetches into its cache (``HF_HOME``; its lock makes
-concurrent launching processes download once), read first; ``HF_HUB_OFFLINE=1`` reads only the cache.
-"""
+"""Where weights come from: ``--pretrained`` (``imagenet``, ``none``, a file read without unpickling code, a
+torchvision weights name or ``hf-hub:ORG/NAME[@REVISION]``) and the Hub files of ``--checkpoint hf-hub:...``.
+``resolve_weights`` runs in the launching process, once per node before any worker starts: it downloads what
+is missing and returns the local file and its sha256, which the run records; workers only read that file.
+Hub files come through huggingface_hub's cache (``HF_HOME``; its lock makes concurrent launching processes
+download once), read first; ``HF_HUB_OFFLINE=1`` reads only the cache."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import hashlib
 import os
 import re
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -97,15 +95,12 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
 
 def _fetch_from_hub(source: str, what: str) -> Path:
     # the first of HF_FILES the repository holds; any of them in the cache before the network
-    for filename in HF_FILES:
-        cached = cached_hub_file(source, filename)
-        if cached is not None:
-            return cached
-    for filename in HF_FILES:
-        path = fetch_hub_file(source, filename, what, _WAYS_OUT)
-        if path is not None:
-            return path
-    raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
+    cached = (cached_hub_file(source, filename) for filename in HF_FILES)
+    fetched = (fetch_hub_file(source, filename, what, _WAYS_OUT) for filename in HF_FILES)
+    path = next((path for path in chain(cached, fetched) if path is not None), None)
+    if path is None:
+        raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
+    return path
 
 
 def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
@@ -145,8 +140,8 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
 
 
 def parse_hub_source(source: str) -> tuple[str, str | None]:
-    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]``; revision (a branch, tag or commit,
-    after the first ``@``: repository ids hold none) None means ``main``. ValueError if a part is empty."""
+    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]`` (a branch, tag or commit after the first ``@``;
+    None: ``main``). ValueError if a part is empty."""
     repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
     if not repo_id or (at and not revision):
         raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
@@ -154,8 +149,7 @@ def parse_hub_source(source: str) -> tuple[str, str | None]:
 
 
 def cached_hub_file(source: str, filename: str) -> Path | None:
-    """``filename`` of the repository ``source`` from the Hugging Face cache alone (no network); None
-    when it is not there or ``source`` is malformed."""
+    """``filename`` of the repository ``source`` from the cache alone; None if not there or ``source`` is malformed."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
 

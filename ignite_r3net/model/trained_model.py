@@ -103,10 +103,8 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
         sd = to_our_layout(state)
     except ValueError:
         return None
-    layers = []
-    for stage in range(1, 5):
-        prefix = f"backbone.layer{stage}."
-        layers.append(len({k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}))
+    prefixes = [f"backbone.layer{stage}." for stage in range(1, 5)]  # blocks per stage: backbone.layerN.<block>.
+    layers = tuple(len({k.split(".")[2] for k in sd if k.startswith(prefix)}) for prefix in prefixes)
     bottleneck = "backbone.layer1.0.conv3.weight" in sd
     conv2 = sd.get("backbone.layer1.0.conv2.weight")
     if conv2 is None or conv2.dim() != 4:
@@ -114,7 +112,7 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     # conv2 of the first block is (width, width / groups, 3, 3) with width = groups * width_per_group
     groups, per_group = conv2.shape[0] // conv2.shape[1], conv2.shape[1]
     for name, spec in BACKBONES.items():
-        if tuple(layers) != tuple(spec.layers) or (spec.block == "Bottleneck") != bottleneck:
+        if layers != spec.layers or (spec.block == "Bottleneck") != bottleneck:
             continue
         if not bottleneck or (spec.groups, spec.width_per_group) == (groups, per_group):
             return name

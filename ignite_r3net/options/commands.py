@@ -1,5 +1,6 @@
-"""The options of ``evaluate``, ``predict``, ``compare``, ``export`` and ``reproduce`` (besides its
-training options, ``TrainConfig``'s), one dataclass each."""
+"""The options of ``evaluate``, ``predict``, ``compare``, ``export`` and ``reproduce`` (besides its training
+options, ``TrainConfig``'s), one dataclass each, whose ``validate`` raises ``OptionError`` for values or
+combinations that are wrong whatever the files."""
 
 from __future__ import annotations
 
@@ -75,7 +76,6 @@ class EvaluateOptions:
     quiet: bool = field(default=False)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if (self.checkpoint is None) == (self.maps is None):
             raise OptionError("give one of --checkpoint and --maps")
@@ -155,7 +155,6 @@ class PredictOptions:
     progress: bool = option(True, PROGRESS_HELP)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if (self.checkpoint is None) == (self.model is None):
             raise OptionError("give one of --checkpoint and --model")
@@ -244,7 +243,6 @@ class CompareOptions:
         self.metrics = [canonical_metric(m) or m for m in self.metrics]
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         unknown = [m for m in self.metrics if m not in METRIC_KEYS]
         if unknown:
             raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
@@ -308,7 +306,6 @@ class ExportOptions:
     )
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if self.opset is not None and self.format != "onnx":
             raise OptionError("--opset applies to --format onnx only")
@@ -358,7 +355,6 @@ class ReproduceOptions:
     )
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if self.checkpoint is not None and self.seeds is not None:
             raise OptionError("--seeds trains one model per seed; --checkpoint skips training: give one")

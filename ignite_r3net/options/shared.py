@@ -65,8 +65,7 @@ def data_root_option() -> str | None:
 
 @dataclass(kw_only=True)
 class ProcessOptions:
-    """``--nproc``, ``--device``, ``--backend`` and ``--master-port`` of the commands that spread work
-    over processes."""
+    """Where the work of a command that spreads it over processes runs."""
 
     nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
     device: str = option("auto", DEVICE_HELP, choices=DEVICES)
