@@ -15,7 +15,7 @@ import re
 import torch
 
 from ..errors import OptionError
-from ..options.shared import ProcessOptions
+from ..options.commands import ProcessOptions
 from .slurm import slurm_task
 from .topology import LaunchSpec, rank_set_by_launcher
 from .torchrun import started_by_torchrun

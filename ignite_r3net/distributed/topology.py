@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import TrainConfig
-from ..options.shared import ProcessOptions
+from ..options.commands import ProcessOptions
 from .slurm import SlurmTask, slurm_task
 from .torchrun import started_by_torchrun
 
