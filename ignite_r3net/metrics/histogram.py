@@ -7,8 +7,7 @@ histogram: its pixels per S-measure quadrant, gt value and uint8 value (one ``bi
 Conventions copied from PySODMetrics on purpose (they decide the last digits): the F- and E-measure
 curves bin the normalised prediction with ``floor(pred * 255)`` (numpy's ``astype(uint8)`` truncates)
 and count ``>=`` thresholds; precision with no predicted positive is 0; adaptive thresholds are
-``min(2 * mean(pred), 1)`` on the normalised float prediction.
-"""
+``min(2 * mean(pred), 1)`` on the normalised float prediction."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ S_ALPHA = 0.5  # S-measure: balance between the object and region terms
 
 
 def normalised_levels(pred_u8: torch.Tensor) -> torch.Tensor:
-    """PySODMetrics' ``prepare_data`` as a per-map lookup table (N, 256) float64: entry v is the
-    normalised value of uint8 value v, with numpy's float64 operations, so bit-identical values (and
-    ``floor(levels * 255)`` the same bins)."""
+    """PySODMetrics' ``prepare_data`` as a per-map table (N, 256) float64: the normalised value of each uint8
+    value, bit-identical to numpy's (so ``floor(levels * 255)`` gives the same bins)."""
     flat = pred_u8.flatten(1)
     low = flat.amin(1).double().view(-1, 1) / 255
     high = flat.amax(1).double().view(-1, 1) / 255
@@ -109,8 +107,7 @@ def mae(stats: MapStats) -> torch.Tensor:
 
 
 def threshold_counts(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per map, gt-foreground (tp) and gt-background (fp) pixels with ``floor(pred * 255) >= t`` for
-    t = 0..255: (N, 256) float64 each."""
+    """Per map, gt-foreground (tp) and gt-background (fp) pixels with ``floor(pred * 255) >= t``: (N, 256)."""
     # levels outside [min, max] of a map hold no pixel; clamping only keeps them indexable
     bins = (stats.levels * 255).floor().clamp(0, 255).long()
     binned = torch.zeros_like(stats.hist).scatter_add_(2, bins.unsqueeze(1).expand_as(stats.hist), stats.hist)
@@ -130,9 +127,8 @@ def fmeasure_curves(
 
 
 def emeasure(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
-    """Enhanced-alignment measure of binarised predictions from predicted-foreground pixels on gt
-    foreground / background (N, T), gt-foreground and all pixels per map (N,): PySODMetrics' closed
-    form, the alignment matrix takes one value on each of the four (pred, gt) classes."""
+    """E-measure (N, T) from predicted-foreground pixels on gt foreground / background (N, T): PySODMetrics'
+    closed form, the alignment matrix taking one value on each of the four (pred, gt) classes."""
     n_fg, size = n_fg.view(-1, 1), size.view(-1, 1)
     pred_fg = fg_fg + fg_bg
     pred_bg = size - pred_fg
@@ -164,13 +160,12 @@ def adaptive_scores(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def smeasure(stats: MapStats) -> torch.Tensor:
-    """S-measure (Fan et al., ICCV 2017), alpha = 0.5, per map, (N,) float64; ``1 - mean(pred)`` for an
-    empty gt, ``mean(pred)`` for a full one. Every quantity PySODMetrics' ``Smeasure`` takes of the pixels
-    is a sum over pixel values, so it follows exactly from the quadrant histogram. Two deliberate differences,
-    both in degenerate quadrants: prediction and gt both constant scores the exact 1 (PySODMetrics' pairwise
-    summed mean may not round back to the constant, 249/255 over 15x6 does not, leaving a variance a few
-    ulps above 0 that scores 0); an empty quadrant (centroid on the last row or column) has weight 0 and
-    contributes 0 (PySODMetrics averages an empty slice and returns NaN for the whole map)."""
+    """S-measure (Fan et al., ICCV 2017), alpha = 0.5, per map; ``1 - mean(pred)`` for an empty gt, ``mean(pred)``
+    for a full one. PySODMetrics' ``Smeasure`` takes only sums over pixel values, which the quadrant histogram
+    gives exactly. Two deliberate differences, in degenerate quadrants: pred and gt both constant score the exact
+    1 (PySODMetrics' pairwise summed mean may not round back to the constant, 249/255 over 15x6 does not, and
+    the variance a few ulps above 0 scores 0); an empty quadrant (centroid on the last row or column) has
+    weight 0 (PySODMetrics averages an empty slice and returns NaN for the whole map)."""
     y = stats.n_fg / stats.size
     score = (_object_term(stats) * S_ALPHA + _region_term(stats) * (1 - S_ALPHA)).clamp_min(0)
     mean_pred = stats.mean_pred()
@@ -178,8 +173,7 @@ def smeasure(stats: MapStats) -> torch.Tensor:
 
 
 def _s_object(counts: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``2 mean / (mean^2 + 1 + std + EPS)`` of the pixels with ``counts`` of each of ``values`` (N, 256),
-    with the sample (ddof=1) std; std = 0 for a single pixel."""
+    """``2 mean / (mean^2 + 1 + std + EPS)`` of pixels counted per value, sample std (0 for one pixel)."""
     n = counts.sum(1)
     mean = (counts * values).sum(1) / n.clamp_min(1)
     squared_dev = (counts * (values - mean.view(-1, 1)) ** 2).sum(1)
@@ -233,14 +227,12 @@ def _ssim(quadrants: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
 
 
 def r3net_mae(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> torch.Tensor:
-    """R3Net's ``misc.cal_precision_recall_mae`` MAE: against the soft gt ``gt / 255``, with no
-    min-max normalisation of the prediction. (N,) float64."""
+    """R3Net's ``misc.cal_precision_recall_mae`` MAE: against the soft gt, no min-max normalisation."""
     return (pred_u8.double() - gt_u8.double()).abs_().flatten(1).mean(1) / 255
 
 
 def r3net_precision_recall(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """R3Net's precision and recall, each ``(tp + 1e-4) / (. + 1e-4)``, of ``pred_u8 > t`` for
-    t = 0..255 against the gt binarised at ``gt / 255 > 0.5``: (N, 256) float64 each."""
+    """R3Net's precision and recall (N, 256), ``(tp + 1e-4) / (. + 1e-4)``, of ``pred_u8 > t``, gt ``>= 128``."""
     n = pred_u8.shape[0]
     hard = (gt_u8 >= 128).to(torch.int32)  # gt / 255 > 0.5
     key = pred_u8.to(torch.int32).add_(hard, alpha=256).flatten(1)

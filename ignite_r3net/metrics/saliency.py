@@ -37,9 +37,8 @@ _REACH = 3  # half the Gaussian window: how far a foreground pixel's EA reads Et
 
 
 def _exact(per_image: torch.Tensor) -> torch.Tensor:
-    """Per-image values rounded to multiples of 2**-32 (moved by 1.2e-10 at most): their float64 sums
-    are exact up to 2**21 images, so the order of additions (batch size, shards across ranks,
-    all-reduce order) cannot change a bit of the result, and N processes give the numbers of one."""
+    """Per-image values rounded to multiples of 2**-32 (moved by 1.2e-10 at most): their float64 sums are exact
+    up to 2**21 images, so no order of additions (batches, ranks, all-reduce) changes a bit of the result."""
     return torch.round(per_image.double() * _QUANTUM) / _QUANTUM
 
 
@@ -95,8 +94,7 @@ def _f_of(precision: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
 
 
 def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> np.ndarray:
-    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)``, whose outer product is the
-    kernel up to float64 rounding (fspecial's zeroing below ``eps * max`` never triggers for 7, 5)."""
+    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)`` (its zeroing never triggers for 7, 5)."""
     x = np.arange(size) - (size - 1) / 2
     taps = np.exp(-(x * x) / (2 * sigma * sigma))
     return taps / taps.sum()
@@ -173,27 +171,22 @@ def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
 
 class SaliencyMetrics(Metric):
     """MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and weighted
-    F-measure of saliency maps, in one pass. Attached as ``SaliencyMetrics().attach(evaluator, "sod")``,
-    ``state.metrics["sod"]`` is the dict of :meth:`compute` (ignite also spreads its keys there).
-
-    ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or ``(N, H, W)``
-    tensors, and the images' names (kept with ``per_image=True``). ``pred`` is uint8 0..255, or float
-    in [0, 1] first turned into the uint8 map one would save (``round(p * 255)``: scoring a tensor
-    equals scoring its PNG); ``gt`` is uint8 0..255 (or bool).
+    F-measure of saliency maps, in one pass; ``attach(evaluator, "sod")`` puts :meth:`compute`'s dict in
+    ``state.metrics["sod"]``. ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or
+    ``(N, H, W)`` tensors, and the images' names (for ``per_image``). ``pred`` is uint8, or float in [0, 1] first
+    made the uint8 map one would save (``round(p * 255)``: a tensor scores as its PNG); ``gt`` is uint8 (or bool).
 
     ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``histogram.smeasure``),
-    every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the
-    mean curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use the
-    threshold ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as the
-    original R3Net code (``misc.py``): precision and recall averaged over the dataset, then
-    ``maxF = max_t 1.3 P R / (0.3 P + R)``.
+    every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the mean
+    curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use the threshold
+    ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as the original R3Net code
+    (``misc.py``): precision and recall averaged over the dataset, then ``maxF = max_t 1.3 P R / (0.3 P + R)``.
 
-    Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on ``device``
-    (which also computes the histograms; the weighted F-measure runs on the CPU), all-reduced by ``compute``
-    and :meth:`curves`: the sums are exact, so N processes give bit for bit the numbers of one.
-    ``per_image=True`` also keeps each image's own scores for :meth:`per_image_scores`: ``meanF`` / ``meanE``
-    are the mean and ``maxF`` / ``maxE`` the maximum of the image's own curve (r3net ``maxF``: from its own
-    precision and recall); the data set's score is the mean of the images' values but for ``maxF``, ``maxE``.
+    The per-image values (``_exact``) are summed into one float64 vector on ``device`` (which also computes the
+    histograms), all-reduced by ``compute`` and :meth:`curves`: N processes give bit for bit the numbers of one.
+    ``per_image=True`` also keeps each image's own scores for :meth:`per_image_scores` (``maxF`` / ``maxE``: of
+    its own curves; r3net ``maxF``: of its own precision and recall); the data set's value is the mean of the
+    images' for all but ``maxF`` and ``maxE``.
     """
 
     _state_dict_all_req_keys = ("_sums",)
@@ -254,8 +247,7 @@ class SaliencyMetrics(Metric):
                 self._columns[key].append(values.detach().to(torch.float64).flatten())
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
-        """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
-        maps' histogram statistics for :meth:`_flush`."""
+        """Score what needs the pixels (weighted F; r3net's MAE and P/R), keep the histograms for ``_flush``."""
         gt = gt_u8 > 128
         stats = histogram.MapStats.of(pred_u8, gt)
         if self.protocol == "r3net":
@@ -274,8 +266,7 @@ class SaliencyMetrics(Metric):
             self._flush()
 
     def _flush(self) -> None:
-        """Add the scores that follow from the histograms, for all pending maps in one batched pass
-        (per-image values are rounded by ``_exact``: when this runs does not change a bit of the sums)."""
+        """Add the scores that follow from the histograms of all pending maps, in one batched pass."""
         if not self._pending:
             return
         stats = histogram.MapStats.cat(self._pending)
@@ -299,8 +290,7 @@ class SaliencyMetrics(Metric):
         )
 
     def per_image_scores(self) -> list[ImageScores]:
-        """Every image's own scores (see the class docstring), from every process, sorted by name; a
-        collective, like ``compute``. Needs ``per_image=True``."""
+        """Every image's own scores, from every process (a collective), sorted by name; needs ``per_image``."""
         if not self.per_image:
             raise RuntimeError("per_image_scores needs SaliencyMetrics(per_image=True)")
         self._flush()

@@ -56,8 +56,7 @@ def is_hub_source(source: str) -> bool:
 
 
 def resolve_weights(source: str, backbone: str) -> Weights | None:
-    """The local file of ``--pretrained SOURCE`` for ``backbone``, downloaded when needed; None for
-    ``none``. Raises a one-line ``OptionError``: what was tried, the cache, the ways out."""
+    """The local file of ``--pretrained SOURCE`` for ``backbone``, downloaded when needed; None for ``none``."""
     if source == NONE:
         return None
     what = f"--pretrained {source}"
@@ -76,8 +75,7 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
 
 
 def load_backbone_weights(backbone: nn.Module, file: str | Path) -> None:
-    """Load a backbone state_dict file (torchvision, timm or the original layout) into ``backbone``;
-    missing or unexpected keys are one ``ValueError`` line listing them."""
+    """Load a backbone state_dict file of any layout; a ``ValueError`` line lists missing / unexpected keys."""
     try:
         state = load_checkpoint(file, what="weights file")
     except CheckpointError as e:
@@ -140,8 +138,7 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
 
 
 def parse_hub_source(source: str) -> tuple[str, str | None]:
-    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]`` (a branch, tag or commit after the first ``@``;
-    None: ``main``). ValueError if a part is empty."""
+    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]`` (revision None: ``main``); ValueError if malformed."""
     repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
     if not repo_id or (at and not revision):
         raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
@@ -161,9 +158,8 @@ def cached_hub_file(source: str, filename: str) -> Path | None:
 
 
 def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
-    """The local path of ``filename`` in the repository ``source``, from the cache or downloaded into
-    it; None when the repository (at that revision) has no such file. Raises a one-line
-    ``OptionError``: ``what`` (the option and its value), why, the cache and ``ways_out``."""
+    """The local path of ``filename`` in the repository ``source``, from the cache or downloaded into it; None
+    when the repository (at that revision) has no such file. ``OptionError``: ``what``, why, ``ways_out``."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -194,8 +190,7 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
 
 
 def _hub_unreachable(endpoint: str) -> str | None:
-    """Why ``endpoint`` does not answer a HEAD request (any status) in ``HUB_PROBE_SECONDS``, through
-    huggingface_hub's HTTP client (its proxies and certificates); None when it answers."""
+    """Why ``endpoint`` does not answer huggingface_hub's HEAD request in time; None when it answers."""
     from huggingface_hub import get_session
 
     try:

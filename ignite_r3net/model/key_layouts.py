@@ -1,8 +1,7 @@
 """Key mapping between the layouts of weights files, and strict loading. **ours**: ``backbone.layer0.conv1.weight``,
 ``predict3.6.bias`` (``module.``-prefixed from DDP); **torchvision** / timm ResNet: ``conv1.weight``, ``fc.*``;
 **original** (zijundeng/R3Net): the torch7-converted ResNeXt, one nested ``nn.Sequential`` with positional keys
-(``4.0.0.0.0.weight``: layer1, block 0, first conv), wrapped as ``layer0`` (children 0..3) and ``layer1..4`` (4..7).
-"""
+(``4.0.0.0.0.weight``: layer1, block 0, first conv), wrapped as ``layer0`` (children 0..3) and ``layer1..4`` (4..7)."""
 
 from __future__ import annotations
 
@@ -97,9 +96,8 @@ def _strip_ddp_prefix(sd: StateDict) -> dict[str, torch.Tensor]:
 
 
 def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
-    """Load ``sd`` exactly; a ValueError lists missing / unexpected keys. Absent ``num_batches_tracked``
-    buffers are tolerated: checkpoints of PyTorch < 0.4.1 (the original release) predate them, and
-    they only matter for BatchNorm with ``momentum=None``."""
+    """Load ``sd`` exactly; a ValueError lists missing / unexpected keys. Absent ``num_batches_tracked`` are
+    tolerated: PyTorch < 0.4.1 (the original release) had none, and only ``momentum=None`` reads them."""
     given, own = set(sd), module.state_dict()
     needed = [key for key in own if key in given or not key.endswith("num_batches_tracked")]
     missing = sorted(set(needed) - given)
@@ -116,8 +114,7 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
 
 
 def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
-    """A backbone state_dict in torchvision, original ResNeXt or our keys, in :class:`Backbone` keys;
-    ``fc.*`` classifier keys are dropped (logged)."""
+    """A backbone state_dict of any layout in :class:`Backbone` keys; ``fc.*`` keys dropped (logged)."""
     sd = _strip_ddp_prefix(sd)
     if "0.weight" in sd:  # the original torch7-converted ResNeXt
         sd = convert_original_backbone_state_dict(sd)

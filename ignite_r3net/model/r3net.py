@@ -93,8 +93,8 @@ def _global_average(x: torch.Tensor) -> torch.Tensor:
 
 
 def _deterministic_backward(x: torch.Tensor) -> bool:
-    """Under ``--deterministic`` the CUDA backward of bilinear interpolation and adaptive pooling raise
-    (they add with atomics): their gradients then come from ops with a deterministic backward, on any device."""
+    """Under ``--deterministic``, whose CUDA backward of bilinear resizing and adaptive pooling (atomic adds)
+    raises: ops with a deterministic backward replace them, on any device."""
     return x.requires_grad and torch.are_deterministic_algorithms_enabled()
 
 
@@ -108,8 +108,7 @@ def resize_by_matmul(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``(n_out, n_in)`` weights of linear interpolation with align_corners=True, made on ``device``
-    (no copy from the host, which would wait for the device)."""
+    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy)."""
     scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
     position = torch.arange(n_out, dtype=torch.float64, device=device) * scale
     low = position.floor().clamp(max=n_in - 1)

@@ -53,8 +53,7 @@ def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
 
 
 def read_trained_weights(source: str | Path, backbone: str | None = None) -> TrainedWeights:
-    """The checked model weights of ``source``; ``backbone`` overrides the file's own. Raises a one-line
-    ``CheckpointError`` (unreadable, no model inside) or ``OptionError`` (no Hub file, weights that do not fit)."""
+    """The checked model weights of ``source``; ``backbone`` overrides the file's own. One-line errors."""
     path = resolve_checkpoint(source)
     state = model_state_dict(load_checkpoint(path), path)
     name = backbone or find_backbone(path, state)

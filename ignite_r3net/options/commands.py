@@ -102,9 +102,7 @@ class InferenceOptions:
         metavar="N",
     )
     crf: bool = option(
-        False,
-        "refine maps with a dense CRF (original R3Net parameters); needs the crf extra",
-        action="store_true",
+        False, "refine maps with a dense CRF (original R3Net parameters); needs the crf extra", action="store_true"
     )
     amp: str = option(
         "off",

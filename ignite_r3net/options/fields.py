@@ -1,8 +1,7 @@
 """Options as dataclass fields carrying their ``--help`` text, argparse extras and rule, so that a
 command's flags (``cli.common.add_options``), its checks (``check_fields``) and the options read from a
 JSON file (``read_options``: ``train --config``) cannot drift apart. ``group`` composes a shared group
-of options into a command's; a field without help is no option.
-"""
+of options into a command's; a field without help is no option."""
 
 from __future__ import annotations
 
