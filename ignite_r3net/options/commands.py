@@ -177,15 +177,11 @@ class EvaluateOptions:
                 raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
             if self.data:
                 raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
-            acting_on_predictions = (
-                ("--save-maps", self.save_maps),
-                ("--crf", self.inference.crf),
-                ("--size", self.inference.size),
-                ("--max-side", self.inference.max_side),
-            )
-            for flag, given in acting_on_predictions:
-                if given:
-                    raise OptionError(f"{flag} needs --checkpoint (it acts on predictions)")
+            on_predictions = {"--save-maps": self.save_maps, "--crf": self.inference.crf, "--size": self.inference.size}
+            on_predictions["--max-side"] = self.inference.max_side
+            given = [flag for flag, value in on_predictions.items() if value]
+            if given:
+                raise OptionError(f"{given[0]} needs --checkpoint (it acts on predictions)")
             return
         if self.gt is not None:
             raise OptionError("--gt goes with --maps; with --checkpoint give the data sets as --data")
