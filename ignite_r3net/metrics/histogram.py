@@ -167,7 +167,15 @@ def smeasure(stats: MapStats) -> torch.Tensor:
     the variance a few ulps above 0 scores 0); an empty quadrant (centroid on the last row or column) has
     weight 0 (PySODMetrics averages an empty slice and returns NaN for the whole map)."""
     y = stats.n_fg / stats.size
-    score = (_object_term(stats) * S_ALPHA + _region_term(stats) * (1 - S_ALPHA)).clamp_min(0)
+    # object term: foreground pixels of pred and background pixels of 1 - pred, weighted by the gt's share
+    fg, bg = _s_object(stats.hist[:, 1], stats.levels), _s_object(stats.hist[:, 0], 1 - stats.levels)
+    object_term = fg * y + bg * (1 - y)
+    # region term: ssim of the four quadrants split at the (1-based, MATLAB) centroid, weighted by their areas
+    h, w, cy, cx, size = stats.height, stats.width, stats.cy, stats.cx, stats.size
+    w_lt, w_rt, w_lb = cx * cy / size, cy * (w - cx) / size, (h - cy) * cx / size
+    weights = torch.stack([w_lt, w_rt, w_lb, 1 - w_lt - w_rt - w_lb], 1)  # (N, 4)
+    region_term = (_ssim(stats.quadrants, stats.levels) * weights).sum(1)
+    score = (object_term * S_ALPHA + region_term * (1 - S_ALPHA)).clamp_min(0)
     mean_pred = stats.mean_pred()
     return torch.where(y == 0, 1 - mean_pred, torch.where(y == 1, mean_pred, score))
 
@@ -179,23 +187,6 @@ def _s_object(counts: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     squared_dev = (counts * (values - mean.view(-1, 1)) ** 2).sum(1)
     std = torch.where(n > 1, (squared_dev / (n - 1).clamp_min(1)).sqrt(), torch.zeros_like(mean))
     return 2 * mean / (mean**2 + 1 + std + EPS)
-
-
-def _object_term(stats: MapStats) -> torch.Tensor:
-    """Foreground pixels of pred and background pixels of ``1 - pred``, weighted by the gt's share."""
-    y = stats.n_fg / stats.size
-    fg = _s_object(stats.hist[:, 1], stats.levels)
-    bg = _s_object(stats.hist[:, 0], 1 - stats.levels)
-    return fg * y + bg * (1 - y)
-
-
-def _region_term(stats: MapStats) -> torch.Tensor:
-    """ssim of the four quadrants split at the (1-based, MATLAB) centroid, weighted by their areas."""
-    h, w, cy, cx, size = stats.height, stats.width, stats.cy, stats.cx, stats.size
-    w_lt, w_rt, w_lb = cx * cy / size, cy * (w - cx) / size, (h - cy) * cx / size
-    weights = torch.stack([w_lt, w_rt, w_lb, 1 - w_lt - w_rt - w_lb], 1)  # (N, 4)
-    ssim = _ssim(stats.quadrants, stats.levels)
-    return (ssim * weights).sum(1)
 
 
 def _ssim(quadrants: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -221,9 +212,6 @@ def _ssim(quadrants: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     beta = (x**2 + y**2) * (sigma_x + sigma_y)
     ssim = torch.where(alpha != 0, alpha / (beta + EPS), (beta == 0).double())
     return torch.where(count > 0, ssim, torch.zeros_like(ssim))  # an empty quadrant has weight 0
-
-
-# the original R3Net evaluation
 
 
 def r3net_mae(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> torch.Tensor:

@@ -146,8 +146,7 @@ def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
     fg = gt[rows, cols]
     box_pred = pred[rows, cols]
     err = np.where(fg, 1 - box_pred, box_pred)
-    # Et: every pixel of the box takes E of its nearest foreground pixel (itself on the foreground),
-    # which lies in the box
+    # Et: each pixel of the box takes E of its nearest foreground pixel (itself on the foreground), in the box
     err_t = err[nearest[0, rows, cols] - rows.start, nearest[1, rows, cols] - cols.start]
     taps = _gaussian_taps()
     ea = ndimage.correlate1d(err_t, taps, axis=0, mode="constant")  # the kernel is symmetric:

@@ -45,11 +45,6 @@ class Weights:
         return asdict(self)
 
 
-def is_file_source(source: str) -> bool:
-    """Whether ``--pretrained`` names a file (torchvision weights names are bare identifiers)."""
-    return "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source)
-
-
 def is_hub_source(source: str) -> bool:
     """Whether ``source`` names a Hub repository (``hf-hub:ORG/NAME[@REVISION]``)."""
     return source.startswith(HF_PREFIX)
@@ -65,7 +60,8 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
         what += f" (the ImageNet-1k weights of {backbone}, {source})"
     if is_hub_source(source):  # before the file test: a repository id holds a "/"
         path = _fetch_from_hub(source, what)
-    elif is_file_source(source):
+    elif "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source):
+        # a file: torchvision weights names are bare identifiers
         path = Path(source).expanduser().resolve()
         if not path.is_file():
             raise OptionError(f"{what}: no such file")
@@ -160,7 +156,7 @@ def cached_hub_file(source: str, filename: str) -> Path | None:
 def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
     """The local path of ``filename`` in the repository ``source``, from the cache or downloaded into it; None
     when the repository (at that revision) has no such file. ``OptionError``: ``what``, why, ``ways_out``."""
-    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub import constants, get_session, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
@@ -176,9 +172,10 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
         raise OptionError(f"{missing} (HF_HUB_OFFLINE is set); {ways}")
     # one short request first: huggingface_hub retries a failing connection five times with growing
     # pauses (23.5 s and six "Retrying in N s" lines before its error)
-    unreachable = _hub_unreachable(constants.ENDPOINT)
-    if unreachable:
-        raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {unreachable}); {ways}")
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_SECONDS)  # its proxies and certificates
+    except Exception as e:  # noqa: BLE001 - refused, no route, DNS, timeout, TLS: the Hub cannot be had
+        raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {error_line(e)}); {ways}") from None
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision))
     except LocalEntryNotFoundError:  # before EntryNotFoundError, its base class
@@ -187,14 +184,3 @@ def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path
         return None
     except Exception as e:  # noqa: BLE001 - unknown repository or revision, gated, network: one line
         raise OptionError(f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {ways_out}") from None
-
-
-def _hub_unreachable(endpoint: str) -> str | None:
-    """Why ``endpoint`` does not answer huggingface_hub's HEAD request in time; None when it answers."""
-    from huggingface_hub import get_session
-
-    try:
-        get_session().head(endpoint, timeout=HUB_PROBE_SECONDS)
-    except Exception as e:  # noqa: BLE001 - refused, no route, DNS, timeout, TLS: the Hub cannot be had
-        return error_line(e)
-    return None

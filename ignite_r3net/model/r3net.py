@@ -21,9 +21,8 @@ HEAD_CHANNELS = 256
 REFINE_CHANNELS = 128
 NUM_REFINEMENTS = 6
 
-# R3Net's parameter count per backbone, for the disk-space check before training starts: building
-# the model to count them, even on the meta device, would import torchvision into the launching
-# process (about a second). tests/test_model.py checks each number against the model.
+# R3Net's parameter count per backbone, for the disk-space check at start-up: building the model, even on the
+# meta device, would import torchvision into the launching process (a second). tests/test_model.py checks them.
 NUM_PARAMETERS = {
     "resnext101_32x4d": 56_156_126,
     "resnext101_32x8d": 100_769_758,
@@ -86,12 +85,6 @@ def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor
     return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
 
 
-def _global_average(x: torch.Tensor) -> torch.Tensor:
-    if _deterministic_backward(x):  # a mean's backward spreads the gradient without atomic adds
-        return x.mean((2, 3), keepdim=True)
-    return F.adaptive_avg_pool2d(x, 1)
-
-
 def _deterministic_backward(x: torch.Tensor) -> bool:
     """Under ``--deterministic``, whose CUDA backward of bilinear resizing and adaptive pooling (atomic adds)
     raises: ops with a deterministic backward replace them, on any device."""
@@ -142,7 +135,9 @@ class ASPP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.shape[2:]
-        pooled = _resize(self.conv5(_global_average(x)), size)
+        # under --deterministic a mean, whose backward spreads the gradient without atomic adds
+        average = x.mean((2, 3), keepdim=True) if _deterministic_backward(x) else F.adaptive_avg_pool2d(x, 1)
+        pooled = _resize(self.conv5(average), size)
         branches = [self.conv1(x), self.conv2(x), self.conv3(x), self.conv4(x), pooled]
         return self.fuse(torch.cat(branches, dim=1))
 
