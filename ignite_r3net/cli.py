@@ -20,8 +20,8 @@ from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
+from .options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.fields import flag_of, is_group, is_option
-from .options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from .recipes import R3NET_PAPER
 
 T = TypeVar("T")

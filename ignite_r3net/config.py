@@ -12,8 +12,7 @@ from typing import Any
 
 from .atomic_files import write_text
 from .errors import OptionError
-from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
-from .options.shared import (
+from .options.commands import (
     BACKEND_HELP,
     BACKENDS,
     DEVICE_HELP,
@@ -23,6 +22,7 @@ from .options.shared import (
     TRACKERS,
     data_root_option,
 )
+from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
 
 AMP_MODES = ("off", "bf16", "fp16")  # the autocast dtype of each: inference.AMP_DTYPES

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .errors import OptionError, error_line
-from .model.hub import is_hub_source
+from .model.backbone_weights import is_hub_source
 
 INPUT_NAME = "image"
 OUTPUT_NAME = "saliency"

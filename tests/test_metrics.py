@@ -10,8 +10,7 @@ import torch
 from ignite.exceptions import NotComputableError
 
 from ignite_r3net.metrics.keys import METRIC_KEYS
-from ignite_r3net.metrics.saliency import SaliencyMetrics
-from ignite_r3net.metrics.weighted_f import weighted_fmeasure
+from ignite_r3net.metrics.saliency import SaliencyMetrics, weighted_fmeasure
 
 # Per-image values are rounded to multiples of 2**-32 (2.3e-10) so that sums over images are exact
 # in any order: ours and PySODMetrics' differ by at most about 1.2e-10 on every metric.
@@ -208,7 +207,7 @@ class _ExactConstantSsim(py_sod_metrics.Smeasure):
 
 
 def test_constant_quadrant_scores_its_exact_value():
-    """The documented deviation (metrics/structure.py): pred and gt are constant over three of this
+    """The documented deviation (metrics/histogram.py, smeasure): pred and gt are constant over three of this
     map's 15x6 quadrants, and numpy's mean of 249/255 over such a slice does not round back to
     249/255, so PySODMetrics scores each of them 0 where the exact value is 1."""
     case = [(np.full((30, 12), 249, np.uint8), _CONSTANT_QUADRANT_GT)]

@@ -16,7 +16,7 @@ import ignite.distributed as idist
 import torch
 
 from ..errors import OptionError
-from ..options.shared import ProcessOptions
+from ..options.commands import ProcessOptions
 from .topology import LaunchSpec, rank_set_by_launcher, slurm_task, started_by_torchrun
 
 

@@ -16,7 +16,7 @@ import torch
 
 from ..config import TrainConfig
 from ..errors import warn
-from ..options.shared import ProcessOptions
+from ..options.commands import ProcessOptions
 
 
 def started_by_torchrun() -> bool:

@@ -28,8 +28,7 @@ from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..metrics.keys import protocol_fields
-from ..model.backbone_weights import sha256_of
-from ..model.hub import is_hub_source
+from ..model.backbone_weights import is_hub_source, sha256_of
 from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder

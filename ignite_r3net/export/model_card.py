@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
-from ..model.hub import HF_PREFIX, is_hub_source
-from ..options.json_file import load_json
+from ..model.backbone_weights import HF_PREFIX, is_hub_source
+from ..options.fields import load_json
 
 DEFAULT_LICENSE = "mit"  # this package's; the user states the weights' own with --license
 TAGS = ("saliency-detection", "salient-object-detection", "image-segmentation", "r3net", "pytorch-ignite")

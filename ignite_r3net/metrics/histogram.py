@@ -1,15 +1,13 @@
 """Per-map histograms and the scores that follow from them: MAE, F- and E-measure curves, adaptive F
-and E (and the R3Net protocol's MAE and precision / recall), for many maps at once on any device.
+and E, S-measure (and the R3Net protocol's MAE and precision / recall), for many maps at once on any device.
 
 PySODMetrics reads a prediction as ``pred_u8 / 255`` min-max normalised per image, a ground truth as
-``gt_u8 > 128``. So for every score but the weighted F-measure a map is fully described by a
-(4, 2, 256) histogram: its pixels per S-measure quadrant, gt value and uint8 value (one ``bincount``
-per batch). Conventions copied from PySODMetrics on purpose (they decide the last digits):
-
-* the F- and E-measure curves bin the normalised prediction with ``floor(pred * 255)`` (numpy's
-  ``astype(uint8)`` truncates) and count ``>=`` thresholds; precision with no predicted positive is 0;
-* adaptive thresholds are ``min(2 * mean(pred), 1)`` on the normalised float prediction.
-"""
+``gt_u8 > 128``, so for every score but the weighted F-measure a map is fully described by a (4, 2, 256)
+histogram: its pixels per S-measure quadrant, gt value and uint8 value (one ``bincount`` per batch).
+Conventions copied from PySODMetrics on purpose (they decide the last digits): the F- and E-measure
+curves bin the normalised prediction with ``floor(pred * 255)`` (numpy's ``astype(uint8)`` truncates)
+and count ``>=`` thresholds; precision with no predicted positive is 0; adaptive thresholds are
+``min(2 * mean(pred), 1)`` on the normalised float prediction."""
 
 from __future__ import annotations
 
@@ -21,12 +19,12 @@ import torch
 EPS = 2.0**-52  # np.spacing(1): the epsilon PySODMetrics and the MATLAB code add to denominators
 F_BETA2 = 0.3  # beta^2 of the F-measure (Achanta et al.), as every SOD paper uses
 R3NET_EPS = 1e-4  # additive eps of R3Net's misc.cal_precision_recall_mae
+S_ALPHA = 0.5  # S-measure: balance between the object and region terms
 
 
 def normalised_levels(pred_u8: torch.Tensor) -> torch.Tensor:
-    """PySODMetrics' ``prepare_data`` as a per-map lookup table (N, 256) float64: entry v is the
-    normalised value of uint8 value v, with numpy's float64 operations, so bit-identical values (and
-    ``floor(levels * 255)`` the same bins)."""
+    """PySODMetrics' ``prepare_data`` as a per-map table (N, 256) float64: the normalised value of each uint8
+    value, bit-identical to numpy's (so ``floor(levels * 255)`` gives the same bins)."""
     flat = pred_u8.flatten(1)
     low = flat.amin(1).double().view(-1, 1) / 255
     high = flat.amax(1).double().view(-1, 1) / 255
@@ -109,8 +107,7 @@ def mae(stats: MapStats) -> torch.Tensor:
 
 
 def threshold_counts(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per map, gt-foreground (tp) and gt-background (fp) pixels with ``floor(pred * 255) >= t`` for
-    t = 0..255: (N, 256) float64 each."""
+    """Per map, gt-foreground (tp) and gt-background (fp) pixels with ``floor(pred * 255) >= t``: (N, 256)."""
     # levels outside [min, max] of a map hold no pixel; clamping only keeps them indexable
     bins = (stats.levels * 255).floor().clamp(0, 255).long()
     binned = torch.zeros_like(stats.hist).scatter_add_(2, bins.unsqueeze(1).expand_as(stats.hist), stats.hist)
@@ -130,9 +127,8 @@ def fmeasure_curves(
 
 
 def emeasure(fg_fg: torch.Tensor, fg_bg: torch.Tensor, n_fg: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
-    """Enhanced-alignment measure of binarised predictions from predicted-foreground pixels on gt
-    foreground / background (N, T), gt-foreground and all pixels per map (N,): PySODMetrics' closed
-    form, the alignment matrix takes one value on each of the four (pred, gt) classes."""
+    """E-measure (N, T) from predicted-foreground pixels on gt foreground / background (N, T): PySODMetrics'
+    closed form, the alignment matrix taking one value on each of the four (pred, gt) classes."""
     n_fg, size = n_fg.view(-1, 1), size.view(-1, 1)
     pred_fg = fg_fg + fg_bg
     pred_bg = size - pred_fg
@@ -163,18 +159,68 @@ def adaptive_scores(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
     return adp_f[:, 0], adp_e[:, 0]
 
 
-# the original R3Net evaluation
+def smeasure(stats: MapStats) -> torch.Tensor:
+    """S-measure (Fan et al., ICCV 2017), alpha = 0.5, per map; ``1 - mean(pred)`` for an empty gt, ``mean(pred)``
+    for a full one. PySODMetrics' ``Smeasure`` takes only sums over pixel values, which the quadrant histogram
+    gives exactly. Two deliberate differences, in degenerate quadrants: pred and gt both constant score the exact
+    1 (PySODMetrics' pairwise summed mean may not round back to the constant, 249/255 over 15x6 does not, and
+    the variance a few ulps above 0 scores 0); an empty quadrant (centroid on the last row or column) has
+    weight 0 (PySODMetrics averages an empty slice and returns NaN for the whole map)."""
+    y = stats.n_fg / stats.size
+    # object term: foreground pixels of pred and background pixels of 1 - pred, weighted by the gt's share
+    fg, bg = _s_object(stats.hist[:, 1], stats.levels), _s_object(stats.hist[:, 0], 1 - stats.levels)
+    object_term = fg * y + bg * (1 - y)
+    # region term: ssim of the four quadrants split at the (1-based, MATLAB) centroid, weighted by their areas
+    h, w, cy, cx, size = stats.height, stats.width, stats.cy, stats.cx, stats.size
+    w_lt, w_rt, w_lb = cx * cy / size, cy * (w - cx) / size, (h - cy) * cx / size
+    weights = torch.stack([w_lt, w_rt, w_lb, 1 - w_lt - w_rt - w_lb], 1)  # (N, 4)
+    region_term = (_ssim(stats.quadrants, stats.levels) * weights).sum(1)
+    score = (object_term * S_ALPHA + region_term * (1 - S_ALPHA)).clamp_min(0)
+    mean_pred = stats.mean_pred()
+    return torch.where(y == 0, 1 - mean_pred, torch.where(y == 1, mean_pred, score))
+
+
+def _s_object(counts: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``2 mean / (mean^2 + 1 + std + EPS)`` of pixels counted per value, sample std (0 for one pixel)."""
+    n = counts.sum(1)
+    mean = (counts * values).sum(1) / n.clamp_min(1)
+    squared_dev = (counts * (values - mean.view(-1, 1)) ** 2).sum(1)
+    std = torch.where(n > 1, (squared_dev / (n - 1).clamp_min(1)).sqrt(), torch.zeros_like(mean))
+    return 2 * mean / (mean**2 + 1 + std + EPS)
+
+
+def _ssim(quadrants: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """PySODMetrics' ``Smeasure.ssim`` of each quadrant from its counts (N, 4, 2, 256): (N, 4)."""
+    both = quadrants.sum(2)  # (N, 4, 256) pixels per quadrant and value
+    fg = quadrants[:, :, 1]
+    count = both.sum(2)
+    safe = count.clamp_min(1)
+    lv = levels.unsqueeze(1)  # (N, 1, 256)
+    # The mean is taken relative to a value present in the quadrant, so that a constant quadrant
+    # has a deviation of exactly 0 and takes the exact alpha = beta = 0 branch (smeasure's docstring).
+    ref = levels.gather(1, (both > 0).to(torch.uint8).argmax(2))  # (N, 4): first value present
+    x = ref + (both * (lv - ref.unsqueeze(2))).sum(2) / safe
+    dx = lv - x.unsqueeze(2)
+    n_fg = fg.sum(2)
+    y = n_fg / safe
+    denom = count - 1 + EPS
+    sigma_x = (both * dx * dx).sum(2) / denom
+    sigma_y = (n_fg * (1 - y) ** 2 + (count - n_fg) * y**2) / denom
+    # sum((pred - x) (gt - y)): gt - y is 1 - y on the foreground and -y on the background
+    sigma_xy = ((fg * dx).sum(2) * (1 - y) - (quadrants[:, :, 0] * dx).sum(2) * y) / denom
+    alpha = 4 * x * y * sigma_xy
+    beta = (x**2 + y**2) * (sigma_x + sigma_y)
+    ssim = torch.where(alpha != 0, alpha / (beta + EPS), (beta == 0).double())
+    return torch.where(count > 0, ssim, torch.zeros_like(ssim))  # an empty quadrant has weight 0
 
 
 def r3net_mae(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> torch.Tensor:
-    """R3Net's ``misc.cal_precision_recall_mae`` MAE: against the soft gt ``gt / 255``, with no
-    min-max normalisation of the prediction. (N,) float64."""
+    """R3Net's ``misc.cal_precision_recall_mae`` MAE: against the soft gt, no min-max normalisation."""
     return (pred_u8.double() - gt_u8.double()).abs_().flatten(1).mean(1) / 255
 
 
 def r3net_precision_recall(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """R3Net's precision and recall, each ``(tp + 1e-4) / (. + 1e-4)``, of ``pred_u8 > t`` for
-    t = 0..255 against the gt binarised at ``gt / 255 > 0.5``: (N, 256) float64 each."""
+    """R3Net's precision and recall (N, 256), ``(tp + 1e-4) / (. + 1e-4)``, of ``pred_u8 > t``, gt ``>= 128``."""
     n = pred_u8.shape[0]
     hard = (gt_u8 >= 128).to(torch.int32)  # gt / 255 > 0.5
     key = pred_u8.to(torch.int32).add_(hard, alpha=256).flatten(1)

@@ -1,7 +1,5 @@
-"""The names of the numbers :class:`~ignite_r3net.metrics.saliency.SaliencyMetrics` computes, and
-which of them each protocol defines its own way.
-
-Plain data, without torch: the command line lists them in ``compare --help``."""
+"""The names of the numbers ``SaliencyMetrics`` computes, and which of them each protocol defines its
+own way. Plain data, without torch: the command line lists them in ``compare --help``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The ignite :class:`~ignite.metrics.Metric` that scores saliency maps: :class:`SaliencyMetrics`."""
+"""The ignite ``Metric`` that scores saliency maps, :class:`SaliencyMetrics`, and the weighted F-measure it
+computes on the CPU."""
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
@@ -14,11 +16,10 @@ import torch
 from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
+from scipy import ndimage
 
 from . import histogram
 from .keys import METRIC_KEYS, ImageScores
-from .structure import smeasure
-from .weighted_f import weighted_fmeasure
 
 Maps = torch.Tensor | Sequence[torch.Tensor]
 
@@ -31,12 +32,13 @@ _SUMS_LENGTH = sum(_SLOTS.values())
 
 _QUANTUM = 2.0**32
 _CHUNK_PIXELS = 1 << 21  # maps scored together: ~2 M pixels keep the int32 histogram keys at 8 MB
+WF_BETA2 = 1.0  # beta^2 of the weighted F-measure
+_REACH = 3  # half the Gaussian window: how far a foreground pixel's EA reads Et
 
 
 def _exact(per_image: torch.Tensor) -> torch.Tensor:
-    """Per-image values rounded to multiples of 2**-32 (moved by 1.2e-10 at most): their float64 sums
-    are exact up to 2**21 images, so the order of additions (batch size, shards across ranks,
-    all-reduce order) cannot change a bit of the result, and N processes give the numbers of one."""
+    """Per-image values rounded to multiples of 2**-32 (moved by 1.2e-10 at most): their float64 sums are exact
+    up to 2**21 images, so no order of additions (batches, ranks, all-reduce) changes a bit of the result."""
     return torch.round(per_image.double() * _QUANTUM) / _QUANTUM
 
 
@@ -67,12 +69,10 @@ def _as_list(maps: Maps) -> list[torch.Tensor]:
         if maps.dim() != 3:
             raise ValueError(f"expected (H, W), (N, H, W) or (N, 1, H, W) maps, got shape {tuple(maps.shape)}")
         return list(maps.unbind(0))
-    out = []
-    for m in maps:
-        m = m.squeeze(0) if m.dim() == 3 and m.shape[0] == 1 else m
+    out = [m.squeeze(0) if m.dim() == 3 and m.shape[0] == 1 else m for m in maps]
+    for m in out:
         if m.dim() != 2:
             raise ValueError(f"each map must be 2-D, got shape {tuple(m.shape)}")
-        out.append(m)
     return out
 
 
@@ -93,41 +93,99 @@ def _f_of(precision: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
     return (1 + histogram.F_BETA2) * precision * recall / (histogram.F_BETA2 * precision + recall)
 
 
-def _weighted_f_batch(pred_u8: torch.Tensor, gt: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """Weighted F-measure of each map, on the CPU (maps elsewhere are copied: they are small)."""
-    preds, masks, table = pred_u8.cpu().numpy(), gt.cpu().numpy(), levels.cpu().numpy()
-    scores = [weighted_fmeasure(np.take(table[i], preds[i]), masks[i]) for i in range(len(preds))]
-    return torch.tensor(scores, dtype=torch.float64)
+def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> np.ndarray:
+    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)`` (its zeroing never triggers for 7, 5)."""
+    x = np.arange(size) - (size - 1) / 2
+    taps = np.exp(-(x * x) / (2 * sigma * sigma))
+    return taps / taps.sum()
+
+
+def _foreground_box(gt: np.ndarray, margin: int) -> tuple[slice, slice]:
+    """Rows and columns of the bounding box of ``gt``'s foreground grown by ``margin``, within the map."""
+    rows, cols = np.flatnonzero(gt.any(1)), np.flatnonzero(gt.any(0))
+    h, w = gt.shape
+    return (
+        slice(max(rows[0] - margin, 0), min(rows[-1] + margin + 1, h)),
+        slice(max(cols[0] - margin, 0), min(cols[-1] + margin + 1, w)),
+    )
+
+
+def _squared_distances(nearest: np.ndarray) -> np.ndarray:
+    """Squared distances (int) of every pixel to the pixel ``nearest`` (2, H, W) points it to."""
+    h, w = nearest.shape[1:]
+    dr = nearest[0] - np.arange(h, dtype=nearest.dtype)[:, None]
+    dc = nearest[1] - np.arange(w, dtype=nearest.dtype)[None, :]
+    dr *= dr
+    dc *= dc
+    dr += dc
+    return dr
+
+
+def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
+    """Weighted F-measure (Margolin et al., CVPR 2014), beta^2 = 1, of one map: ``pred`` (H, W) float64
+    normalised to [0, 1], ``gt`` (H, W) bool; 0 for an empty ``gt``, as PySODMetrics.
+
+    PySODMetrics' ``WeightedFmeasure.cal_wfm`` (after the MATLAB code), for a ``gt`` with a foreground: ``Dst, Idxt =
+    distance_transform_edt(~gt, return_indices=True)``; ``E = |pred - gt|``; ``Et``: ``E`` with each background
+    pixel taking its nearest foreground pixel's; ``EA``: ``Et`` convolved with ``fspecial('gaussian', 7, 5)``
+    (zeros outside); ``Ew = min(E, EA)`` on the foreground, ``E * (2 - 0.5 ** (Dst / 5))`` on the background;
+    ``R = 1 - mean(Ew[gt])``, ``P = TPw / (TPw + FPw + eps)`` with ``TPw = sum(gt) - sum(Ew[gt])``,
+    ``FPw = sum(Ew[~gt])``; the score is ``2 R P / (R + P + eps)``.
+
+    The same scipy call gives PySODMetrics' own nearest pixels, ties included (OpenCV's faster transform gives
+    no exact indices); the rest is restricted to where it matters. ``EA`` is read on the foreground only,
+    whose 7x7 windows stay within 3 pixels of it: ``E``, ``Et``, ``EA`` are computed on the foreground's
+    bounding box grown by 3 (zeros padded where it meets the map's edge, as scipy's ``mode="constant"``). On
+    the background ``E = pred``, so ``FPw = 2 sum(pred) - sum(pred * 0.5 ** (Dst / 5))`` there: one full-map
+    dot product with the decay, whose distances come exactly from the indices.
+    """
+    if not gt.any():
+        return 0.0
+    nearest = ndimage.distance_transform_edt(~gt, return_distances=False, return_indices=True)
+    rows, cols = _foreground_box(gt, _REACH)
+    fg = gt[rows, cols]
+    box_pred = pred[rows, cols]
+    err = np.where(fg, 1 - box_pred, box_pred)
+    # Et: each pixel of the box takes E of its nearest foreground pixel (itself on the foreground), in the box
+    err_t = err[nearest[0, rows, cols] - rows.start, nearest[1, rows, cols] - cols.start]
+    taps = _gaussian_taps()
+    ea = ndimage.correlate1d(err_t, taps, axis=0, mode="constant")  # the kernel is symmetric:
+    ea = ndimage.correlate1d(ea, taps, axis=1, mode="constant")  # correlation == convolution
+    n_fg = float(np.count_nonzero(fg))
+    fg_ew = float(np.minimum(err, ea)[fg].sum())  # sum of Ew over the foreground
+    fg_pred = float(box_pred[fg].sum())
+    bg_pred = float(pred.sum()) - fg_pred
+
+    decay = np.sqrt(_squared_distances(nearest), dtype=np.float64)
+    decay *= math.log(0.5) / 5
+    np.exp(decay, out=decay)  # 0.5 ** (Dst / 5), as PySODMetrics computes it; 1 on the foreground
+    bg_decay = float(np.dot(pred.ravel(), decay.ravel())) - fg_pred
+
+    tpw = n_fg - fg_ew
+    fpw = 2 * bg_pred - bg_decay
+    recall = 1 - fg_ew / n_fg
+    precision = tpw / (tpw + fpw + histogram.EPS)
+    return (1 + WF_BETA2) * recall * precision / (recall + WF_BETA2 * precision + histogram.EPS)
 
 
 class SaliencyMetrics(Metric):
-    r"""MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and
-    weighted F-measure of saliency maps, in one pass.
+    """MAE, F-measure (max / mean / adaptive), S-measure, E-measure (max / mean / adaptive) and weighted
+    F-measure of saliency maps, in one pass; ``attach(evaluator, "sod")`` puts :meth:`compute`'s dict in
+    ``state.metrics["sod"]``. ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or
+    ``(N, H, W)`` tensors, and the images' names (for ``per_image``). ``pred`` is uint8, or float in [0, 1] first
+    made the uint8 map one would save (``round(p * 255)``: a tensor scores as its PNG); ``gt`` is uint8 (or bool).
 
-    ``update`` takes ``(pred, gt)`` or ``(pred, gt, names)``: lists of 2-D tensors or ``(N, H, W)``
-    tensors, and the images' names (kept with ``per_image=True``). ``pred`` is uint8 0..255, or float
-    in [0, 1], first turned into the uint8 map one would save (``round(p * 255)``) so that scoring a
-    tensor equals scoring its PNG; ``gt`` is uint8 0..255 (or bool).
+    ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``histogram.smeasure``),
+    every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the mean
+    curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use the threshold
+    ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as the original R3Net code
+    (``misc.py``): precision and recall averaged over the dataset, then ``maxF = max_t 1.3 P R / (0.3 P + R)``.
 
-    ``protocol="standard"`` equals PySODMetrics (``normalize=True``; where it differs: ``structure``),
-    every score computed per image and averaged over images: ``maxF`` / ``maxE`` are the maxima of the
-    mean curves over the 256 thresholds, ``meanF`` / ``meanE`` their means, ``adpF`` / ``adpE`` use
-    the threshold ``min(2 * mean(pred), 1)`` per image. ``"r3net"`` computes ``mae`` and ``maxF`` as
-    the original R3Net code (``misc.py``, ``histogram.r3net_mae`` and ``r3net_precision_recall``):
-    precision and recall averaged over the dataset, then ``maxF = max_t 1.3 P R / (0.3 P + R)``.
-
-    Each per-image value is rounded to a multiple of 2**-32 and added into one float64 vector on
-    ``device``, which ``compute`` and :meth:`curves` all-reduce (one collective): the sums are exact,
-    so a distributed evaluation gives bit for bit the numbers of a single process.
-
-    ``per_image=True`` also keeps each image's own scores, the values the sums are made of, for
-    :meth:`per_image_scores`: ``meanF`` / ``meanE`` are the mean and ``maxF`` / ``maxE`` the maximum
-    of the image's own curve (r3net ``maxF``: from its own precision and recall). The data set's
-    score is the mean of the images' values for all but ``maxF`` and ``maxE``.
-
-    ``device`` holds the sums and computes the histograms (the weighted F-measure runs on the CPU).
-    Attached as ``SaliencyMetrics().attach(evaluator, "sod")``, ``evaluator.state.metrics["sod"]``
-    is the dict of :meth:`compute` (ignite also spreads its keys into ``state.metrics``).
+    The per-image values (``_exact``) are summed into one float64 vector on ``device`` (which also computes the
+    histograms), all-reduced by ``compute`` and :meth:`curves`: N processes give bit for bit the numbers of one.
+    ``per_image=True`` also keeps each image's own scores for :meth:`per_image_scores` (``maxF`` / ``maxE``: of
+    its own curves; r3net ``maxF``: of its own precision and recall); the data set's value is the mean of the
+    images' for all but ``maxF`` and ``maxE``.
     """
 
     _state_dict_all_req_keys = ("_sums",)
@@ -188,8 +246,7 @@ class SaliencyMetrics(Metric):
                 self._columns[key].append(values.detach().to(torch.float64).flatten())
 
     def _update_batch(self, pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> None:
-        """Score what needs the pixels now (weighted F; the r3net protocol's MAE and P/R) and keep the
-        maps' histogram statistics for :meth:`_flush`."""
+        """Score what needs the pixels (weighted F; r3net's MAE and P/R), keep the histograms for ``_flush``."""
         gt = gt_u8 > 128
         stats = histogram.MapStats.of(pred_u8, gt)
         if self.protocol == "r3net":
@@ -197,7 +254,10 @@ class SaliencyMetrics(Metric):
             precision, recall = histogram.r3net_precision_recall(pred_u8, gt_u8)
             precision, recall = self._add("precision", precision), self._add("recall", recall)
             self._record(mae=mae, maxF=_f_of(precision, recall).max(1).values)
-        self._record(wF=self._add("wF", _weighted_f_batch(pred_u8, gt, stats.levels)))
+        # weighted F on the CPU (maps elsewhere are copied: they are small)
+        preds, masks, table = pred_u8.cpu().numpy(), gt.cpu().numpy(), stats.levels.cpu().numpy()
+        w_f = [weighted_fmeasure(np.take(table[i], preds[i]), masks[i]) for i in range(len(preds))]
+        self._record(wF=self._add("wF", torch.tensor(w_f, dtype=torch.float64)))
         self._add("images", torch.ones(len(gt), dtype=torch.float64))
         self._pending.append(stats)
         self._pending_maps += len(gt)
@@ -205,8 +265,7 @@ class SaliencyMetrics(Metric):
             self._flush()
 
     def _flush(self) -> None:
-        """Add the scores that follow from the histograms, for all pending maps in one batched pass
-        (per-image values are rounded by ``_exact``: when this runs does not change a bit of the sums)."""
+        """Add the scores that follow from the histograms of all pending maps, in one batched pass."""
         if not self._pending:
             return
         stats = histogram.MapStats.cat(self._pending)
@@ -226,12 +285,11 @@ class SaliencyMetrics(Metric):
             maxE=emeasure.max(1).values,
             meanE=emeasure.mean(1),
             adpE=self._add("adpE", adp_e),
-            Sm=self._add("Sm", smeasure(stats)),
+            Sm=self._add("Sm", histogram.smeasure(stats)),
         )
 
     def per_image_scores(self) -> list[ImageScores]:
-        """Every image's own scores (see the class docstring), from every process, sorted by name; a
-        collective, like ``compute``. Needs ``per_image=True``."""
+        """Every image's own scores, from every process (a collective), sorted by name; needs ``per_image``."""
         if not self.per_image:
             raise RuntimeError("per_image_scores needs SaliencyMetrics(per_image=True)")
         self._flush()
@@ -258,10 +316,9 @@ class SaliencyMetrics(Metric):
         if count == 0:
             raise NotComputableError("SaliencyMetrics must have at least one example before it can be computed.")
         means = {name: self._sums[sl] / count for name, sl in _OFFSETS.items()}
-        if self.protocol == "r3net":  # R3Net: F of the dataset-mean precision / recall curves
-            means["f_curve"] = _f_of(means["precision"], means["recall"])
-        else:
-            means["f_curve"] = means["fmeasure"]
+        # r3net: F of the dataset-mean precision / recall curves
+        r3net = self.protocol == "r3net"
+        means["f_curve"] = _f_of(means["precision"], means["recall"]) if r3net else means["fmeasure"]
         return means
 
     def compute(self) -> dict[str, float]:

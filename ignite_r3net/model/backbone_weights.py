@@ -1,13 +1,9 @@
-"""``--pretrained``: where a backbone's starting weights come from: ``imagenet`` (the backbone's
-documented ImageNet-1k weights), ``none`` (random), a file (a torchvision or timm ResNet state_dict,
-or the original release's ``resnext_101_32x4d.pth``, read without unpickling code), a torchvision
-weights name (``IMAGENET1K_V2``, ``DEFAULT``; torch's hub cache, ``$TORCH_HOME``) or
-``hf-hub:ORG/NAME[@REVISION]`` (``model.hub``).
-
-``resolve_weights`` runs in the launching process, once per node before any worker starts: it
-downloads what is missing and returns the local file and its sha256, which the run records; workers
-only read that file.
-"""
+"""Where weights come from: ``--pretrained`` (``imagenet``, ``none``, a file read without unpickling code, a
+torchvision weights name or ``hf-hub:ORG/NAME[@REVISION]``) and the Hub files of ``--checkpoint hf-hub:...``.
+``resolve_weights`` runs in the launching process, once per node before any worker starts: it downloads what
+is missing and returns the local file and its sha256, which the run records; workers only read that file.
+Hub files come through huggingface_hub's cache (``HF_HOME``; its lock makes concurrent launching processes
+download once), read first; ``HF_HUB_OFFLINE=1`` reads only the cache."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ import hashlib
 import os
 import re
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -24,11 +21,12 @@ from torch import nn
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
 from .backbones import backbone_spec
-from .hub import HF_PREFIX, cached_hub_file, fetch_hub_file, is_hub_source
 from .key_layouts import backbone_state_dict_from_any, strict_load
 
 NONE = "none"
 IMAGENET = "imagenet"
+HF_PREFIX = "hf-hub:"
+HUB_PROBE_SECONDS = 5
 WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 # a Hugging Face repository holds its weights under one of these names, safetensors preferred
 HF_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -47,14 +45,13 @@ class Weights:
         return asdict(self)
 
 
-def is_file_source(source: str) -> bool:
-    """Whether ``--pretrained`` names a file (torchvision weights names are bare identifiers)."""
-    return "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source)
+def is_hub_source(source: str) -> bool:
+    """Whether ``source`` names a Hub repository (``hf-hub:ORG/NAME[@REVISION]``)."""
+    return source.startswith(HF_PREFIX)
 
 
 def resolve_weights(source: str, backbone: str) -> Weights | None:
-    """The local file of ``--pretrained SOURCE`` for ``backbone``, downloaded when needed; None for
-    ``none``. Raises a one-line ``OptionError``: what was tried, the cache, the ways out."""
+    """The local file of ``--pretrained SOURCE`` for ``backbone``, downloaded when needed; None for ``none``."""
     if source == NONE:
         return None
     what = f"--pretrained {source}"
@@ -63,7 +60,8 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
         what += f" (the ImageNet-1k weights of {backbone}, {source})"
     if is_hub_source(source):  # before the file test: a repository id holds a "/"
         path = _fetch_from_hub(source, what)
-    elif is_file_source(source):
+    elif "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source):
+        # a file: torchvision weights names are bare identifiers
         path = Path(source).expanduser().resolve()
         if not path.is_file():
             raise OptionError(f"{what}: no such file")
@@ -73,8 +71,7 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
 
 
 def load_backbone_weights(backbone: nn.Module, file: str | Path) -> None:
-    """Load a backbone state_dict file (torchvision, timm or the original layout) into ``backbone``;
-    missing or unexpected keys are one ``ValueError`` line listing them."""
+    """Load a backbone state_dict file of any layout; a ``ValueError`` line lists missing / unexpected keys."""
     try:
         state = load_checkpoint(file, what="weights file")
     except CheckpointError as e:
@@ -92,15 +89,12 @@ def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
 
 def _fetch_from_hub(source: str, what: str) -> Path:
     # the first of HF_FILES the repository holds; any of them in the cache before the network
-    for filename in HF_FILES:
-        cached = cached_hub_file(source, filename)
-        if cached is not None:
-            return cached
-    for filename in HF_FILES:
-        path = fetch_hub_file(source, filename, what, _WAYS_OUT)
-        if path is not None:
-            return path
-    raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
+    cached = (cached_hub_file(source, filename) for filename in HF_FILES)
+    fetched = (fetch_hub_file(source, filename, what, _WAYS_OUT) for filename in HF_FILES)
+    path = next((path for path in chain(cached, fetched) if path is not None), None)
+    if path is None:
+        raise OptionError(f"{what}: the repository holds none of {', '.join(HF_FILES)}; {_WAYS_OUT}")
+    return path
 
 
 def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
@@ -137,3 +131,56 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
                     f"put the file there (TORCH_HOME selects the cache), or {_WAYS_OUT}"
                 ) from None
     return path
+
+
+def parse_hub_source(source: str) -> tuple[str, str | None]:
+    """``(repo_id, revision)`` of ``hf-hub:ORG/NAME[@REVISION]`` (revision None: ``main``); ValueError if malformed."""
+    repo_id, at, revision = source[len(HF_PREFIX) :].partition("@")
+    if not repo_id or (at and not revision):
+        raise ValueError(f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION")
+    return repo_id, revision or None
+
+
+def cached_hub_file(source: str, filename: str) -> Path | None:
+    """``filename`` of the repository ``source`` from the cache alone; None if not there or ``source`` is malformed."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        repo_id, revision = parse_hub_source(source)
+        return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
+    except (ValueError, EntryNotFoundError, FileNotFoundError):  # LocalEntryNotFoundError is both
+        return None
+
+
+def fetch_hub_file(source: str, filename: str, what: str, ways_out: str) -> Path | None:
+    """The local path of ``filename`` in the repository ``source``, from the cache or downloaded into it; None
+    when the repository (at that revision) has no such file. ``OptionError``: ``what``, why, ``ways_out``."""
+    from huggingface_hub import constants, get_session, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        repo_id, revision = parse_hub_source(source)
+    except ValueError as e:
+        raise OptionError(f"{what}: {e}") from None
+    cached = cached_hub_file(source, filename)
+    if cached is not None:
+        return cached
+    missing = f"{what}: {filename} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and cannot be downloaded"
+    ways = f"download it once where there is a network (HF_HOME selects the cache), or {ways_out}"
+    if constants.HF_HUB_OFFLINE:
+        raise OptionError(f"{missing} (HF_HUB_OFFLINE is set); {ways}")
+    # one short request first: huggingface_hub retries a failing connection five times with growing
+    # pauses (23.5 s and six "Retrying in N s" lines before its error)
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_SECONDS)  # its proxies and certificates
+    except Exception as e:  # noqa: BLE001 - refused, no route, DNS, timeout, TLS: the Hub cannot be had
+        raise OptionError(f"{missing} ({constants.ENDPOINT} does not answer: {error_line(e)}); {ways}") from None
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision))
+    except LocalEntryNotFoundError:  # before EntryNotFoundError, its base class
+        raise OptionError(f"{missing} (the connection failed during the download); {ways}") from None
+    except EntryNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - unknown repository or revision, gated, network: one line
+        raise OptionError(f"{what}: cannot fetch it from the Hugging Face Hub ({error_line(e)}); {ways_out}") from None

@@ -14,8 +14,7 @@ class BackboneSpec:
     layers: tuple[int, int, int, int]
     groups: int = 1
     width_per_group: int = 64
-    # Name in torchvision's model registry, for its weights; None when torchvision publishes no
-    # weights for this architecture.
+    # name in torchvision's model registry, for its weights; None: torchvision publishes none
     torchvision_name: str | None = None
     # ``--pretrained imagenet``: the documented ImageNet-1k weights (README lists them with licences)
     imagenet: str = "IMAGENET1K_V1"

@@ -1,12 +1,7 @@
-"""Key mapping between the layouts of weights files, and strict loading (a leaf: no sources, no files).
-
-* **ours**: ``backbone.layer0.conv1.weight``, ``reduce_low.0.weight``, ``predict3.6.bias`` ...
-  (``module.``-prefixed when saved from DistributedDataParallel);
-* **torchvision** (and timm) ResNet: ``conv1.weight``, ``layer1.0.downsample.0.weight``, ``fc.*``;
-* **original** (zijundeng/R3Net): the torch7-converted ResNeXt is one nested ``nn.Sequential`` with
-  positional keys, ``0.weight`` (stem conv), ``4.0.0.0.0.weight`` (layer1, block 0, first 1x1 conv);
-  the original R3Net wraps it as ``layer0`` (children 0..3) and ``layer1..layer4`` (children 4..7).
-"""
+"""Key mapping between the layouts of weights files, and strict loading. **ours**: ``backbone.layer0.conv1.weight``,
+``predict3.6.bias`` (``module.``-prefixed from DDP); **torchvision** / timm ResNet: ``conv1.weight``, ``fc.*``;
+**original** (zijundeng/R3Net): the torch7-converted ResNeXt, one nested ``nn.Sequential`` with positional keys
+(``4.0.0.0.0.weight``: layer1, block 0, first conv), wrapped as ``layer0`` (children 0..3) and ``layer1..4`` (4..7)."""
 
 from __future__ import annotations
 
@@ -47,17 +42,11 @@ _DDP_PREFIX = "module."
 
 def convert_original_backbone_state_dict(sd: StateDict) -> dict[str, torch.Tensor]:
     """The torch7-converted ResNeXt keys (``4.0.0.0.0.weight``) as torchvision keys; ValueError on others."""
-    out: dict[str, torch.Tensor] = {}
-    unknown = []
-    for key, value in sd.items():
-        new_key = _convert_original_backbone_key(key)
-        if new_key is None:
-            unknown.append(key)
-        else:
-            out[new_key] = value
+    new_keys = {key: _convert_original_backbone_key(key) for key in sd}
+    unknown = [key for key, new_key in new_keys.items() if new_key is None]
     if unknown:
         raise ValueError(f"keys not in the original ResNeXt layout: {listing(unknown)}")
-    return out
+    return {str(new_keys[key]): value for key, value in sd.items()}
 
 
 def _convert_original_backbone_key(key: str) -> str | None:
@@ -107,15 +96,9 @@ def _strip_ddp_prefix(sd: StateDict) -> dict[str, torch.Tensor]:
 
 
 def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) -> None:
-    """Load ``sd`` exactly; a ValueError lists missing / unexpected keys. Absent ``num_batches_tracked``
-    buffers are tolerated: checkpoints of PyTorch < 0.4.1 (the original release) predate them, and
-    they only matter for BatchNorm with ``momentum=None``."""
-    given = set(sd)
-    sd = dict(sd)
-    own = module.state_dict()
-    for key, value in own.items():
-        if key.endswith("num_batches_tracked") and key not in sd:
-            sd[key] = value
+    """Load ``sd`` exactly; a ValueError lists missing / unexpected keys. Absent ``num_batches_tracked`` are
+    tolerated: PyTorch < 0.4.1 (the original release) had none, and only ``momentum=None`` reads them."""
+    given, own = set(sd), module.state_dict()
     needed = [key for key in own if key in given or not key.endswith("num_batches_tracked")]
     missing = sorted(set(needed) - given)
     unexpected = sorted(given - set(own))
@@ -127,12 +110,11 @@ def strict_load(module: nn.Module, sd: Mapping[str, torch.Tensor], what: str) ->
         if unexpected:
             parts.append(f"{len(unexpected)} of its {len(given)} keys are not the model's [{listing(unexpected, 3)}]")
         raise ValueError(f"{what} does not match the model: {'; '.join(parts)}")
-    module.load_state_dict(sd, strict=True)
+    module.load_state_dict({**own, **sd}, strict=True)  # own: the absent num_batches_tracked
 
 
 def backbone_state_dict_from_any(sd: StateDict) -> dict[str, torch.Tensor]:
-    """A backbone state_dict in torchvision, original ResNeXt or our keys, in :class:`Backbone` keys;
-    ``fc.*`` classifier keys are dropped (logged)."""
+    """A backbone state_dict of any layout in :class:`Backbone` keys; ``fc.*`` keys dropped (logged)."""
     sd = _strip_ddp_prefix(sd)
     if "0.weight" in sd:  # the original torch7-converted ResNeXt
         sd = convert_original_backbone_state_dict(sd)

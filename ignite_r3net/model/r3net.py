@@ -1,11 +1,6 @@
-"""R3Net: Recurrent Residual Refinement Network (Deng et al., IJCAI 2018), on a ResNet / ResNeXt
-backbone exposed as the five stages R3Net taps.
-
-The head mirrors the authors' release module for module (Sequential indices, conv biases, one
-PReLU slope per activation), so an original checkpoint's head keys load unchanged. Backbones are
-torchvision's ``ResNet``, so torchvision and timm state_dicts load after a key rename
-(``key_layouts``); building one downloads nothing.
-"""
+"""R3Net (Deng et al., IJCAI 2018) on a torchvision ResNet / ResNeXt backbone (torchvision and timm
+weights load after a key rename, ``key_layouts``). The head mirrors the authors' release module for
+module (Sequential indices, conv biases, one PReLU slope per activation): their head keys load unchanged."""
 
 from __future__ import annotations
 
@@ -26,9 +21,8 @@ HEAD_CHANNELS = 256
 REFINE_CHANNELS = 128
 NUM_REFINEMENTS = 6
 
-# R3Net's parameter count per backbone, for the disk-space check before training starts: building
-# the model to count them, even on the meta device, would import torchvision into the launching
-# process (about a second). tests/test_model.py checks each number against the model.
+# R3Net's parameter count per backbone, for the disk-space check at start-up: building the model, even on the
+# meta device, would import torchvision into the launching process (a second). tests/test_model.py checks them.
 NUM_PARAMETERS = {
     "resnext101_32x4d": 56_156_126,
     "resnext101_32x8d": 100_769_758,
@@ -91,16 +85,9 @@ def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor
     return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
 
 
-def _global_average(x: torch.Tensor) -> torch.Tensor:
-    if _deterministic_backward(x):  # a mean's backward spreads the gradient without atomic adds
-        return x.mean((2, 3), keepdim=True)
-    return F.adaptive_avg_pool2d(x, 1)
-
-
 def _deterministic_backward(x: torch.Tensor) -> bool:
-    """Under ``torch.use_deterministic_algorithms`` (``--deterministic``) the CUDA backward of
-    bilinear interpolation and adaptive pooling raise (they add with atomics); their gradients are
-    then computed by ops whose backward is deterministic, on every device alike."""
+    """Under ``--deterministic``, whose CUDA backward of bilinear resizing and adaptive pooling (atomic adds)
+    raises: ops with a deterministic backward replace them, on any device."""
     return x.requires_grad and torch.are_deterministic_algorithms_enabled()
 
 
@@ -114,8 +101,7 @@ def resize_by_matmul(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``(n_out, n_in)`` weights of linear interpolation with align_corners=True, made on ``device``
-    (no copy from the host, which would wait for the device)."""
+    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy)."""
     scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
     position = torch.arange(n_out, dtype=torch.float64, device=device) * scale
     low = position.floor().clamp(max=n_in - 1)
@@ -149,7 +135,9 @@ class ASPP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.shape[2:]
-        pooled = _resize(self.conv5(_global_average(x)), size)
+        # under --deterministic a mean, whose backward spreads the gradient without atomic adds
+        average = x.mean((2, 3), keepdim=True) if _deterministic_backward(x) else F.adaptive_avg_pool2d(x, 1)
+        pooled = _resize(self.conv5(average), size)
         branches = [self.conv1(x), self.conv2(x), self.conv3(x), self.conv4(x), pooled]
         return self.fuse(torch.cat(branches, dim=1))
 

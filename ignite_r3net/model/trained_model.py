@@ -1,10 +1,6 @@
-"""A trained R3Net from a checkpoint source: a file (our checkpoints, ``best_model_*``, the original
-release's state_dict, the ``model.safetensors`` of ``export --format hub``) or a Hub repository of
-that export, ``hf-hub:ORG/NAME[@REVISION]``; ``resolve_checkpoint`` is the one place a source becomes
-a local file. The backbone is ``--backbone``, else the one in ``config.json`` beside the file, else
-inferred from the shapes; the weights are checked against it on the meta device, so a mismatch is
-one line before any real model is allocated.
-"""
+"""A trained R3Net from a checkpoint file (ours, the original release's, ``export --format hub``'s) or
+``hf-hub:ORG/NAME[@REVISION]``. The backbone is ``--backbone``, else ``config.json``'s beside the file,
+else inferred from the shapes; checked on the meta device, so a mismatch is one line before any allocation."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ from torch import nn
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..errors import OptionError, error_line
-from .backbone_weights import sha256_of
+from .backbone_weights import fetch_hub_file, is_hub_source, sha256_of
 from .backbones import BACKBONES
-from .hub import fetch_hub_file, is_hub_source
 from .key_layouts import load_model_state, to_our_layout
 from .r3net import R3Net
 
@@ -39,15 +34,12 @@ class TrainedWeights:
     source: str = ""
 
     def sha256(self) -> str:
-        """The sha256 of the file the weights were read from."""
         return sha256_of(self.path)
 
 
 def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
-    """The local file of a checkpoint source: a path as it is (unchecked: ``load_checkpoint`` says
-    what is wrong with it), else the Hub repository's ``model.safetensors``, fetched with the
-    ``config.json`` that names the backbone. Raises ``OptionError``, one line beginning with ``what``
-    (default ``--checkpoint SOURCE``), when a Hub file cannot be had."""
+    """The local file of a checkpoint source: a path as it is (``load_checkpoint`` checks it), else the
+    Hub repository's ``model.safetensors`` and ``config.json``. ``OptionError`` begins with ``what``."""
     if not is_hub_source(str(source)):
         return Path(source)
     what, ways_out = what or f"--checkpoint {source}", "use a local checkpoint file"
@@ -61,9 +53,7 @@ def resolve_checkpoint(source: str | Path, what: str | None = None) -> Path:
 
 
 def read_trained_weights(source: str | Path, backbone: str | None = None) -> TrainedWeights:
-    """The checked model weights of the checkpoint ``source`` (a file or ``hf-hub:...``); ``backbone``
-    overrides the file's own. Raises ``CheckpointError`` (unreadable, no model inside) or
-    ``OptionError`` (Hub file not to be had, unknown backbone, weights that do not fit), one line."""
+    """The checked model weights of ``source``; ``backbone`` overrides the file's own. One-line errors."""
     path = resolve_checkpoint(source)
     state = model_state_dict(load_checkpoint(path), path)
     name = backbone or find_backbone(path, state)
@@ -74,8 +64,7 @@ def read_trained_weights(source: str | Path, backbone: str | None = None) -> Tra
 
 
 def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:
-    """The backbone of the weights in ``path``: the one in the ``config.json`` of the run that
-    wrote it, else the one their shapes match; None when neither tells."""
+    """The backbone in the ``config.json`` beside ``path``, else the one the shapes match, else None."""
     try:
         name = json.loads((Path(path).parent / "config.json").read_text(encoding="utf-8")).get("backbone")
     except (OSError, ValueError, AttributeError):
@@ -91,8 +80,7 @@ def build_model(weights: TrainedWeights, device: torch.device | str = "cpu") -> 
 
 
 def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Path) -> None:
-    """Load ``state`` into an R3Net built on the meta device: a mismatch is found without
-    allocating the real model."""
+    """Load ``state`` into an R3Net on the meta device: a mismatch is one ``OptionError`` line."""
     if backbone not in BACKBONES:
         raise OptionError(f"unknown --backbone {backbone!r}; valid names: {', '.join(sorted(BACKBONES))}")
     with torch.device("meta"):
@@ -108,16 +96,14 @@ def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Pat
 
 
 def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
-    """The backbone whose shape matches ``state`` (any accepted layout), or None: the blocks per stage
-    and the grouping of the first 3x3 convolution tell every backbone in ``BACKBONES`` apart."""
+    """The backbone whose shapes match ``state`` (any layout), or None: the blocks per stage and the
+    grouping of the first 3x3 convolution tell every backbone in ``BACKBONES`` apart."""
     try:
         sd = to_our_layout(state)
     except ValueError:
         return None
-    layers = []
-    for stage in range(1, 5):
-        prefix = f"backbone.layer{stage}."
-        layers.append(len({k[len(prefix) :].split(".", 1)[0] for k in sd if k.startswith(prefix)}))
+    prefixes = [f"backbone.layer{stage}." for stage in range(1, 5)]  # blocks per stage: backbone.layerN.<block>.
+    layers = tuple(len({k.split(".")[2] for k in sd if k.startswith(prefix)}) for prefix in prefixes)
     bottleneck = "backbone.layer1.0.conv3.weight" in sd
     conv2 = sd.get("backbone.layer1.0.conv2.weight")
     if conv2 is None or conv2.dim() != 4:
@@ -125,7 +111,7 @@ def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:
     # conv2 of the first block is (width, width / groups, 3, 3) with width = groups * width_per_group
     groups, per_group = conv2.shape[0] // conv2.shape[1], conv2.shape[1]
     for name, spec in BACKBONES.items():
-        if tuple(layers) != tuple(spec.layers) or (spec.block == "Bottleneck") != bottleneck:
+        if layers != spec.layers or (spec.block == "Bottleneck") != bottleneck:
             continue
         if not bottleneck or (spec.groups, spec.width_per_group) == (groups, per_group):
             return name

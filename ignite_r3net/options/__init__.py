@@ -1,18 +1,8 @@
-"""What each command is asked to do, as one dataclass per command, built once from the command line
-(``cli``), checked once (``validate``) and passed whole to the command's entry function and workers.
-An option is a dataclass field carrying its help text and rule (``fields``); ``shared`` holds the
-groups several commands compose, ``commands`` and ``reproduce`` each command's own. ``TrainConfig``
-(``config.py``) is ``train``'s. None of these import torch, so ``--help`` answers at once.
-"""
+"""What each command is asked to do, one dataclass per command (``commands``; ``train``'s is ``TrainConfig``),
+built once from the command line (``cli``), checked once (``validate``) and passed whole to the command's entry
+function and workers; an option is a dataclass field carrying its help text and rule (``fields``). None of these
+import torch, so ``--help`` answers at once."""
 
-from .commands import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
-from .shared import InferenceOptions, ProcessOptions
+from .commands import CompareOptions, EvaluateOptions, ExportOptions, InferenceOptions, PredictOptions, ProcessOptions
 
-__all__ = [
-    "CompareOptions",
-    "EvaluateOptions",
-    "ExportOptions",
-    "InferenceOptions",
-    "PredictOptions",
-    "ProcessOptions",
-]
+__all__ = ["CompareOptions", "EvaluateOptions", "ExportOptions", "InferenceOptions", "PredictOptions", "ProcessOptions"]

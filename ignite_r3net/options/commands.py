@@ -1,4 +1,7 @@
-"""The options of ``evaluate``, ``predict``, ``compare`` and ``export``, one dataclass each."""
+"""The options of ``evaluate``, ``predict``, ``compare``, ``export`` and ``reproduce`` (besides its training
+options, ``TrainConfig``'s), one dataclass each, and the groups and help texts several commands share (where
+the work runs, ``ProcessOptions``; how a checkpoint's maps are made, ``InferenceOptions``). Each ``validate``
+raises ``OptionError`` for values or combinations that are wrong whatever the files."""
 
 from __future__ import annotations
 
@@ -9,16 +12,109 @@ from ..evaluation.comparison_table import DEFAULT_METRICS
 from ..evaluation.paper_numbers import REFERENCE_NAMES
 from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from ..metrics.keys import METRIC_KEYS, canonical_metric
-from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, group, option
-from .shared import (
-    CHECKPOINT_HELP,
-    InferenceOptions,
-    ProcessOptions,
-    backbone_option,
-    data_root_option,
-    progress_option,
-    protocol_option,
+from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
+
+_RESIZED_BACK = (
+    "the saliency is resized back (bilinear) to the image's own size, at which maps are written (and scored); "
+    "default: full resolution, as the original"
 )
+CHECKPOINT_HELP = (
+    "training checkpoint, best_model_*.pt, an original R3Net release state_dict, or a model on the Hugging "
+    "Face Hub written by 'export --format hub': hf-hub:ORG/NAME[@REVISION] (fetched into the Hugging Face "
+    "cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)"
+)
+BACKBONE_HELP = (
+    "backbone of the checkpoint; default: config.json beside it (a run's, or the Hub repository's), else "
+    "inferred from its weights"
+)
+BACKENDS = ("nccl", "gloo")
+DEVICES = ("auto", "cuda", "cpu")
+BACKEND_HELP = (
+    "the collective library the processes talk through (it does not choose where they compute: see --device); "
+    "default: nccl when the processes run on GPUs, else gloo"
+)
+DEVICE_HELP = (
+    "where each process computes: cuda = one GPU per process (at most as many processes per node as GPUs; a "
+    "process that sees one GPU uses it), cpu = the CPU only, even on a GPU host (the GPUs are hidden from the "
+    "processes), auto = cuda when a GPU is visible, else cpu"
+)
+PROTOCOLS = ("standard", "r3net")
+INFERENCE_AMP_MODES = ("off", "bf16")
+TF32_MODES = ("on", "off")
+TRACKERS = ("mlflow", "wandb", "clearml")
+TF32_HELP = (
+    "TensorFloat-32 on Ampere and newer GPUs: on (the default, as torch does for convolutions, which are "
+    "nearly all of R3Net's work): float32 convolutions and matrix products round their inputs to a 10-bit "
+    "mantissa and accumulate in float32 on the tensor cores, faster; off: full float32, as on the CPU. No effect "
+    "on the CPU, nor on what --amp runs in bf16/fp16"
+)
+PROGRESS_HELP = (
+    "show how far the work has come on rank 0: a bar over the work with its rate, elapsed time and ETA "
+    "on a terminal, a plain line every 10%% when stderr is a file (SLURM logs); --no-progress shows none"
+)
+PROTOCOL_HELP = (
+    "'standard' = PySODMetrics; 'r3net' = the original R3Net code's mae and maxF (marked † in the "
+    "tables and listed under 'protocol_metrics' in the JSON; the other metrics stay standard)"
+)
+
+
+def data_root_option() -> str | None:
+    """``--data-root``: where the standard data sets are found by name (``data.registry``)."""
+    return option(
+        None,
+        "folder holding the standard data sets, which the data options then take by name (ECSSD, HKU-IS, "
+        "PASCAL-S, SOD, DUT-OMRON, DUTS-TE, MSRA10K, DUTS-TR; any alias, case and layout: hkuis, DUT-O, "
+        "pascals, ...); a count other than the published one is a warning",
+        metavar="DIR",
+    )
+
+
+@dataclass(kw_only=True)
+class ProcessOptions:
+    """Where the work of a command that spreads it over processes runs."""
+
+    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
+    device: str = option("auto", DEVICE_HELP, choices=DEVICES)
+    backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
+    master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
+    verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
+
+
+@dataclass(kw_only=True)
+class InferenceOptions:
+    """How a checkpoint's maps are made: backbone, input size, CRF, precision, DataLoader workers."""
+
+    backbone: str | None = option(None, BACKBONE_HELP)
+    size: int | None = option(
+        None,
+        f"run the model on each image resized to N x N (bilinear, antialiased), as many saliency methods "
+        f"test (e.g. 352); {_RESIZED_BACK}",
+        rule=POSITIVE_COUNT,
+        exclusive="input size",
+        metavar="N",
+    )
+    max_side: int | None = option(
+        None,
+        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N "
+        f"(smaller images as they are): for photos much larger than the training crops; {_RESIZED_BACK}",
+        rule=POSITIVE_COUNT,
+        exclusive="input size",
+        metavar="N",
+    )
+    crf: bool = option(
+        False, "refine maps with a dense CRF (original R3Net parameters); needs the crf extra", action="store_true"
+    )
+    amp: str = option(
+        "off",
+        "mixed precision inference: bf16 runs the model in bfloat16 (faster on CPUs with AVX-512 BF16/AMX and "
+        "on recent GPUs; maps may differ by a gray level); off: float32",
+        choices=INFERENCE_AMP_MODES,
+    )
+    tf32: str = option(
+        "on", TF32_HELP + "; off gives the maps closest to the CPU's (not for an exported --model)", choices=TF32_MODES
+    )
+    workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)
+
 
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
@@ -47,7 +143,7 @@ class EvaluateOptions:
         "images and masks (its masks are used)",
         metavar="DIR",
     )
-    protocol: str = protocol_option()
+    protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     json_path: str | None = option(
         None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
     )
@@ -67,13 +163,12 @@ class EvaluateOptions:
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
         "divide the cores among them unless OMP_NUM_THREADS is set)",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
     # not options: set by ``compare``, which names the data sets itself and prints its own tables
     names: list[str] | None = field(default=None)
     quiet: bool = field(default=False)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if (self.checkpoint is None) == (self.maps is None):
             raise OptionError("give one of --checkpoint and --maps")
@@ -82,15 +177,11 @@ class EvaluateOptions:
                 raise OptionError("--maps needs --gt DIR (the ground-truth masks)")
             if self.data:
                 raise OptionError("--data goes with --checkpoint; with --maps give the masks as --gt")
-            acting_on_predictions = (
-                ("--save-maps", self.save_maps),
-                ("--crf", self.inference.crf),
-                ("--size", self.inference.size),
-                ("--max-side", self.inference.max_side),
-            )
-            for flag, given in acting_on_predictions:
-                if given:
-                    raise OptionError(f"{flag} needs --checkpoint (it acts on predictions)")
+            on_predictions = {"--save-maps": self.save_maps, "--crf": self.inference.crf, "--size": self.inference.size}
+            on_predictions["--max-side"] = self.inference.max_side
+            given = [flag for flag, value in on_predictions.items() if value]
+            if given:
+                raise OptionError(f"{given[0]} needs --checkpoint (it acts on predictions)")
             return
         if self.gt is not None:
             raise OptionError("--gt goes with --maps; with --checkpoint give the data sets as --data")
@@ -150,10 +241,9 @@ class PredictOptions:
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; see --device); the images "
         "are dealt to them and the maps are those of one process; under torchrun or srun, leave it out",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if (self.checkpoint is None) == (self.model is None):
             raise OptionError("give one of --checkpoint and --model")
@@ -194,7 +284,7 @@ class CompareOptions:
         nargs="+",
         metavar="METRIC",
     )
-    protocol: str = protocol_option()
+    protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     reference: list[str] | None = option(
         None,
         "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
@@ -235,14 +325,13 @@ class CompareOptions:
         nproc="processes for scoring (and for checkpoint inference): on GPUs one per GPU, at most as many as the "
         "GPUs (--device cpu: CPU processes); the numbers are those of one process",
     )
-    progress: bool = progress_option()
+    progress: bool = option(True, PROGRESS_HELP)
 
     def __post_init__(self) -> None:
         # names in any case (maxf -> maxF); unknown ones stay for validate to name
         self.metrics = [canonical_metric(m) or m for m in self.metrics]
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         unknown = [m for m in self.metrics if m not in METRIC_KEYS]
         if unknown:
             raise OptionError(f"--metrics: unknown {', '.join(unknown)} (choose from {', '.join(METRIC_KEYS)})")
@@ -276,7 +365,7 @@ class ExportOptions:
         rule=_OPSET,
         metavar="N",
     )
-    backbone: str | None = backbone_option()
+    backbone: str | None = option(None, BACKBONE_HELP)
     # the model card of --format hub
     results: str | None = option(
         None,
@@ -306,7 +395,6 @@ class ExportOptions:
     )
 
     def validate(self) -> None:
-        """Raise ``OptionError`` for values or combinations that are wrong whatever the files."""
         check_fields(self)
         if self.opset is not None and self.format != "onnx":
             raise OptionError("--opset applies to --format onnx only")
@@ -319,3 +407,45 @@ class ExportOptions:
     @property
     def onnx_opset(self) -> int:
         return DEFAULT_OPSET if self.opset is None else self.opset
+
+
+# the training options ``reproduce`` sets unless given: the original recipe on MSRA10K, continued
+REPRODUCE_DEFAULTS = {"recipe": "r3net-paper", "data": ["MSRA10K"], "output_dir": "runs/r3net-paper", "resume": "auto"}
+
+
+@dataclass(kw_only=True)
+class ReproduceOptions:
+    """What ``reproduce`` does besides training: the model to evaluate, extra columns, tolerances."""
+
+    checkpoint: str | None = option(
+        None,
+        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]",
+        metavar="CKPT",
+    )
+    author_maps: str | None = option(
+        None,
+        "the authors' released saliency maps: a folder with one subfolder per test set (named as the set "
+        "or an alias, e.g. ECSSD/, hkuis/), scored by the same code as ours, in a column of its own (tells "
+        "evaluation differences from training differences)",
+        metavar="DIR",
+    )
+    seeds: list[int] | None = option(
+        None,
+        "train one model per seed (each in OUTPUT_DIR/seed-N) and report the mean and the spread (sample "
+        "standard deviation, min and max); default: one model, --seed",
+        nargs="+",
+        metavar="SEED",
+    )
+    tolerance_maxf: float = option(
+        0.01, "a max F within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+    )
+    tolerance_mae: float = option(
+        0.005, "an MAE within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+    )
+
+    def validate(self) -> None:
+        check_fields(self)
+        if self.checkpoint is not None and self.seeds is not None:
+            raise OptionError("--seeds trains one model per seed; --checkpoint skips training: give one")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise OptionError(f"--seeds: a seed is given twice: {' '.join(map(str, self.seeds))}")

@@ -25,7 +25,7 @@ from ..evaluation.paper_numbers import REFERENCE_NAMES, reference, reference_for
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
-from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..training.recipe_config import config_from_options
 from ..training.start import train
 

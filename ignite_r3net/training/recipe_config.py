@@ -12,8 +12,7 @@ from ..data.synthetic import synthetic_paths
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, note
 from ..model.backbones import BACKBONES
-from ..options.fields import is_option
-from ..options.json_file import read_options
+from ..options.fields import is_option, read_options
 from ..recipes import DEFAULT_RECIPE, RECIPES, possible_world_sizes, split_global_batch
 
 # options that decide the starting weights: given anew, the saved run's record no longer applies
