@@ -34,12 +34,11 @@ from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
 from . import scoring
-from .comparison_table import build_table, comparison_csv, table_csv, table_latex, table_markdown
+from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
 from .maps import MAP_EXTS, match_maps
-from .paper_numbers import published_rows
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
 

@@ -1,20 +1,20 @@
-"""``compare``'s tables: one row per method, a column group per data set, as markdown, CSV and
-LaTeX, the best value of each column bold and the second-best underlined. Without torch: the
-command line lists ``DEFAULT_METRICS`` in ``compare --help``.
-
-Also the per-image scores as CSV, to find the images a model fails on: ``evaluate --per-image``
-(one row per image of every data set) and ``compare``'s ``OUT/per_image/<dataset>.csv`` (one row
-per image, a column per method and metric). Values are written in full (Python's shortest
-round-trip form); each is the image's own score as ``SaliencyMetrics.per_image_scores`` defines it.
+"""``compare``'s tables (markdown, CSV, LaTeX; best bold, second-best underlined), the per-image
+score CSVs of ``evaluate --per-image`` and ``compare``, and the published R3Net numbers
+(``paper_numbers.json``). Without torch: the command line lists ``DEFAULT_METRICS`` and ``REFERENCE_NAMES``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
 
+from ..errors import warn
 from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_note
 
 DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # unless --metrics says otherwise: the ones papers print
@@ -35,6 +35,8 @@ NO_VALUE = "-"  # the cell of a method without maps for a data set
 PARTIAL = "*"  # the mark of a value scored with some maps missing (--allow-missing)
 
 Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # dataset -> method -> metric / count / missing
+REFERENCE_NAMES = ("r3net-paper", "r3net-released-maps")
+PUBLISHED_MARK = "‡"
 
 
 @dataclass(frozen=True)
@@ -222,3 +224,58 @@ def _csv(rows: list[list[str]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Published numbers: ``sets[dataset][metric]`` (metric keys as ``METRIC_KEYS``)."""
+
+    name: str
+    label: str
+    source: str
+    kind: str
+    sets: dict[str, dict[str, float]]
+    note: str = ""
+
+
+@cache
+def _paper_numbers() -> dict[str, Any]:
+    # each reference with its source: the paper's table (with CRF), or the authors' released maps scored
+    # by a named public evaluation; a number no source confirmed is left out
+    return json.loads(resources.files(__package__).joinpath("paper_numbers.json").read_text(encoding="utf-8"))
+
+
+def reference(name: str) -> Reference:
+    entry = _paper_numbers()[name]
+    return Reference(name, entry["label"], entry["source"], entry["kind"], entry["sets"], entry.get("note", ""))
+
+
+def reference_for(dataset: str) -> Reference | None:
+    """The reference ``reproduce`` holds ``dataset`` against: the paper's numbers where known, else the
+    released maps' public scores; None when neither has the set."""
+    return next((r for r in map(reference, REFERENCE_NAMES) if dataset in r.sets), None)
+
+
+def published_rows(names: Sequence[str], datasets: Sequence[str]) -> tuple[Results, list[str]]:
+    """``compare --reference``: a row per reference (label -> dataset -> metric) on the ``datasets`` that
+    name a standard set (any alias), and a note giving each one's source; warns of one with no number."""
+    # imported here: the data package loads numpy, and the command line imports this module
+    from ..data.registry import standard_set
+
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    notes = []
+    known = {d: standard_set(d) for d in datasets}
+    for name in names:
+        found = reference(name)
+        values = {d: found.sets[s.name] for d, s in known.items() if s is not None and s.name in found.sets}
+        if not values:
+            warn(
+                f"--reference {name}: no published number for {', '.join(datasets)}"
+                + (f" ({found.note})" if found.note else "")
+            )
+        rows[f"{found.label} {PUBLISHED_MARK}"] = values
+        notes.append(
+            f"{PUBLISHED_MARK} {found.label}: published numbers ({found.kind}), not scored by this code and not "
+            f"ranked; source: {found.source}" + (f"; {found.note}" if found.note else "")
+        )
+    return rows, notes

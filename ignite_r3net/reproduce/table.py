@@ -14,7 +14,7 @@ from typing import Any
 
 from ..atomic_files import write_json, write_text
 from ..data.registry import STANDARD_BY_NAME
-from ..evaluation.paper_numbers import REFERENCE_NAMES, reference, reference_for
+from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_for
 from ..options.reproduce import ReproduceOptions
 
 METRICS = ("maxF", "mae")
