@@ -1,10 +1,6 @@
-"""``predict``: an 8-bit PNG saliency map (or with ``--cutout`` an RGBA cutout), at the input's own
-size and with its stem, per image, from a checkpoint or from a file written by ``export``.
-
-Everything a user can get wrong is checked here, in the launching process, before any worker
-starts. The maps the output folder already holds from the same model and options are skipped
-(``map_record``); the others are dealt over ``--nproc`` processes, or the ranks of torchrun or srun
-(``predict_worker``). Images that cannot be read are listed at the end and make the exit code 1.
+"""``predict``: an 8-bit PNG saliency map (or an RGBA cutout) per image, at its own size and with its
+stem, from a checkpoint or an exported file. Every mistake is found here before any worker starts; the
+maps already made by the same model and options are kept; failed images are listed and exit with 1.
 """
 
 from __future__ import annotations
@@ -30,12 +26,11 @@ from ..options.fields import option_fields, values_by_flag
 from ..output_paths import check_writable_folder
 from ..run_lock import claimed_folder
 from .crf import require_crf
-from .map_record import RECORD_DIR, MapRecord, run_description, run_key
 from .maps import output_path
-from .predict_worker import PredictJob, predict_worker
+from .predict_worker import RECORD_DIR, MapRecord, PredictJob, predict_worker, run_description, run_key
 
 # options that decide where and how fast the maps are made, not their pixels: left out of the key
-# that says whether a map in the output folder was made by the same model (``map_record``)
+# that says whether a map in the output folder was made by the same model (``MapRecord``)
 _NOT_PIXELS = {"checkpoint", "model", "inputs", "output", "workers", "batch_size", "overwrite", "progress"}
 _NOT_PIXELS |= {"nproc", "backend", "master_port", "device"}  # float32 on a CPU or a GPU: rounding only
 _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.predict/failed.txt

@@ -1,35 +1,27 @@
-"""What every rank of ``predict`` runs, and the batch plan and cutouts it writes.
-
-1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
-2. Every rank computes the same plan (``plan_batches``): images of equal size in batches, batch j to
-   rank j mod N. It depends on the sizes and ``--batch-size`` only, never on the number of
-   processes, so N processes write the maps of one, byte for byte.
-3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
-4. Each map (or cutout) is written under a temporary name and renamed, then listed in the rank's
-   journal (``map_record``).
-5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
-
-A cutout (``--cutout``) is the input image (decoded as the model saw it: RGB, EXIF orientation
-applied) with the map as its alpha channel, one RGBA PNG per image. Without ``--threshold`` the
-alpha is the 8-bit map itself, so it can be read back (``Image.open(p).getchannel("A")``); with it,
-the alpha (or the map) is hard: 255 where the saliency is at least the threshold, else 0.
+"""What every rank of ``predict`` runs: the batch plan (equal sizes together, batch j to rank j mod N,
+independent of N, so N processes write the maps of one byte for byte), the maps and cutouts it writes,
+and the record of the maps done, so that a stopped run continues where it stopped.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import ignite.distributed as idist
 import numpy as np
 import torch
 from PIL import Image
 
+from .. import __version__
 from ..atomic_files import atomic_output, write_json
 from ..console import echo
+from ..content_key import ContentKey
 from ..data.checks import image_size
 from ..data.decode import load_image
 from ..data.loader import init_loader_worker, worker_context
@@ -39,12 +31,12 @@ from ..distributed.ranks import all_gather_items, all_gather_tensor, is_rank_zer
 from ..errors import DataError
 from ..exported_model import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
+from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics
 from ..options import PredictOptions
 from ..progress import Progress
 from .crf import crf_refine
-from .map_record import MapRecord
 from .maps import save_map
 
 # a batch holds no more pixels than --batch-size images of this size (MSRA10K's): a folder of camera
@@ -53,6 +45,7 @@ REFERENCE_PIXELS = 400 * 300
 Size = tuple[int, int]  # (height, width)
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
+RECORD_DIR = ".predict"
 
 
 @dataclass
@@ -183,7 +176,7 @@ def _predict_batches(
                 maps = to_maps(batch.to(device)).cpu()  # written from the host: one copy per batch
                 for index, image, saliency in zip(indices, batch, maps):
                     _write(job.options, job.outputs[index], image, saliency)
-                    journal.add(Path(job.outputs[index]).name)
+                    journal.write(json.dumps(Path(job.outputs[index]).name) + "\n")
             written += len(images)
             progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks
     return written, failed
@@ -253,3 +246,60 @@ def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.
 @rank_zero_only
 def _leave_outcome(path: Path, outcome: dict[str, Any]) -> None:
     write_json(outcome, path)
+
+
+def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides the maps: the model file (path, SHA-256), ``settings`` (the options that change
+    pixels) and the versions of this package and torch."""
+    return {
+        "model": os.fspath(Path(model_file).resolve()),
+        "sha256": sha256_of(model_file),
+        "options": dict(settings),
+        "versions": {"ignite_r3net": __version__, "torch": torch.__version__},
+    }
+
+
+def run_key(description: Mapping[str, Any]) -> str:
+    """The key of a run: everything in ``description`` but where the model file lies."""
+    decisive = {k: v for k, v in description.items() if k != "model"}
+    return ContentKey("predict run", 1).add_values(decisive).hexdigest(32)
+
+
+class MapRecord:
+    """The maps of one run key in ``OUTPUT/.predict/``: ``<key>.json`` describes the key for people, and
+    ``<key>.rank<N>.done`` lists each map rank N renamed into place, a JSON line each (one a crash cut
+    short is skipped). Not fsynced: a map a power loss took back is missing, so it is made again."""
+
+    def __init__(self, out_dir: str | Path, key: str) -> None:
+        self.out, self.key = Path(out_dir), key
+        self.folder = self.out / RECORD_DIR
+
+    def done(self, names: Iterable[str]) -> set[str]:
+        """Those of ``names`` (map file names) whose map exists and is listed for this key."""
+        listed: set[str] = set()
+        for journal in self.folder.glob(f"{self.key}.rank*.done"):
+            for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    listed.add(json.loads(line))
+                except ValueError:
+                    continue
+        if not listed:
+            return set()
+        with os.scandir(self.out) as entries:
+            present = {e.name for e in entries if e.is_file()}
+        return {name for name in names if name in listed and name in present}
+
+    def begin(self, description: Mapping[str, Any]) -> None:
+        """Before any map is written (the leading process): forget other keys' journals and describe
+        this key (``run_lock.claimed_folder`` removed the temporaries an interrupted run left)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in self.folder.iterdir():
+            if not path.name.startswith(self.key + "."):
+                path.unlink(missing_ok=True)
+        write_json(dict(description), self.folder / f"{self.key}.json")
+
+    def journal(self, rank: int) -> IO[str]:
+        """Rank ``rank``'s list, open for appending: a ``json.dumps`` line per map once it has its final name."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # line-buffered: a line reaches the file at once
+        return open(self.folder / f"{self.key}.rank{rank}.done", "a", encoding="utf-8", buffering=1)
