@@ -36,9 +36,8 @@ from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .crf import require_crf
-from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
-from .maps import MAP_EXTS, match_maps
+from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named
 from .plots import plot_fm, plot_pr
 from .visual_comparison import check_stems, draw_figures, figure_data
 

@@ -45,8 +45,7 @@ from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
 from .comparison_table import evaluation_csv
 from .crf import crf_refine, require_crf
-from .dataset_folders import locate_dataset, named_folders
-from .maps import dataset_names, match_maps, output_path, save_map, score_maps
+from .maps import dataset_names, locate_dataset, match_maps, named_folders, output_path, save_map, score_maps
 
 Row = dict[str, float]
 

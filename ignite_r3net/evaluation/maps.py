@@ -1,14 +1,11 @@
-"""Saliency maps on disk: reading any method's maps, matching them to masks, scoring them, writing
-ours safely.
-
-Reading follows the toolboxes (PySODMetrics reads with ``cv2.IMREAD_GRAYSCALE``): a map's 8-bit
-gray values are taken as they are (no rescaling of dark maps), colour maps are converted to gray.
-``score_maps`` is the one place map files become metric updates (``evaluate --maps`` and
-``compare`` both call it). Writing never leaves the output folder, whatever the stem of the input was.
+"""Saliency maps and data set folders on disk: reading any method's maps (8-bit gray values as stored,
+as the toolboxes read them), matching them to masks, scoring them (``score_maps``, for ``evaluate --maps``
+and ``compare`` alike), writing ours inside their folder, and naming and locating data set folders.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +17,7 @@ from PIL import Image
 
 from ..atomic_files import atomic_output
 from ..data.decode import load_mask
-from ..data.folder import IMAGE_EXTS
+from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..errors import DataError, OptionError
 from ..metrics.saliency import SaliencyMetrics
 
@@ -32,6 +29,7 @@ _PREFERENCE = {ext: i for i, ext in enumerate((".png", ".bmp", ".tif", ".tiff", 
 _GENERIC_DIRS = set(
     "gt gts mask masks groundtruth ground_truth label labels images imgs image maps sal saliency".split()
 )
+_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
 
 @dataclass
@@ -159,3 +157,69 @@ def dataset_names(folders: Sequence[str | Path]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
     return out
+
+
+@dataclass(frozen=True)
+class DatasetFolder:
+    """The masks folder of a data set and, when its images can be found, the folder ``list_pairs``
+    reads, which inference needs."""
+
+    masks: Path
+    data: Path | None
+
+
+def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
+    """The masks and the data of the existing ``folder``: a data set folder (DUTS layout: an images
+    and a masks subfolder; MSRA10K: name.jpg beside name.png), the masks half of a DUTS-layout one,
+    or a masks folder alone. The images half of a data set is an ``OptionError`` quoting ``given``,
+    the option as typed (its photos would be scored as masks)."""
+    path = Path(folder).resolve()
+    split = split_dirs(path)
+    if split is not None:
+        return DatasetFolder(split[1], path)
+    half = dataset_of_half(path)
+    if half is not None and half[1] == "images":
+        raise OptionError(
+            f"{given} is the images folder of the data set {half[0]}: give the data set folder "
+            f"{half[0]} (or its masks folder)"
+        )
+    if half is not None:
+        return DatasetFolder(path, half[0])
+    return DatasetFolder(path, path if _has_images_beside_masks(path) else None)
+
+
+def _has_images_beside_masks(folder: Path) -> bool:
+    # MSRA10K-style: an image beside some .png mask of the same stem
+    pngs = {p.stem for p in folder.glob("*.png")}
+    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+
+
+def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
+    """``NAME=PATH`` items as (name, path); names must be distinct and usable as file names."""
+    parsed: list[tuple[str, str]] = []
+    for item in values:
+        name, sep, path = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not path:
+            raise OptionError(f"{option} {item!r}: expected NAME=PATH, e.g. ECSSD=/data/ECSSD/GT")
+        if name.startswith(".") or _BAD_NAME.search(name):
+            raise OptionError(
+                f"{option} {item!r}: NAME must not start with '.' or hold '/', '\\' or control characters"
+            )
+        if name in {n for n, _ in parsed}:
+            raise OptionError(f"{option}: the name {name!r} is given twice")
+        parsed.append((name, path))
+    return parsed
+
+
+def named_folders(values: list[str], option: str) -> list[tuple[str, str]]:
+    """(name, folder) of items that are ``NAME=DIR`` or a plain ``DIR`` (named after the folder, as
+    ``dataset_names`` does); an existing path holding ``=`` is a plain folder. Names must differ."""
+    items = [("", v) if Path(v).exists() or "=" not in v else parse_named([v], option)[0] for v in values]
+    derived = iter(dataset_names([folder for name, folder in items if not name]))
+    named = [(name or next(derived), folder) for name, folder in items]
+    names = [name for name, _ in named]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise OptionError(f"{option}: the name {twice[0]!r} is given twice; name the folders with NAME=DIR")
+    return named
