@@ -236,7 +236,7 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
             )
         files = list_pairs(bench.data)
         key = scoring.inference_key(method.source, files, settings)
-        if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:
+        if scoring.recorded_key(out / "maps" / method.name / bench.name / scoring.MANIFEST) != key:
             # every problem of the images, by file name (headers only)
             assert_dataset_ok(bench.data, option=f"--datasets {bench.name}")
             stale.append((bench, key, len(files)))

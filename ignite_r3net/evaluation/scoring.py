@@ -85,10 +85,10 @@ def write_entry(cache_dir: Path, key: str, entry: Mapping[str, Any]) -> None:
     write_json({"format": CACHE_FORMAT, "key": key, **entry}, cache_dir / f"{key}.json")
 
 
-def read_manifest(maps_dir: Path) -> str | None:
-    """The inference key recorded beside a checkpoint method's maps, or None."""
+def recorded_key(record: Path) -> str | None:
+    """The ``key`` of a JSON record (a maps folder's ``MANIFEST``, a figure's record), or None."""
     try:
-        return json.loads((maps_dir / MANIFEST).read_text(encoding="utf-8")).get("key")
+        return json.loads(record.read_text(encoding="utf-8")).get("key")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -21,7 +21,6 @@ the drawing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from ..data.decode import load_image, load_mask
 from ..data.folder import list_pairs
 from ..errors import DataError, OptionError, listing, note
 from .maps import files_by_stem, load_saliency_map
+from .scoring import recorded_key
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -118,7 +118,7 @@ def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
     key = _figure_key(headers, stems, rows)
     record = stem.with_name(stem.name + ".json")
     drawn = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
-    if _recorded_key(record) == key and all(p.is_file() for p in drawn):
+    if recorded_key(record) == key and all(p.is_file() for p in drawn):
         print(f"figure of {figure.name}: kept {drawn[0].parent}/{stem.name}.png/.pdf (nothing changed)", flush=True)
         return
     if not figure.images:
@@ -144,13 +144,6 @@ def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) ->
     key = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([Path(__file__)])
     key.add_libraries(["matplotlib", "pillow", "numpy"])
     return key.add_files(cell.path for row in rows for cell in row).hexdigest()
-
-
-def _recorded_key(record: Path) -> str | None:
-    try:
-        return json.loads(record.read_text(encoding="utf-8")).get("key")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 WIDTH_IN = 7.16  # a two-column paper's text width (IEEE, ACM, CVF), in inches
