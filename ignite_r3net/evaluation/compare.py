@@ -1,14 +1,6 @@
-"""``compare``: the tables and curves of many methods on many data sets, as papers print them.
-
-1. Every option, data set and method is checked first (one ``error:`` line before any work).
-2. A checkpoint method's maps (a file, or ``hf-hub:ORG/NAME[@REVISION]``) are made by
-   ``evaluate_checkpoint`` into ``OUT/maps/<method>`` unless that folder already holds the maps of
-   the same checkpoint, images and options.
-3. Each method's maps are matched to each data set's masks by file stem: a method without a data
-   set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
-4. Pairs (method, data set) not in the cache are scored (``scoring``) on ``nproc`` processes.
-5. ``results.json``, ``table.md/.csv/.tex``, ``curves/`` and ``per_image/`` are written from the
-   cache entries, and ``figures/`` (``visual_comparison``) unless nothing they show changed.
+"""``compare``: the tables, curves and figures of many methods on many data sets, as papers print them.
+Everything is checked before any work; a checkpoint method's maps are made into ``OUT/maps/<method>``
+unless kept; the (method, data set) cells the cache lacks are scored (``scoring``) on ``--nproc`` processes.
 """
 
 from __future__ import annotations
@@ -48,8 +40,7 @@ _MISSING_SHOWN = 5  # map names shown in the missing-maps error
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A data set: its masks folder and, when the images can be found, the folder ``list_pairs``
-    reads, which checkpoint methods need."""
+    """A data set: its masks folder and the folder ``list_pairs`` reads (None: no images found)."""
 
     name: str
     masks: Path
@@ -58,8 +49,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Method:
-    """A method: a folder with one subfolder of maps per data set, or a checkpoint file (for a Hub
-    checkpoint, its file in the Hugging Face cache, and ``hub`` the ``hf-hub:`` source given)."""
+    """A folder with a subfolder of maps per data set, or a checkpoint file (``hub``: its ``hf-hub:`` source)."""
 
     name: str
     source: Path
@@ -81,14 +71,9 @@ class Pair:
 
 
 def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
-    """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``, or a
-    standard set's name found in ``--data-root``), writing everything into ``options.out``; returns
-    the results (``{dataset: {method: {metric: value, "count": n}}}``).
-
-    Raises ``OptionError`` (a wrong option, a missing or ambiguous data set or method folder, missing
-    maps without ``allow_missing``, a missing extra, a run under torchrun), ``DataError`` (every
-    problem of a checkpoint method's data set), ``CheckpointError`` and ``WorkerFailed``.
-    """
+    """Compare ``options.methods`` on ``options.datasets`` into ``options.out``; returns ``{dataset:
+    {method: {metric: value, "count": n}}}``. Raises ``OptionError`` (also for missing maps without
+    ``--allow-missing`` and a run under torchrun), ``DataError``, ``CheckpointError``, ``WorkerFailed``."""
     options.validate()
     _check_environment(options.out)
     options = replace(options, processes=processes_on_device(options.processes))
@@ -133,8 +118,8 @@ def _check_environment(out: str) -> None:
 
 
 def _benchmark(name: str, folder: str) -> Benchmark:
-    """A data set from ``NAME=DIR``: DIR is a masks folder or a data set folder (``locate_dataset``)."""
     path = Path(folder)
+
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
@@ -152,8 +137,7 @@ def _method(name: str, source: str) -> Method:
 
 
 def _dataset_folder(source: Path, dataset: str) -> Path | None:
-    """``source/<dataset>``, else the one subfolder whose name matches ignoring case and
-    punctuation (``HKUIS`` for ``HKU-IS``), else None."""
+    """``source/<dataset>``, else its one subfolder named so but for case and punctuation (``HKUIS``)."""
     exact = source / dataset
     if exact.is_dir():
         return exact
@@ -168,8 +152,7 @@ def _name_key(name: str) -> str:  # a folder name as compared with a data set na
 
 
 def _match_method(method: Method, benches: list[Benchmark], allow_missing: bool) -> list[Pair]:
-    """The method's maps matched to each data set's masks; warns about whole data sets it lacks and
-    raises ``OptionError`` for missing maps unless ``allow_missing``."""
+    """The method's maps matched to each data set's masks; warns of a data set it lacks."""
     folders = [_dataset_folder(method.source, bench.name) for bench in benches]
     if not any(folders):
         subfolders = sorted(p.name for p in method.source.iterdir() if p.is_dir())
@@ -217,8 +200,7 @@ StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images
 
 
 def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> StaleMaps:
-    """The data sets whose maps must be (re)made, checked (images found, data set and checkpoint
-    readable) before any work."""
+    """The data sets whose maps must be (re)made, checked (images, data set, checkpoint) before any work."""
     stale = []
     settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
     # the input size only when given: maps made at full resolution keep their key
@@ -251,8 +233,8 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
 
 
 def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOptions) -> None:
-    """Inference of ``method`` on its stale data sets into ``root/<dataset>`` (as ``evaluate
-    --save-maps``), then each folder's manifest, written last: an interrupted run is redone."""
+    """``method``'s maps of its stale data sets into ``root/<dataset>``, then each folder's manifest,
+    written last: an interrupted run is redone."""
     if not stale:
         print(f"maps of {method.name}: kept from {root} (same checkpoint, images and options)", flush=True)
         return
@@ -276,8 +258,7 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
 
 
 def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
-    """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves, in the
-    order of ``pairs``; warns about resized maps."""
+    """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves; warns of resized maps."""
     results: dict[str, dict[str, dict[str, float]]] = {}
     curves: dict[str, dict[str, dict[str, list[float]]]] = {}
     for pair, entry in zip(pairs, scores):
@@ -321,8 +302,7 @@ def _in_order(by_dataset: dict, datasets: list[str], methods: list[str]) -> dict
 def _write_per_image(
     cells: CellScores, datasets: list[str], methods: list[str], options: CompareOptions, out: Path
 ) -> None:
-    """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
-    ``--metrics``."""
+    """``per_image/<dataset>.csv``: a row per image, a column per method and ``--metrics``."""
     for dataset in datasets:
         present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
         if present:

@@ -37,14 +37,10 @@ _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.pred
 
 
 def predict(options: PredictOptions) -> dict[str, Any]:
-    """Write one map (or cutout) per input image (files, or the images directly inside folders) into
-    ``options.output``, skipping those already there from the same model and options (unless
-    ``--overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
-
-    Raises ``OptionError`` (a wrong option, a missing input, two inputs that would write one map, an
-    output that is not a folder, a missing extra), ``CheckpointError`` (an unreadable model file),
-    ``ImagesFailed`` (some images could not be read; the others' maps were written) and ``WorkerFailed``.
-    """
+    """A map (or cutout) per input image into ``options.output``, but for those already made by the same
+    model and options (unless ``--overwrite``); returns ``written``, ``kept``, ``failed`` and ``seconds``.
+    Raises ``OptionError``, ``CheckpointError``, ``ImagesFailed`` (the other maps were written) and
+    ``WorkerFailed``."""
     options.validate()
     options = replace(options, processes=processes_on_device(options.processes))
     out = _check_options(options)
@@ -94,7 +90,7 @@ def _predict_on_workers(
 
 
 def _check_options(options: PredictOptions) -> Path:
-    """The extras the options need are installed and the launcher fits them; returns the output folder."""
+    """Checks the extras the options need and the launcher; returns the output folder."""
     if options.model is not None and is_onnx(options.model):
         require_onnxruntime()
     if options.inference.crf:
@@ -107,8 +103,7 @@ def _check_options(options: PredictOptions) -> Path:
 
 
 def _check_model(options: PredictOptions) -> Any:
-    """Read the model here, so that a bad file is one line before any worker starts; returns a
-    checkpoint's weights (for a worker that runs in this process)."""
+    """Reads the model, so that a bad file is one line before any worker starts; a checkpoint's weights."""
     if options.model is not None:
         load_exported(options.model, "cpu")
         return None
@@ -143,7 +138,7 @@ def _outcome(job: PredictJob) -> dict[str, Any]:
 
 
 def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
-    """The last lines: maps (or cutouts: ``noun``) written and the speed; the images that failed, as one error."""
+    """The last lines: ``noun``s written and the speed; the images that failed, as one error."""
     seconds, written = outcome["seconds"], outcome["written"]
     rate = f", {written / seconds:.3g} images/s" if seconds > 0 and written else ""
     echo(f"wrote {written} {noun}(s) to {out} in {seconds:.1f} s{rate}")
@@ -189,8 +184,7 @@ def _refuse_masks_half(folder: Path, given: str) -> None:
 
 
 def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
-    """The inputs among a folder's images: of MSRA10K's name.jpg beside name.png, the .png is the
-    mask, as in the data loader's side-by-side layout (a note says how many were passed over)."""
+    """A folder's images but MSRA10K's masks (a .png beside an image of its stem), with a note."""
     stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
     masks = [f for f in images if f.suffix.lower() == ".png" and f.stem in stems_with_other]
     if masks:
