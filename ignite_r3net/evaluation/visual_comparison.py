@@ -1,22 +1,6 @@
-"""The visual comparison of ``compare``: which images it shows, when it must be drawn again, and
-the drawing.
-
-* **Choice.** ``--show N`` takes the N images on which the methods disagree most: the largest
-  difference between the methods' MAE on the image (with one method, its largest MAE: its failures),
-  ties broken by file name, so the choice is the same on every run. The per-image MAE is the one
-  ``compare``'s scoring keeps for ``per_image/<dataset>.csv``: no pass of its own. ``--show-stems``
-  names the images instead, in its order.
-* **Cache.** ``OUT/figures/visual_<dataset>.json`` records what was drawn: the key (the chosen stems,
-  every shown file's path, size and modification time, the columns, and the drawing code and library
-  versions), the stems and their MAEs. It is written after the PNG and PDF, so a rerun with the same
-  key keeps the figure and an interrupted one draws it again.
-* **Drawing.** Rows of images, one column per kind (the image, the ground truth, each method's map),
-  the column names on top. Sized for print: the figure is a two-column paper's text width and every
-  cell is resampled to 300 pixels per inch of its printed size, so the PNG (300 dpi) shows each cell
-  pixel for pixel and the PDF embeds exactly those pixels (``interpolation="none"``) under vector
-  text, with TrueType fonts (Type 42: what publishers' PDF checks accept). All rows have one height;
-  each cell keeps its image's aspect, centred in its column. A missing map is a grey cell with a
-  cross and the word "missing". Drawn with matplotlib's object API, as ``plots`` draws the curves.
+"""``compare``'s visual comparison: the images the methods' per-image MAEs disagree on most (or
+``--show-stems``), drawn as rows of image, mask and maps at a two-column paper's width, each cell at
+300 pixels per inch of print (PNG, and PDF with TrueType fonts), kept while its recorded key holds.
 """
 
 from __future__ import annotations
@@ -45,8 +29,7 @@ FIGURE_FORMAT = 1  # bump when the figure's record changes
 
 @dataclass(frozen=True)
 class FigureData:
-    """What the figure of one data set can show, each by stem: its masks and images (none for a
-    masks folder), each method's maps (in command-line order) and each method's per-image MAE."""
+    """What one data set's figure can show, by stem: masks, images (maybe none), each method's maps and MAEs."""
 
     name: str
     masks: Mapping[str, Path]
@@ -62,8 +45,8 @@ def figure_data(
     maps: Mapping[str, list[tuple[Path, Path]]],
     mae: Mapping[str, Mapping[str, float]],
 ) -> FigureData:
-    """The figure's inputs for data set ``name``: ``data`` is the folder ``list_pairs`` reads its
-    images from (None: a masks folder alone), ``maps`` each method's matched ``(map, mask)`` files."""
+    """Data set ``name``'s figure inputs: ``data`` is where ``list_pairs`` finds its images (None: none),
+    ``maps`` each method's matched ``(map, mask)`` files."""
     images: dict[str, Path] = {}
     if data is not None:
         try:
@@ -86,8 +69,7 @@ def check_stems(stems: list[str], masks: Mapping[str, Path]) -> None:
 
 
 def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, out: Path) -> None:
-    """Draw (or keep) ``out/figures/visual_<dataset>.png`` and ``.pdf`` of ``show`` images chosen as
-    the module says, or of ``stems`` (those of each data set, in their order)."""
+    """Draw (or keep) ``out/figures/visual_<dataset>.png/.pdf`` of ``show`` chosen images, or of ``stems``."""
     for figure in figures:
         chosen = [s for s in stems if s in figure.masks] if stems is not None else choose_stems(figure.mae, show)
         if not chosen:
@@ -99,7 +81,7 @@ def draw_figures(figures: list[FigureData], show: int, stems: list[str] | None, 
 
 def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[str]:
     """The ``count`` stems where the methods' MAEs (``{method: {stem: mae}}``) differ most (with one
-    method, where its MAE is largest), ties broken by stem."""
+    method, where its MAE is largest), ties broken by stem, so every run chooses the same."""
     per_stem: dict[str, list[float]] = {}
     for values in maes.values():
         for stem, mae in values.items():
@@ -126,7 +108,8 @@ def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
             f"figure of {figure.name}: no image column (the data set was given as a masks folder without "
             "images beside it, or its images do not pair with its masks: see check-data)"
         )
-    draw_visual_comparison(headers, rows, stem)
+    _save(build_figure(headers, rows), stem)
+    # the record last: an interrupted drawing is redone
     mae = {s: {m: values[s] for m, values in figure.mae.items() if s in values} for s in stems}
     write_json({"format": FIGURE_FORMAT, "key": key, "columns": headers, "stems": stems, "mae": mae}, record)
     print(f"figure of {figure.name}: {len(stems)} image(s) drawn to {stem}.png/.pdf", flush=True)
@@ -164,15 +147,11 @@ class Cell:
     path: Path | None
 
 
-def draw_visual_comparison(headers: Sequence[str], rows: Sequence[Sequence[Cell]], stem: Path) -> list[Path]:
-    """Draw ``rows`` under ``headers`` (one per column) into ``stem.png`` and ``stem.pdf``; returns their paths."""
-    return _save(build_figure(headers, rows), stem)
-
-
 def build_figure(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Figure:
-    """The figure of ``rows`` under ``headers``, every cell of a row at the size of the row's mask."""
+    """The figure of ``rows`` under ``headers``: rows of one height, each cell at its mask's aspect, centred."""
     pictures = [_row_pictures(row) for row in rows]
-    aspects = [size[1] / size[0] for size in (_row_size(row) for row in pictures)]
+    shapes = [next(p for p in row if p is not None).shape for row in pictures]
+    aspects = [shape[1] / shape[0] for shape in shapes]
     columns = len(headers)
     column_in = (WIDTH_IN - GAP_IN * (columns - 1)) / columns
     row_in = min(MAX_ROW_IN, column_in / max(aspects))
@@ -195,16 +174,11 @@ def build_figure(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Figu
 
 
 def _row_pictures(row: Sequence[Cell]) -> list[np.ndarray | None]:
-    """The row's pixels: uint8 ``(H, W, 3)`` images and ``(H, W)`` masks and maps, all at the mask's
-    size; None for a missing map."""
+    """The row's uint8 pixels at the mask's size (``(H, W, 3)`` image, ``(H, W)`` mask and maps; None: missing)."""
     mask_index = next(i for i, c in enumerate(row) if c.kind == "mask")
     pictures = [_read(c) for c in row]
     size = pictures[mask_index].shape[:2]  # type: ignore[union-attr]  # the mask is never missing
     return [p if p is None or p.shape[:2] == size else _resize(p, size) for p in pictures]
-
-
-def _row_size(row: list[np.ndarray | None]) -> tuple[int, int]:
-    return next(p.shape[:2] for p in row if p is not None)
 
 
 def _read(cell: Cell) -> np.ndarray | None:
@@ -246,8 +220,8 @@ def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[
 
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
-    """``stem.png`` (300 dpi) and ``stem.pdf`` (vector, TrueType fonts), each atomically, without
-    dates, so equal figures give equal files."""
+    """``stem.png`` and ``stem.pdf`` (TrueType fonts: Type 42, as publishers' checks want), atomically and
+    without dates, so equal figures give equal files."""
     import matplotlib
 
     paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")]
