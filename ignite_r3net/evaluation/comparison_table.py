@@ -41,8 +41,7 @@ PUBLISHED_MARK = "‡"
 
 @dataclass(frozen=True)
 class TableCell:
-    """One entry: its printed value (None: no maps), its rank in the column (1 best, 2 second, 0
-    other) and whether maps were missing."""
+    """Printed value (None: no maps), rank in the column (1 best, 2 second, 0 other), maps missing."""
 
     text: str | None
     rank: int = 0
@@ -51,8 +50,7 @@ class TableCell:
 
 @dataclass(frozen=True)
 class ComparisonTable:
-    """Rows of methods by columns of (data set, metric), in the order given; values rounded to
-    ``digits`` and ranked per column on the rounded values, so printed ties share a mark."""
+    """Rows of methods by columns of (data set, metric), ranked per column on the printed values."""
 
     datasets: list[str]
     metrics: list[str]
@@ -78,10 +76,9 @@ def build_table(
     protocol: str = "standard",
     published: Results | None = None,
 ) -> ComparisonTable:
-    """The comparison table of ``results``. A partial value (maps missing) is marked and takes no
-    rank: it is not scored on the same images as the others. The columns ``protocol`` defines its
-    own way are marked, with a note. ``published`` adds rows of numbers published elsewhere (row
-    name -> dataset -> metric), after the methods and not ranked: another code scored them."""
+    """The table of ``results``, values rounded to ``digits`` (ranked so: printed ties share a mark). A
+    partial value (maps missing) takes no rank; ``published`` rows (row name -> dataset -> metric) follow
+    the methods, unranked: another code scored them."""
     columns = [(d, m) for d in datasets for m in metrics]
     text = [[_value_text(results, d, method, m, digits) for d, m in columns] for method in methods]
     partial = [[bool(results.get(d, {}).get(method, {}).get("missing")) for d, _ in columns] for method in methods]
@@ -99,8 +96,7 @@ def build_table(
 
 
 def _column_ranks(texts: list[str | None], partial: list[bool], metric: str) -> list[int]:
-    """1 for the best printed value, 2 for the second-best, 0 for the rest (all 0 with fewer than two
-    complete values)."""
+    """1 for the best printed value, 2 for the second-best, else 0 (all 0 with fewer than two)."""
     values = [float(t) if t is not None and not p else None for t, p in zip(texts, partial)]
     present = [v for v in values if v is not None]
     if len(present) < 2:
@@ -144,14 +140,9 @@ def table_markdown(table: ComparisonTable) -> str:
 
 
 def table_csv(table: ComparisonTable) -> str:
-    """CSV: plain numbers (no marks), empty where a method has no maps; columns named
-    ``<dataset>/<metric>``, with `` (r3net)`` where the metric follows ``--protocol r3net``."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["method"] + [f"{d}/{m}{table.mark(m, ' (r3net)')}" for d, m in table.columns])
-    for method, row in zip(table.methods, table.rows):
-        writer.writerow([method] + [c.text or "" for c in row])
-    return buffer.getvalue()
+    """Plain numbers, empty where a method has no maps; columns ``<dataset>/<metric>[ (r3net)]``."""
+    header = ["method"] + [f"{d}/{m}{table.mark(m, ' (r3net)')}" for d, m in table.columns]
+    return _csv([header, *([method] + [c.text or "" for c in row] for method, row in zip(table.methods, table.rows))])
 
 
 def table_latex(table: ComparisonTable) -> str:
@@ -199,6 +190,7 @@ def column_name(metric: str, protocol: str) -> str:
 def evaluation_csv(datasets: Mapping[str, Sequence[ImageScores]], protocol: str) -> str:
     """``dataset,image,<nine metrics>``: the data sets in the order given, their images sorted by stem."""
     header = ["dataset", "image", *(column_name(m, protocol) for m in METRIC_KEYS)]
+    # repr: each value in full (the shortest form that reads back the same float)
     rows = [
         [dataset, stem, *(repr(scores[m]) for m in METRIC_KEYS)]
         for dataset, images in datasets.items()
@@ -208,8 +200,7 @@ def evaluation_csv(datasets: Mapping[str, Sequence[ImageScores]], protocol: str)
 
 
 def comparison_csv(methods: Mapping[str, Sequence[ImageScores]], metrics: Sequence[str], protocol: str) -> str:
-    """``image,<method>/<metric>,...`` for one data set: a row per image any method has (sorted by
-    stem), the methods and ``metrics`` in the order given, empty where a method lacks the image."""
+    """``image,<method>/<metric>,...`` for one data set: a row per image (by stem), empty where a method lacks it."""
     by_method = {method: dict(rows) for method, rows in methods.items()}
     stems = sorted({stem for rows in by_method.values() for stem in rows})
     header = ["image", *(f"{method}/{column_name(m, protocol)}" for method in by_method for m in metrics)]

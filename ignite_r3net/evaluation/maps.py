@@ -42,8 +42,7 @@ class MapMatch:
 
 
 def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
-    """The map or mask files directly in ``folder`` by stem, sorted; for a stem with several files,
-    the lossless format first. Raises ``OptionError`` naming ``what`` when the folder is missing."""
+    """The map or mask files in ``folder`` by stem, the lossless one of several; ``what`` names it in errors."""
     if not folder.exists():
         raise OptionError(f"{what} folder {folder} does not exist")
     if not folder.is_dir():
@@ -60,8 +59,7 @@ def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
 
 
 def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
-    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (non-recursive;
-    of ``a.jpg`` and ``a.png`` the PNG, so an MSRA10K-style folder works as ``gt_dir``)."""
+    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (MSRA10K: ``a.png``, not ``a.jpg``)."""
     maps = files_by_stem(Path(maps_dir), "maps")
     masks = files_by_stem(Path(gt_dir), "ground-truth")
     return MapMatch(
@@ -72,8 +70,7 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
 
 
 def load_saliency_map(path: str | Path) -> torch.Tensor:
-    """Read a saliency map as uint8 ``(H, W)``: gray values as stored, colour converted to gray,
-    16-bit scaled to 8 bits. Raises ``DataError`` naming the file when it cannot be read."""
+    """A map as uint8 ``(H, W)``: gray values as stored, colour to gray, 16-bit to 8; else ``DataError``."""
     path = Path(path)
     try:
         with Image.open(path) as img:
@@ -98,8 +95,7 @@ def resize_map(saliency: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 
 def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
-    """Feed each ``(map file, mask file)`` pair to ``metric``; returns the names of the maps that
-    were resized (bilinear) to their mask's size, as the toolboxes need equal sizes."""
+    """Feed each ``(map, mask)`` file pair to ``metric``; returns the maps resized (bilinear) to their mask."""
     resized: list[str] = []
     for map_path, mask_path in pairs:
         mask = load_mask(mask_path)[0]
@@ -112,8 +108,7 @@ def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> l
 
 
 def safe_stem(stem: str) -> str:
-    """A file name stem that cannot leave its folder: separators and NUL become ``_`` and the
-    names ``.``/``..`` (a file called ``...png`` has stem ``..``) get a ``_`` prefix."""
+    """A stem that cannot leave its folder: separators and NUL to ``_``, ``.``/``..`` (of ``...png``) prefixed."""
     cleaned = "".join("_" if c in "/\\\x00" else c for c in stem)
     if cleaned in ("", ".", ".."):
         cleaned = "_" + cleaned
@@ -139,8 +134,7 @@ def save_map(path: str | Path, saliency: torch.Tensor) -> None:
 
 
 def dataset_names(folders: Sequence[str | Path]) -> list[str]:
-    """One distinct, file-system-safe name per data set folder: its name (or its parent's, when
-    the folder is a generic ``GT``/``masks``), then ``parent_name``, then a ``-2`` suffix."""
+    """A distinct, safe name per folder: its own (its parent's for ``GT``, ``masks``...), ``parent_name``, ``-2``."""
 
     def base(p: Path) -> Path:
         return p.parent if p.name.lower() in _GENERIC_DIRS and p.parent.name else p
@@ -161,18 +155,15 @@ def dataset_names(folders: Sequence[str | Path]) -> list[str]:
 
 @dataclass(frozen=True)
 class DatasetFolder:
-    """The masks folder of a data set and, when its images can be found, the folder ``list_pairs``
-    reads, which inference needs."""
+    """A data set's masks folder, and the folder ``list_pairs`` reads (None: no images found)."""
 
     masks: Path
     data: Path | None
 
 
 def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
-    """The masks and the data of the existing ``folder``: a data set folder (DUTS layout: an images
-    and a masks subfolder; MSRA10K: name.jpg beside name.png), the masks half of a DUTS-layout one,
-    or a masks folder alone. The images half of a data set is an ``OptionError`` quoting ``given``,
-    the option as typed (its photos would be scored as masks)."""
+    """The masks and data of ``folder``: a data set folder (DUTS or MSRA10K layout), the masks half of a
+    DUTS-layout one, or a masks folder. Its images half is an ``OptionError`` quoting ``given``."""
     path = Path(folder).resolve()
     split = split_dirs(path)
     if split is not None:
@@ -213,8 +204,7 @@ def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
 
 
 def named_folders(values: list[str], option: str) -> list[tuple[str, str]]:
-    """(name, folder) of items that are ``NAME=DIR`` or a plain ``DIR`` (named after the folder, as
-    ``dataset_names`` does); an existing path holding ``=`` is a plain folder. Names must differ."""
+    """(name, folder) of ``NAME=DIR`` or ``DIR`` items (named by ``dataset_names``; an existing path is a DIR)."""
     items = [("", v) if Path(v).exists() or "=" not in v else parse_named([v], option)[0] for v in values]
     derived = iter(dataset_names([folder for name, folder in items if not name]))
     named = [(name or next(derived), folder) for name, folder in items]

@@ -1,6 +1,5 @@
-"""The curves of ``compare``: precision-recall and F-measure against threshold, one line per method,
-which keeps its colour and line style in every plot. Drawn with matplotlib's object API
-(``Figure``): no display, no ``pyplot``, no global backend choice.
+"""``compare``'s curves: precision-recall and F-measure against threshold, a method's line alike in every
+plot; drawn with matplotlib's ``Figure`` (no display, no ``pyplot``, no global backend).
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 
 
 def save_figure(fig: Figure, stem: Path) -> list[Path]:
-    """Write ``fig`` as ``stem.png`` and ``stem.svg``, each atomically; the SVG carries no date and
-    fixed element ids, so equal curves give equal files."""
+    """``stem.png`` and ``stem.svg``, atomically; without dates, fixed ids: equal curves, equal files."""
     paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
     import matplotlib  # see _figure
 

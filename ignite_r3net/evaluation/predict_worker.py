@@ -82,8 +82,8 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
         "seconds": float(idist.all_reduce(seconds, op="MAX")),  # until the last rank is done
     }
     job.outcome.update(outcome)
-    if job.outcome_file:
-        _leave_outcome(Path(job.outcome_file), outcome)
+    if job.outcome_file and is_rank_zero():
+        write_json(outcome, Path(job.outcome_file))
 
 
 def gather_sizes(sources: list[str]) -> list[Size | None]:
@@ -107,8 +107,8 @@ def batch_limit(size: Size, batch_size: int) -> int:
 
 
 def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
-    """Batches of image indices, ordered by their first image: equal sizes together (in index
-    order), at most ``batch_limit`` each; an image of unknown size (unreadable header) alone."""
+    """Batches of image indices by first image: equal sizes together, at most ``batch_limit`` each; an
+    image of unknown size alone. Independent of the processes, so N of them write the maps of one."""
     groups: dict[Size, list[int]] = {}
     batches: list[list[int]] = []
     for index, size in enumerate(sizes):
@@ -125,8 +125,7 @@ def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
 def map_function(
     options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int
 ) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size
-    (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
+    """The exported model's or the checkpoint's maps of a uint8 batch; ``threads`` for onnxruntime."""
     size, max_side = options.inference.size, options.inference.max_side
     if options.model is not None:
         if is_onnx(options.model) and onnx_providers(device)[0] == "CPUExecutionProvider":
@@ -156,8 +155,7 @@ def _say_onnx_provider(provider: str, device: torch.device, threads: int) -> Non
 def _predict_batches(
     job: PredictJob, batches: list[list[int]], to_maps: MapFunction, device: torch.device, progress: Progress
 ) -> tuple[int, list[str]]:
-    """Maps of ``batches``, written and recorded; returns how many were written and the problems of
-    the images that could not be read."""
+    """Writes and records the maps of ``batches``; returns how many, and the unreadable images' problems."""
     workers = job.options.inference.workers
     loader = torch.utils.data.DataLoader(
         BatchFiles(job.sources, batches),
@@ -195,8 +193,7 @@ def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: to
 
 
 def hard_map(saliency: torch.Tensor, threshold: float) -> torch.Tensor:
-    """A uint8 ``(H, W)`` map made binary: 255 where ``saliency / 255 >= threshold``, else 0.
-    Compared in float64, so a threshold given as ``k / 255`` keeps exactly the values from ``k`` up."""
+    """255 where ``saliency / 255 >= threshold`` (in float64: ``k / 255`` keeps exactly ``k`` up), else 0."""
     return torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
 
 
@@ -211,8 +208,7 @@ def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> N
 
 
 class BatchFiles(torch.utils.data.Dataset):
-    """Batch j: the decoded uint8 ``(3, H, W)`` images of ``batches[j]`` by index, and the problem
-    of each image that could not be decoded."""
+    """Batch j: the uint8 ``(3, H, W)`` images of ``batches[j]`` by index, and the undecodable ones' problems."""
 
     def __init__(self, sources: list[str], batches: list[list[int]]) -> None:
         self.sources, self.batches = sources, batches
@@ -235,17 +231,11 @@ def _as_is(item: Any) -> Any:
 
 
 def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
-    """The images as stacked batches of one shape each (the plan grouped them by header size; a
-    file whose pixels disagree with its header runs apart)."""
+    """The images stacked by shape (a file whose pixels disagree with its header runs apart)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for index, image in images.items():
         groups.setdefault(tuple(image.shape), []).append(index)
     return [(indices, torch.stack([images[i] for i in indices])) for indices in groups.values()]
-
-
-@rank_zero_only
-def _leave_outcome(path: Path, outcome: dict[str, Any]) -> None:
-    write_json(outcome, path)
 
 
 def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
