@@ -29,9 +29,8 @@ from . import scoring
 from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .crf import require_crf
 from .evaluate import evaluate_checkpoint
+from .figures import check_stems, draw_figures, figure_data, plot_fm, plot_pr
 from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named
-from .plots import plot_fm, plot_pr
-from .visual_comparison import check_stems, draw_figures, figure_data
 
 # each scored (data set, method)'s per-image scores: {stem: {metric: value}}
 CellScores = Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]

@@ -1,6 +1,8 @@
-"""``compare``'s visual comparison: the images the methods' per-image MAEs disagree on most (or
-``--show-stems``), drawn as rows of image, mask and maps at a two-column paper's width, each cell at
-300 pixels per inch of print (PNG, and PDF with TrueType fonts), kept while its recorded key holds.
+"""``compare``'s figures. The curves: precision-recall and F-measure against threshold, a method's line
+alike in every plot. The visual comparison: the images the methods' per-image MAEs disagree on most (or
+``--show-stems``), as rows of image, mask and maps at a two-column paper's width, each cell at 300 pixels
+per inch of print (PNG, and PDF with TrueType fonts), kept while its recorded key holds. Drawn with
+matplotlib's ``Figure``: no display, no ``pyplot``, no global backend choice.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -22,6 +24,7 @@ from .maps import files_by_stem, load_saliency_map
 from .scoring import recorded_key
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 FIGURE_FORMAT = 1  # bump when the figure's record changes
@@ -156,7 +159,7 @@ def build_figure(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Figu
     column_in = (WIDTH_IN - GAP_IN * (columns - 1)) / columns
     row_in = min(MAX_ROW_IN, column_in / max(aspects))
     height_in = HEADER_IN + len(rows) * row_in + (len(rows) - 1) * GAP_IN
-    from matplotlib.figure import Figure  # here: matplotlib costs ~0.4 s to import (see plots._figure)
+    from matplotlib.figure import Figure  # here: matplotlib costs ~0.4 s to import (see _figure)
 
     fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
     for j, name in enumerate(headers):
@@ -237,3 +240,66 @@ def write_png(fig: Figure, target: Path | BinaryIO) -> None:
     """``fig`` as a 300 dpi PNG at zlib level 1, not matplotlib's 6: photos and soft maps shrink little
     under harder compression (``benchmarks/bench_figure.py``: 1.65x faster to write, and 10% smaller)."""
     fig.savefig(target, format="png", dpi=DPI, metadata={"Software": None}, pil_kwargs={"compress_level": PNG_LEVEL})
+
+
+# line colours (matplotlib's tab10), in the order methods are given; after ten the styles change
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+LINESTYLES = ("-", "--", "-.", ":")
+CURVE_SIZE, CURVE_DPI = (4.8, 4.0), 120  # inches, dots per inch
+
+Curve = Mapping[str, Sequence[float]]  # "precision", "recall", "fmeasure": 256 values, threshold 0..255
+
+
+def method_style(index: int) -> dict[str, Any]:
+    """Colour and line style of the ``index``-th method (as given on the command line)."""
+    return {"color": COLOURS[index % len(COLOURS)], "linestyle": LINESTYLES[(index // len(COLOURS)) % len(LINESTYLES)]}
+
+
+def plot_pr(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -> list[Path]:
+    """Precision against recall, one line per ``(method, style index, curve)``, into ``stem.png/.svg``."""
+    fig, ax = _figure(dataset, "Recall", "Precision")
+    for name, index, curve in lines:
+        ax.plot(curve["recall"], curve["precision"], label=name, linewidth=1.6, **method_style(index))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=1.005)
+    ax.legend(loc="lower left", fontsize=8)
+    return save_figure(fig, stem)
+
+
+def plot_fm(lines: Sequence[tuple[str, int, Curve]], dataset: str, stem: Path) -> list[Path]:
+    """F-measure against threshold (0..255), as ``plot_pr``."""
+    fig, ax = _figure(dataset, "Threshold", "F-measure")
+    for name, index, curve in lines:
+        ax.plot(range(len(curve["fmeasure"])), curve["fmeasure"], label=name, linewidth=1.6, **method_style(index))
+    ax.set_xlim(0, 255)
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(1.005, ax.get_ylim()[1]))
+    ax.legend(loc="best", fontsize=8)
+    return save_figure(fig, stem)
+
+
+def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    # imported when a figure is drawn: matplotlib is slow to import, and compare imports this module
+    # before checking its inputs, which should answer at once
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=CURVE_SIZE, dpi=CURVE_DPI, layout="tight")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="#dddddd", linewidth=0.6)
+    return fig, ax
+
+
+def save_figure(fig: Figure, stem: Path) -> list[Path]:
+    """``stem.png`` and ``stem.svg``, atomically; without dates, fixed ids: equal curves, equal files."""
+    paths = [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
+    import matplotlib  # see _figure
+
+    with matplotlib.rc_context({"svg.hashsalt": "ignite_r3net"}):
+        for path in paths:
+            kind = path.suffix[1:]
+            metadata = {"Date": None} if kind == "svg" else {"Software": None}
+            with atomic_output(path) as tmp:
+                fig.savefig(tmp, format=kind, metadata=metadata)
+    return paths
