@@ -74,7 +74,10 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     {method: {metric: value, "count": n}}}``. Raises ``OptionError`` (also for missing maps without
     ``--allow-missing`` and a run under torchrun), ``DataError``, ``CheckpointError``, ``WorkerFailed``."""
     options.validate()
-    _check_environment(options.out)
+    if rank_set_by_launcher():
+        raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
+    if Path(options.out).exists() and not Path(options.out).is_dir():
+        raise OptionError(f"--out {options.out} exists and is not a folder")
     options = replace(options, processes=processes_on_device(options.processes))
     datasets_given = resolve_names(options.datasets, options.data_root, "--datasets", named=True)
     benches = [_benchmark(name, folder) for name, folder in parse_named(datasets_given, "--datasets")]
@@ -107,13 +110,6 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
         figures = [figure_data(b.name, b.masks, b.data, shown[i], mae[i]) for i, b in enumerate(benches)]
         draw_figures(figures, options.show, options.show_stems, out_dir)
     return results
-
-
-def _check_environment(out: str) -> None:
-    if rank_set_by_launcher():
-        raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
-    if Path(out).exists() and not Path(out).is_dir():
-        raise OptionError(f"--out {out} exists and is not a folder")
 
 
 def _benchmark(name: str, folder: str) -> Benchmark:

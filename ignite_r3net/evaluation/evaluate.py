@@ -123,7 +123,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
 @rank_zero_only
 def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: EvaluateOptions) -> None:
     rows = {name: row for name, (row, _) in scored.items()}
-    report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
+    report(rows, options.json_path, options.protocol, table=not options.quiet)
     if options.per_image:
         per_image = {name: images for name, (_, images) in scored.items()}
         write_text(evaluation_csv(per_image, options.protocol), options.per_image)
@@ -188,31 +188,25 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
     name = dataset_names([gt])[0]
-    report({name: row}, json_path, protocol=options.protocol)
+    report({name: row}, json_path, options.protocol)
     if options.per_image:
         write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)
     return row
 
 
-def format_table(rows: Mapping[str, Mapping[str, float]], protocol: str = "standard") -> str:
-    """A row per data set (images, nine metrics); the columns ``protocol`` defines its own way marked."""
-    marked = PROTOCOL_METRICS[protocol]
-    header = ["dataset", "images", *(k + PROTOCOL_MARK if k in marked else k for k in METRIC_KEYS)]
-    body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in METRIC_KEYS] for name, r in rows.items()]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-        for line in [header, *body]
-    ]
-    note = protocol_note(protocol)
-    return "\n".join(lines + ([note] if note else []))
-
-
-def report(
-    rows: Mapping[str, Mapping[str, float]], json_path: str | None, print_table: bool = True, protocol: str = "standard"
-) -> None:
-    """Print the table and, with ``json_path``, write the rows as JSON keyed by data set."""
-    if print_table:
-        print(format_table(rows, protocol), flush=True)
+def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None, protocol: str, table: bool = True) -> None:
+    """Print the ``table`` (a row per data set, the columns ``protocol`` defines its own way marked) and,
+    with ``json_path``, write the rows as JSON keyed by data set."""
+    if table:
+        marked = PROTOCOL_METRICS[protocol]
+        header = ["dataset", "images", *(k + PROTOCOL_MARK if k in marked else k for k in METRIC_KEYS)]
+        body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in METRIC_KEYS] for name, r in rows.items()]
+        widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+        lines = [
+            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            for line in [header, *body]
+        ]
+        note = protocol_note(protocol)
+        print("\n".join(lines + ([note] if note else [])), flush=True)
     if json_path:
         write_json({name: {**row, **protocol_fields(protocol)} for name, row in rows.items()}, json_path)

@@ -100,7 +100,10 @@ def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[st
 def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
     headers = (["Image"] if figure.images else []) + ["GT", *figure.maps]
     rows = [figure_row(figure, s) for s in stems]
-    key = _figure_key(headers, stems, rows)
+    # over the columns, the stems, every shown file and the drawing code and libraries
+    content = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([Path(__file__)])
+    content.add_libraries(["matplotlib", "pillow", "numpy"]).add_files(c.path for row in rows for c in row)
+    key = content.hexdigest()
     record = stem.with_name(stem.name + ".json")
     drawn = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
     if recorded_key(record) == key and all(p.is_file() for p in drawn):
@@ -123,13 +126,6 @@ def figure_row(figure: FigureData, stem: str) -> list[Cell]:
     cells = [Cell("image", figure.images.get(stem))] if figure.images else []
     cells.append(Cell("mask", figure.masks[stem]))
     return cells + [Cell("map", maps.get(stem)) for maps in figure.maps.values()]
-
-
-def _figure_key(headers: list[str], stems: list[str], rows: list[list[Cell]]) -> str:
-    """SHA-256 over the columns, the stems, every shown file and the drawing code and libraries."""
-    key = ContentKey("figure", FIGURE_FORMAT).add_values([headers, stems]).add_sources([Path(__file__)])
-    key.add_libraries(["matplotlib", "pillow", "numpy"])
-    return key.add_files(cell.path for row in rows for cell in row).hexdigest()
 
 
 WIDTH_IN = 7.16  # a two-column paper's text width (IEEE, ACM, CVF), in inches

@@ -71,7 +71,6 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
 
 def load_saliency_map(path: str | Path) -> torch.Tensor:
     """A map as uint8 ``(H, W)``: gray values as stored, colour to gray, 16-bit to 8; else ``DataError``."""
-    path = Path(path)
     try:
         with Image.open(path) as img:
             img.load()
@@ -87,21 +86,15 @@ def load_saliency_map(path: str | Path) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, dtype=np.uint8, copy=True))  # PIL arrays are read-only
 
 
-def resize_map(saliency: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinear resize of a uint8 ``(H, W)`` map to ``size`` (H, W), rounded back to uint8."""
-    x = saliency.to(torch.float32)[None, None]
-    y = F.interpolate(x, size=tuple(size), mode="bilinear", align_corners=False)
-    return y[0, 0].round().clamp(0, 255).to(torch.uint8)
-
-
 def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
     """Feed each ``(map, mask)`` file pair to ``metric``; returns the maps resized (bilinear) to their mask."""
     resized: list[str] = []
     for map_path, mask_path in pairs:
         mask = load_mask(mask_path)[0]
         saliency = load_saliency_map(map_path)
-        if saliency.shape != mask.shape:
-            saliency = resize_map(saliency, (mask.shape[0], mask.shape[1]))
+        if saliency.shape != mask.shape:  # the toolboxes need equal sizes: bilinear, rounded back to uint8
+            scaled = F.interpolate(saliency[None, None].float(), size=mask.shape, mode="bilinear", align_corners=False)
+            saliency = scaled[0, 0].round().clamp(0, 255).to(torch.uint8)
             resized.append(Path(map_path).name)
         metric.update(([saliency], [mask], [Path(mask_path).stem]))
     return resized

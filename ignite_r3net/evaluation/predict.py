@@ -50,7 +50,9 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
     assert model_file is not None  # validate(): exactly one of --checkpoint and --model
-    description = run_description(model_file, _pixel_settings(options))
+    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
+    pixels = {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
+    description = run_description(model_file, pixels)
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
     with claimed_folder(out, "--output", spec.is_leader()):
@@ -109,11 +111,6 @@ def _check_model(options: PredictOptions) -> Any:
         return None
     assert options.checkpoint is not None
     return read_trained_weights(options.checkpoint, options.inference.backbone)
-
-
-def _pixel_settings(options: PredictOptions) -> dict[str, Any]:
-    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
-    return {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
 
 
 def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:

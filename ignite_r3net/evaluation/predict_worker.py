@@ -100,15 +100,9 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
     return [(height, width) if height >= 0 else None for height, width in sizes]
 
 
-def batch_limit(size: Size, batch_size: int) -> int:
-    """How many images of ``size`` one batch may hold: ``batch_size``, fewer for large images."""
-    height, width = size
-    return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
-
-
 def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
-    """Batches of image indices by first image: equal sizes together, at most ``batch_limit`` each; an
-    image of unknown size alone. Independent of the processes, so N of them write the maps of one."""
+    """Batches of image indices by first image: equal sizes together, up to ``batch_size`` (fewer when large),
+    an image of unknown size alone. Independent of the processes, so N of them write the maps of one."""
     groups: dict[Size, list[int]] = {}
     batches: list[list[int]] = []
     for index, size in enumerate(sizes):
@@ -116,8 +110,8 @@ def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
             batches.append([index])
         else:
             groups.setdefault(size, []).append(index)
-    for size, indices in groups.items():
-        step = batch_limit(size, batch_size)
+    for (height, width), indices in groups.items():
+        step = max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
         batches += [indices[i : i + step] for i in range(0, len(indices), step)]
     return sorted(batches, key=lambda batch: batch[0])
 
@@ -184,17 +178,12 @@ def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: to
     """One image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically."""
     if options.inference.crf:
         saliency = crf_refine(image, saliency)
-    if options.threshold is not None:
-        saliency = hard_map(saliency, options.threshold)
+    if options.threshold is not None:  # in float64, a threshold of k / 255 keeps exactly the values from k up
+        saliency = torch.where(saliency.to(torch.float64) / 255.0 >= options.threshold, 255, 0).to(torch.uint8)
     if options.cutout:
         save_cutout(path, image, saliency)
     else:
         save_map(path, saliency)
-
-
-def hard_map(saliency: torch.Tensor, threshold: float) -> torch.Tensor:
-    """255 where ``saliency / 255 >= threshold`` (in float64: ``k / 255`` keeps exactly ``k`` up), else 0."""
-    return torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
 
 
 def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
