@@ -111,13 +111,12 @@ def _value_text(results: Results, dataset: str, method: str, metric: str, digits
 
 
 def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[str]:
-    notes = []
-    for method in methods:
-        for dataset in datasets:
-            entry = results.get(dataset, {}).get(method)
-            if entry and entry.get("missing"):
-                total = int(entry["count"] + entry["missing"])
-                notes.append(f"{method} on {dataset}: {int(entry['count'])} of {total} images")
+    notes = [
+        f"{method} on {dataset}: {int(entry['count'])} of {int(entry['count'] + entry['missing'])} images"
+        for method in methods
+        for dataset in datasets
+        if (entry := results.get(dataset, {}).get(method)) and entry.get("missing")
+    ]
     if not notes:
         return []
     return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)]

@@ -20,7 +20,7 @@ from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..exported_model import is_onnx, load_exported, require_onnxruntime
-from ..model.trained_model import read_trained_weights
+from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields, values_by_flag
 from ..output_paths import check_writable_folder
@@ -45,8 +45,13 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     options = replace(options, processes=processes_on_device(options.processes))
     out = _check_options(options)
     pairs = plan_outputs(collect_inputs(options.inputs), out)
-    weights = _check_model(options)
-    if weights is not None:  # the backbone the weights fit, whether given or found
+    weights: TrainedWeights | None = None  # the model is read here: a bad file is one line before any work
+    if options.model is not None:
+        load_exported(options.model, "cpu")
+    else:
+        assert options.checkpoint is not None
+        weights = read_trained_weights(options.checkpoint, options.inference.backbone)
+        # the backbone the weights fit, whether given or found
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
     assert model_file is not None  # validate(): exactly one of --checkpoint and --model
@@ -88,7 +93,13 @@ def _predict_on_workers(
         outcome_file=os.fspath(Path(options.output) / RECORD_DIR / f"outcome-{os.getpid()}.json") if spawned else None,
     )
     launch(predict_worker, job, spec)
-    return _outcome(job)
+    if job.outcome or job.outcome_file is None:  # the workers ran in this process
+        return dict(job.outcome)
+    path = Path(job.outcome_file)  # else rank 0 left the outcome in this file
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def _check_options(options: PredictOptions) -> Path:
@@ -104,15 +115,6 @@ def _check_options(options: PredictOptions) -> Path:
     return out
 
 
-def _check_model(options: PredictOptions) -> Any:
-    """Reads the model, so that a bad file is one line before any worker starts; a checkpoint's weights."""
-    if options.model is not None:
-        load_exported(options.model, "cpu")
-        return None
-    assert options.checkpoint is not None
-    return read_trained_weights(options.checkpoint, options.inference.backbone)
-
-
 def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
     if kept == total:
         echo(f"all {total} map(s) already in {out} (same model and options); --overwrite redoes them")
@@ -121,17 +123,6 @@ def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
             f"{kept} of {total} map(s) already in {out} (same model and options), kept; predicting "
             f"{total - kept} on {spec.world_size} process(es)"
         )
-
-
-def _outcome(job: PredictJob) -> dict[str, Any]:
-    """What the workers found: in the job when they ran in this process, else in rank 0's file."""
-    if job.outcome or job.outcome_file is None:
-        return dict(job.outcome)
-    path = Path(job.outcome_file)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
