@@ -35,6 +35,7 @@ from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named
 # each scored (data set, method)'s per-image scores: {stem: {metric: value}}
 CellScores = Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
+StaleMaps = list[tuple["Benchmark", str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
         check_stems(options.show_stems, {b.name: b.masks for b in benches})
     entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]
     out_dir = Path(options.out).resolve()
-    allow_missing = options.allow_missing
-    pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
+    pairs = {m.name: _match_method(m, benches, options.allow_missing) for m in entries if not m.is_checkpoint}
     stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
     check_writable_folder(out_dir, "--out")
     out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused run leaves no folder
@@ -189,9 +189,6 @@ def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bo
             f"{bench.masks}, ignored: {listing((p.name for p in match.maps_without_mask), _MISSING_SHOWN)}"
         )
     return Pair(method, bench.name, [(m, k) for _, m, k in match.pairs], len(match.masks_without_map))
-
-
-StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
 def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> StaleMaps:

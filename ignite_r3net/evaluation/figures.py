@@ -90,11 +90,8 @@ def choose_stems(maes: Mapping[str, Mapping[str, float]], count: int) -> list[st
         for stem, mae in values.items():
             per_stem.setdefault(stem, []).append(mae)
     several = sum(1 for values in maes.values() if values) > 1
-
-    def score(values: list[float]) -> float:
-        return max(values) - min(values) if several else max(values)
-
-    return sorted(per_stem, key=lambda stem: (-score(per_stem[stem]), stem))[:count]
+    score = {stem: max(values) - min(values) if several else max(values) for stem, values in per_stem.items()}
+    return sorted(per_stem, key=lambda stem: (-score[stem], stem))[:count]
 
 
 def _draw_or_keep(figure: FigureData, stems: list[str], stem: Path) -> None:
@@ -136,6 +133,7 @@ MAX_ROW_IN = 1.6  # with few columns, rows stop growing here
 FONT_SIZE = 8.0
 MISSING_FACE, MISSING_LINE = "#e6e6e6", "#a0a0a0"
 PNG_LEVEL = 1  # zlib level of the PNG (see write_png)
+Box = tuple[float, float, float, float]  # left, bottom, width, height, as fractions of the figure
 
 
 @dataclass(frozen=True)
@@ -195,9 +193,6 @@ def _resize(picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(picture).resize((size[1], size[0]), Image.Resampling.LANCZOS))
 
 
-Box = tuple[float, float, float, float]  # left, bottom, width, height, as fractions of the figure
-
-
 def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[int, int]) -> None:
     """One cell in ``box``: the picture resampled to ``pixels`` (H, W), or the missing-map mark."""
     ax = fig.add_axes(box)
@@ -212,13 +207,12 @@ def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[
         ax.set_ylim(0, 1)
         return
     shown = _resize(picture, pixels) if picture.shape[:2] != pixels else picture
-    if shown.ndim == 2:  # masks and maps: their gray values as they are, not stretched to their range
-        ax.imshow(shown, interpolation="none", aspect="auto", cmap="gray", vmin=0, vmax=255)
-    else:
-        ax.imshow(shown, interpolation="none", aspect="auto")
+    # masks and maps: their gray values as they are, not stretched to their range
+    gray: dict[str, Any] = {"cmap": "gray", "vmin": 0, "vmax": 255} if shown.ndim == 2 else {}
+    ax.imshow(shown, interpolation="none", aspect="auto", **gray)
 
 
-def _save(fig: Figure, stem: Path) -> list[Path]:
+def _save(fig: Figure, stem: Path) -> None:
     """``stem.png`` and ``stem.pdf`` (TrueType fonts: Type 42, as publishers' checks want), atomically and
     without dates, so equal figures give equal files."""
     import matplotlib
@@ -229,7 +223,6 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
             write_png(fig, tmp)
         with atomic_output(paths[1]) as tmp:
             fig.savefig(tmp, format="pdf", dpi=DPI, metadata={"CreationDate": None})
-    return paths
 
 
 def write_png(fig: Figure, target: Path | BinaryIO) -> None:

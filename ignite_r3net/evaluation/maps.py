@@ -138,12 +138,7 @@ def dataset_names(folders: Sequence[str | Path]) -> list[str]:
     for i, p in enumerate(paths):
         if names[i] in clashing and p.parent.name:
             names[i] = safe_stem(f"{p.parent.name}_{p.name}")
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
-    return out
+    return [f"{name}-{names[:i].count(name) + 1}" if name in names[:i] else name for i, name in enumerate(names)]
 
 
 @dataclass(frozen=True)

@@ -228,8 +228,7 @@ def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.
 
 
 def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """What decides the maps: the model file (path, SHA-256), ``settings`` (the options that change
-    pixels) and the versions of this package and torch."""
+    """What decides the maps: the model file (path, sha256), ``settings`` (options that change pixels), versions."""
     return {
         "model": os.fspath(Path(model_file).resolve()),
         "sha256": sha256_of(model_file),

@@ -32,6 +32,7 @@ from .maps import load_saliency_map, score_maps
 CACHE_FORMAT = 2  # bump when an entry's layout changes (2: per-image scores)
 MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
 _LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
+LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 def code_version() -> str:
@@ -77,9 +78,6 @@ def recorded_key(record: Path) -> str | None:
 def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> None:
     """Record that ``maps_dir`` holds the complete maps of inference ``key``."""
     write_json({"key": key, "checkpoint": os.fspath(checkpoint), "images": images}, maps_dir / MANIFEST)
-
-
-LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 @dataclass
