@@ -76,9 +76,9 @@ def build_table(
     protocol: str = "standard",
     published: Results | None = None,
 ) -> ComparisonTable:
-    """The table of ``results``, values rounded to ``digits`` (ranked so: printed ties share a mark). A
-    partial value (maps missing) takes no rank; ``published`` rows (row name -> dataset -> metric) follow
-    the methods, unranked: another code scored them."""
+    """The table of ``results``, rounded to ``digits`` and ranked as printed (ties share a mark); a partial
+    value (maps missing) takes no rank, nor do the ``published`` rows (row name -> dataset -> metric) after
+    the methods: another code scored them. The columns ``protocol`` defines its own way are marked."""
     columns = [(d, m) for d in datasets for m in metrics]
     text = [[_value_text(results, d, method, m, digits) for d, m in columns] for method in methods]
     partial = [[bool(results.get(d, {}).get(method, {}).get("missing")) for d, _ in columns] for method in methods]
