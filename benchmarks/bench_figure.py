@@ -8,7 +8,7 @@ or, from Python, ``bench_figure()``, which returns:
 
 * ``png_default_s``, ``png_ours_s``, ``png_speedup`` (default / ours) and ``png_default_bytes``,
   ``png_ours_bytes``: the figure (``--show`` rows) written as a 300 dpi PNG with matplotlib's
-  default zlib level and with ours (``visual_comparison.write_png``);
+  default zlib level and with ours (``figures.write_png``);
 * ``figure_build_s`` and ``pdf_s``: drawing the figure, and writing its PDF.
 
 The maps are ``bench_metrics.make_maps``' soft predictions (one method), the others the same with
@@ -43,7 +43,7 @@ from bench_metrics import make_maps
 from PIL import Image
 
 from ignite_r3net.distributed.topology import LaunchSpec
-from ignite_r3net.evaluation import scoring, visual_comparison
+from ignite_r3net.evaluation import figures, scoring
 from ignite_r3net.options import ProcessOptions
 
 __all__ = ["bench_figure"]
@@ -84,9 +84,9 @@ def _best(parts: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[
 def _png(fig: Any, ours: bool) -> int:
     buffer = io.BytesIO()
     if ours:
-        visual_comparison.write_png(fig, buffer)
+        figures.write_png(fig, buffer)
     else:
-        fig.savefig(buffer, format="png", dpi=visual_comparison.DPI, metadata={"Software": None})
+        fig.savefig(buffer, format="png", dpi=figures.DPI, metadata={"Software": None})
     return len(buffer.getvalue())
 
 
@@ -108,14 +108,14 @@ def bench_figure(
             method: {stem: row["mae"] for stem, row in entry["per_image"].items()}
             for (method, _), entry in zip(cells, scores)
         }
-        stems = visual_comparison.choose_stems(mae, rows)
-        data = visual_comparison.figure_data("bench", root / "set", root / "set", files, mae)
-        figure_rows = [visual_comparison.figure_row(data, stem) for stem in stems]
+        stems = figures.choose_stems(mae, rows)
+        data = figures.figure_data("bench", root / "set", root / "set", files, mae)
+        figure_rows = [figures.figure_row(data, stem) for stem in stems]
         headers = ["Image", "GT", *files]
-        build = _best({"build": lambda: visual_comparison.build_figure(headers, figure_rows)}, repeats)["build"]
+        build = _best({"build": lambda: figures.build_figure(headers, figure_rows)}, repeats)["build"]
         fig = build[1]
         png = _best({"default": lambda: _png(fig, ours=False), "ours": lambda: _png(fig, ours=True)}, repeats)
-        pdf = _best({"pdf": lambda: fig.savefig(io.BytesIO(), format="pdf", dpi=visual_comparison.DPI)}, repeats)["pdf"]
+        pdf = _best({"pdf": lambda: fig.savefig(io.BytesIO(), format="pdf", dpi=figures.DPI)}, repeats)["pdf"]
     finally:
         torch.set_num_threads(threads)
         shutil.rmtree(root, ignore_errors=True)

@@ -18,7 +18,7 @@ from helpers import blob_mask, free_port, pysod_curves, pysod_reference
 from PIL import Image
 
 from ignite_r3net import cli
-from ignite_r3net.evaluation.plots import method_style
+from ignite_r3net.evaluation.figures import method_style
 from ignite_r3net.metrics.keys import METRIC_KEYS
 from ignite_r3net.model.r3net import R3Net
 

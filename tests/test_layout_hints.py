@@ -15,7 +15,7 @@ from PIL import Image
 
 from ignite_r3net import cli
 from ignite_r3net.errors import OptionError
-from ignite_r3net.evaluation.dataset_folders import locate_dataset, named_folders
+from ignite_r3net.evaluation.maps import locate_dataset, named_folders
 
 
 @pytest.fixture(scope="module")

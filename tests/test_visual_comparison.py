@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from ignite_r3net import cli
-from ignite_r3net.evaluation.visual_comparison import GAP_IN, HEADER_IN, MISSING_FACE, WIDTH_IN
+from ignite_r3net.evaluation.figures import GAP_IN, HEADER_IN, MISSING_FACE, WIDTH_IN
 
 SIZES = {"a": (40, 60), "b": (60, 40), "c": (50, 50), "d": (36, 72), "e": (48, 64)}  # stem: (H, W)
 PNG_WIDTH = round(WIDTH_IN * 300)

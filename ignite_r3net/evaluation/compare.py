@@ -1,14 +1,6 @@
-"""``compare``: the tables and curves of many methods on many data sets, as papers print them.
-
-1. Every option, data set and method is checked first (one ``error:`` line before any work).
-2. A checkpoint method's maps (a file, or ``hf-hub:ORG/NAME[@REVISION]``) are made by
-   ``evaluate_checkpoint`` into ``OUT/maps/<method>`` unless that folder already holds the maps of
-   the same checkpoint, images and options.
-3. Each method's maps are matched to each data set's masks by file stem: a method without a data
-   set's folder gets an empty cell and a warning; missing maps are an error unless ``allow_missing``.
-4. Pairs (method, data set) not in the cache are scored (``scoring``) on ``nproc`` processes.
-5. ``results.json``, ``table.md/.csv/.tex``, ``curves/`` and ``per_image/`` are written from the
-   cache entries, and ``figures/`` (``visual_comparison``) unless nothing they show changed.
+"""``compare``: the tables, curves and figures of many methods on many data sets, as papers print them.
+Everything is checked before any work; a checkpoint method's maps are made into ``OUT/maps/<method>``
+unless kept; the (method, data set) cells the cache lacks are scored (``scoring``) on ``--nproc`` processes.
 """
 
 from __future__ import annotations
@@ -33,24 +25,21 @@ from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from ..output_paths import check_writable_folder
 from . import scoring
-from .comparison_table import build_table, comparison_csv, table_csv, table_latex, table_markdown
+from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .crf import require_crf
-from .dataset_folders import locate_dataset, parse_named
 from .evaluate import evaluate_checkpoint
-from .maps import MAP_EXTS, match_maps
-from .paper_numbers import published_rows
-from .plots import plot_fm, plot_pr
-from .visual_comparison import check_stems, draw_figures, figure_data
+from .figures import check_stems, draw_figures, figure_data, plot_fm, plot_pr
+from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named
 
 # each scored (data set, method)'s per-image scores: {stem: {metric: value}}
 CellScores = Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]
 _MISSING_SHOWN = 5  # map names shown in the missing-maps error
+StaleMaps = list[tuple["Benchmark", str, int]]  # (data set, inference key, images) of maps to (re)make
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A data set: its masks folder and, when the images can be found, the folder ``list_pairs``
-    reads, which checkpoint methods need."""
+    """A data set: its masks folder and the folder ``list_pairs`` reads (None: no images found)."""
 
     name: str
     masks: Path
@@ -59,8 +48,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Method:
-    """A method: a folder with one subfolder of maps per data set, or a checkpoint file (for a Hub
-    checkpoint, its file in the Hugging Face cache, and ``hub`` the ``hf-hub:`` source given)."""
+    """A folder with a subfolder of maps per data set, or a checkpoint file (``hub``: its ``hf-hub:`` source)."""
 
     name: str
     source: Path
@@ -82,16 +70,14 @@ class Pair:
 
 
 def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
-    """Compare ``options.methods`` (``NAME=SOURCE``) on ``options.datasets`` (``NAME=DIR``, or a
-    standard set's name found in ``--data-root``), writing everything into ``options.out``; returns
-    the results (``{dataset: {method: {metric: value, "count": n}}}``).
-
-    Raises ``OptionError`` (a wrong option, a missing or ambiguous data set or method folder, missing
-    maps without ``allow_missing``, a missing extra, a run under torchrun), ``DataError`` (every
-    problem of a checkpoint method's data set), ``CheckpointError`` and ``WorkerFailed``.
-    """
+    """Compare ``options.methods`` on ``options.datasets`` into ``options.out``; returns ``{dataset:
+    {method: {metric: value, "count": n}}}``. Raises ``OptionError`` (also for missing maps without
+    ``--allow-missing`` and a run under torchrun), ``DataError``, ``CheckpointError``, ``WorkerFailed``."""
     options.validate()
-    _check_environment(options.out)
+    if rank_set_by_launcher():
+        raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
+    if Path(options.out).exists() and not Path(options.out).is_dir():
+        raise OptionError(f"--out {options.out} exists and is not a folder")
     options = replace(options, processes=processes_on_device(options.processes))
     datasets_given = resolve_names(options.datasets, options.data_root, "--datasets", named=True)
     benches = [_benchmark(name, folder) for name, folder in parse_named(datasets_given, "--datasets")]
@@ -99,8 +85,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
         check_stems(options.show_stems, {b.name: b.masks for b in benches})
     entries = [_method(name, src) for name, src in parse_named(options.methods, "--methods")]
     out_dir = Path(options.out).resolve()
-    allow_missing = options.allow_missing
-    pairs = {m.name: _match_method(m, benches, allow_missing) for m in entries if not m.is_checkpoint}
+    pairs = {m.name: _match_method(m, benches, options.allow_missing) for m in entries if not m.is_checkpoint}
     stale = {m.name: _stale_inference(m, benches, out_dir, options.inference) for m in entries if m.is_checkpoint}
     check_writable_folder(out_dir, "--out")
     out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused run leaves no folder
@@ -126,16 +111,9 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
     return results
 
 
-def _check_environment(out: str) -> None:
-    if rank_set_by_launcher():
-        raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
-    if Path(out).exists() and not Path(out).is_dir():
-        raise OptionError(f"--out {out} exists and is not a folder")
-
-
 def _benchmark(name: str, folder: str) -> Benchmark:
-    """A data set from ``NAME=DIR``: DIR is a masks folder or a data set folder (``locate_dataset``)."""
     path = Path(folder)
+
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
@@ -153,8 +131,7 @@ def _method(name: str, source: str) -> Method:
 
 
 def _dataset_folder(source: Path, dataset: str) -> Path | None:
-    """``source/<dataset>``, else the one subfolder whose name matches ignoring case and
-    punctuation (``HKUIS`` for ``HKU-IS``), else None."""
+    """``source/<dataset>``, else its one subfolder named so but for case and punctuation (``HKUIS``)."""
     exact = source / dataset
     if exact.is_dir():
         return exact
@@ -169,8 +146,7 @@ def _name_key(name: str) -> str:  # a folder name as compared with a data set na
 
 
 def _match_method(method: Method, benches: list[Benchmark], allow_missing: bool) -> list[Pair]:
-    """The method's maps matched to each data set's masks; warns about whole data sets it lacks and
-    raises ``OptionError`` for missing maps unless ``allow_missing``."""
+    """The method's maps matched to each data set's masks; warns of a data set it lacks."""
     folders = [_dataset_folder(method.source, bench.name) for bench in benches]
     if not any(folders):
         subfolders = sorted(p.name for p in method.source.iterdir() if p.is_dir())
@@ -214,12 +190,8 @@ def _match_folder(method: str, bench: Benchmark, folder: Path, allow_missing: bo
     return Pair(method, bench.name, [(m, k) for _, m, k in match.pairs], len(match.masks_without_map))
 
 
-StaleMaps = list[tuple[Benchmark, str, int]]  # (data set, inference key, images) of maps to (re)make
-
-
 def _stale_inference(method: Method, benches: list[Benchmark], out: Path, options: InferenceOptions) -> StaleMaps:
-    """The data sets whose maps must be (re)made, checked (images found, data set and checkpoint
-    readable) before any work."""
+    """The data sets whose maps must be (re)made, checked (images, data set, checkpoint) before any work."""
     stale = []
     settings: dict[str, Any] = {"backbone": options.backbone, "crf": options.crf, "amp": options.amp}
     # the input size only when given: maps made at full resolution keep their key
@@ -237,7 +209,7 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
             )
         files = list_pairs(bench.data)
         key = scoring.inference_key(method.source, files, settings)
-        if scoring.read_manifest(out / "maps" / method.name / bench.name) != key:
+        if scoring.recorded_key(out / "maps" / method.name / bench.name / scoring.MANIFEST) != key:
             # every problem of the images, by file name (headers only)
             assert_dataset_ok(bench.data, option=f"--datasets {bench.name}")
             stale.append((bench, key, len(files)))
@@ -252,8 +224,8 @@ def _stale_inference(method: Method, benches: list[Benchmark], out: Path, option
 
 
 def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOptions) -> None:
-    """Inference of ``method`` on its stale data sets into ``root/<dataset>`` (as ``evaluate
-    --save-maps``), then each folder's manifest, written last: an interrupted run is redone."""
+    """``method``'s maps of its stale data sets into ``root/<dataset>``, then each folder's manifest,
+    written last: an interrupted run is redone."""
     if not stale:
         print(f"maps of {method.name}: kept from {root} (same checkpoint, images and options)", flush=True)
         return
@@ -277,8 +249,7 @@ def _make_maps(method: Method, stale: StaleMaps, root: Path, options: CompareOpt
 
 
 def _collect(pairs: list[Pair], scores: list[dict[str, Any]], protocol: str) -> tuple[dict, dict]:
-    """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves, in the
-    order of ``pairs``; warns about resized maps."""
+    """``{dataset: {method: {metric: value, "count": n[, "missing": k]}}}`` and the curves; warns of resized maps."""
     results: dict[str, dict[str, dict[str, float]]] = {}
     curves: dict[str, dict[str, dict[str, list[float]]]] = {}
     for pair, entry in zip(pairs, scores):
@@ -322,8 +293,7 @@ def _in_order(by_dataset: dict, datasets: list[str], methods: list[str]) -> dict
 def _write_per_image(
     cells: CellScores, datasets: list[str], methods: list[str], options: CompareOptions, out: Path
 ) -> None:
-    """``per_image/<dataset>.csv``: a row per image, a column per method (command-line order) and
-    ``--metrics``."""
+    """``per_image/<dataset>.csv``: a row per image, a column per method and ``--metrics``."""
     for dataset in datasets:
         present = {m: list(cells[dataset, m].items()) for m in methods if (dataset, m) in cells}
         if present:

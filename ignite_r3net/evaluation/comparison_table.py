@@ -1,20 +1,20 @@
-"""``compare``'s tables: one row per method, a column group per data set, as markdown, CSV and
-LaTeX, the best value of each column bold and the second-best underlined. Without torch: the
-command line lists ``DEFAULT_METRICS`` in ``compare --help``.
-
-Also the per-image scores as CSV, to find the images a model fails on: ``evaluate --per-image``
-(one row per image of every data set) and ``compare``'s ``OUT/per_image/<dataset>.csv`` (one row
-per image, a column per method and metric). Values are written in full (Python's shortest
-round-trip form); each is the image's own score as ``SaliencyMetrics.per_image_scores`` defines it.
+"""``compare``'s tables (markdown, CSV, LaTeX; best bold, second-best underlined), the per-image
+score CSVs of ``evaluate --per-image`` and ``compare``, and the published R3Net numbers
+(``paper_numbers.json``). Without torch: the command line lists ``DEFAULT_METRICS`` and ``REFERENCE_NAMES``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
 
+from ..errors import warn
 from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_note
 
 DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # unless --metrics says otherwise: the ones papers print
@@ -35,12 +35,13 @@ NO_VALUE = "-"  # the cell of a method without maps for a data set
 PARTIAL = "*"  # the mark of a value scored with some maps missing (--allow-missing)
 
 Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # dataset -> method -> metric / count / missing
+REFERENCE_NAMES = ("r3net-paper", "r3net-released-maps")
+PUBLISHED_MARK = "‡"
 
 
 @dataclass(frozen=True)
 class TableCell:
-    """One entry: its printed value (None: no maps), its rank in the column (1 best, 2 second, 0
-    other) and whether maps were missing."""
+    """Printed value (None: no maps), rank in the column (1 best, 2 second, 0 other), maps missing."""
 
     text: str | None
     rank: int = 0
@@ -49,8 +50,7 @@ class TableCell:
 
 @dataclass(frozen=True)
 class ComparisonTable:
-    """Rows of methods by columns of (data set, metric), in the order given; values rounded to
-    ``digits`` and ranked per column on the rounded values, so printed ties share a mark."""
+    """Rows of methods by columns of (data set, metric), ranked per column on the printed values."""
 
     datasets: list[str]
     metrics: list[str]
@@ -76,10 +76,9 @@ def build_table(
     protocol: str = "standard",
     published: Results | None = None,
 ) -> ComparisonTable:
-    """The comparison table of ``results``. A partial value (maps missing) is marked and takes no
-    rank: it is not scored on the same images as the others. The columns ``protocol`` defines its
-    own way are marked, with a note. ``published`` adds rows of numbers published elsewhere (row
-    name -> dataset -> metric), after the methods and not ranked: another code scored them."""
+    """The table of ``results``, rounded to ``digits`` and ranked as printed (ties share a mark); a partial
+    value (maps missing) takes no rank, nor do the ``published`` rows (row name -> dataset -> metric) after
+    the methods: another code scored them. The columns ``protocol`` defines its own way are marked."""
     columns = [(d, m) for d in datasets for m in metrics]
     text = [[_value_text(results, d, method, m, digits) for d, m in columns] for method in methods]
     partial = [[bool(results.get(d, {}).get(method, {}).get("missing")) for d, _ in columns] for method in methods]
@@ -97,8 +96,7 @@ def build_table(
 
 
 def _column_ranks(texts: list[str | None], partial: list[bool], metric: str) -> list[int]:
-    """1 for the best printed value, 2 for the second-best, 0 for the rest (all 0 with fewer than two
-    complete values)."""
+    """1 for the best printed value, 2 for the second-best, else 0 (all 0 with fewer than two)."""
     values = [float(t) if t is not None and not p else None for t, p in zip(texts, partial)]
     present = [v for v in values if v is not None]
     if len(present) < 2:
@@ -113,13 +111,12 @@ def _value_text(results: Results, dataset: str, method: str, metric: str, digits
 
 
 def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[str]:
-    notes = []
-    for method in methods:
-        for dataset in datasets:
-            entry = results.get(dataset, {}).get(method)
-            if entry and entry.get("missing"):
-                total = int(entry["count"] + entry["missing"])
-                notes.append(f"{method} on {dataset}: {int(entry['count'])} of {total} images")
+    notes = [
+        f"{method} on {dataset}: {int(entry['count'])} of {int(entry['count'] + entry['missing'])} images"
+        for method in methods
+        for dataset in datasets
+        if (entry := results.get(dataset, {}).get(method)) and entry.get("missing")
+    ]
     if not notes:
         return []
     return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)]
@@ -142,14 +139,9 @@ def table_markdown(table: ComparisonTable) -> str:
 
 
 def table_csv(table: ComparisonTable) -> str:
-    """CSV: plain numbers (no marks), empty where a method has no maps; columns named
-    ``<dataset>/<metric>``, with `` (r3net)`` where the metric follows ``--protocol r3net``."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["method"] + [f"{d}/{m}{table.mark(m, ' (r3net)')}" for d, m in table.columns])
-    for method, row in zip(table.methods, table.rows):
-        writer.writerow([method] + [c.text or "" for c in row])
-    return buffer.getvalue()
+    """Plain numbers, empty where a method has no maps; columns ``<dataset>/<metric>[ (r3net)]``."""
+    header = ["method"] + [f"{d}/{m}{table.mark(m, ' (r3net)')}" for d, m in table.columns]
+    return _csv([header, *([method] + [c.text or "" for c in row] for method, row in zip(table.methods, table.rows))])
 
 
 def table_latex(table: ComparisonTable) -> str:
@@ -197,6 +189,7 @@ def column_name(metric: str, protocol: str) -> str:
 def evaluation_csv(datasets: Mapping[str, Sequence[ImageScores]], protocol: str) -> str:
     """``dataset,image,<nine metrics>``: the data sets in the order given, their images sorted by stem."""
     header = ["dataset", "image", *(column_name(m, protocol) for m in METRIC_KEYS)]
+    # repr: each value in full (the shortest form that reads back the same float)
     rows = [
         [dataset, stem, *(repr(scores[m]) for m in METRIC_KEYS)]
         for dataset, images in datasets.items()
@@ -206,8 +199,7 @@ def evaluation_csv(datasets: Mapping[str, Sequence[ImageScores]], protocol: str)
 
 
 def comparison_csv(methods: Mapping[str, Sequence[ImageScores]], metrics: Sequence[str], protocol: str) -> str:
-    """``image,<method>/<metric>,...`` for one data set: a row per image any method has (sorted by
-    stem), the methods and ``metrics`` in the order given, empty where a method lacks the image."""
+    """``image,<method>/<metric>,...`` for one data set: a row per image (by stem), empty where a method lacks it."""
     by_method = {method: dict(rows) for method, rows in methods.items()}
     stems = sorted({stem for rows in by_method.values() for stem in rows})
     header = ["image", *(f"{method}/{column_name(m, protocol)}" for method in by_method for m in metrics)]
@@ -222,3 +214,58 @@ def _csv(rows: list[list[str]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Published numbers: ``sets[dataset][metric]`` (metric keys as ``METRIC_KEYS``)."""
+
+    name: str
+    label: str
+    source: str
+    kind: str
+    sets: dict[str, dict[str, float]]
+    note: str = ""
+
+
+@cache
+def _paper_numbers() -> dict[str, Any]:
+    # each reference with its source: the paper's table (with CRF), or the authors' released maps scored
+    # by a named public evaluation; a number no source confirmed is left out
+    return json.loads(resources.files(__package__).joinpath("paper_numbers.json").read_text(encoding="utf-8"))
+
+
+def reference(name: str) -> Reference:
+    entry = _paper_numbers()[name]
+    return Reference(name, entry["label"], entry["source"], entry["kind"], entry["sets"], entry.get("note", ""))
+
+
+def reference_for(dataset: str) -> Reference | None:
+    """The reference ``reproduce`` holds ``dataset`` against: the paper's numbers where known, else the
+    released maps' public scores; None when neither has the set."""
+    return next((r for r in map(reference, REFERENCE_NAMES) if dataset in r.sets), None)
+
+
+def published_rows(names: Sequence[str], datasets: Sequence[str]) -> tuple[Results, list[str]]:
+    """``compare --reference``: a row per reference (label -> dataset -> metric) on the ``datasets`` that
+    name a standard set (any alias), and a note giving each one's source; warns of one with no number."""
+    # imported here: the data package loads numpy, and the command line imports this module
+    from ..data.registry import standard_set
+
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    notes = []
+    known = {d: standard_set(d) for d in datasets}
+    for name in names:
+        found = reference(name)
+        values = {d: found.sets[s.name] for d, s in known.items() if s is not None and s.name in found.sets}
+        if not values:
+            warn(
+                f"--reference {name}: no published number for {', '.join(datasets)}"
+                + (f" ({found.note})" if found.note else "")
+            )
+        rows[f"{found.label} {PUBLISHED_MARK}"] = values
+        notes.append(
+            f"{PUBLISHED_MARK} {found.label}: published numbers ({found.kind}), not scored by this code and not "
+            f"ranked; source: {found.source}" + (f"; {found.note}" if found.note else "")
+        )
+    return rows, notes

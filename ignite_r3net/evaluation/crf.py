@@ -1,11 +1,5 @@
-"""Dense-CRF refinement of saliency maps, as the original R3Net ``infer.py`` applies it.
-
-The original (``misc.crf_refine``, borrowed from DSS) builds a two-label fully connected CRF: the
-unary energy comes from the saliency probability, tempered by ``tau`` and a sigmoid of the
-probability; a Gaussian and a bilateral pairwise kernel; one mean-field step, whose foreground
-marginal, times 255 and truncated to uint8, is the refined map. The parameters below are those.
-``pydensecrf2`` (imported as ``pydensecrf``) is an optional extra: without it ``--crf`` fails with
-one line telling how to install it.
+"""Dense-CRF refinement of saliency maps with the parameters of the original R3Net ``infer.py``
+(``misc.crf_refine``, from DSS). ``pydensecrf2`` is an optional extra (``require_crf``).
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ _STEPS = 1
 
 
 def require_crf() -> ModuleType:
-    """The ``pydensecrf.densecrf`` module, or a one-line ``OptionError`` saying how to get it
-    (commands call this before any work, not after inference)."""
+    """The ``pydensecrf.densecrf`` module, else an ``OptionError`` (commands call this before any work)."""
     try:
         import pydensecrf.densecrf as dcrf
     except ImportError:
@@ -41,8 +34,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def crf_refine(image: torch.Tensor, saliency: torch.Tensor) -> torch.Tensor:
-    """Refine a uint8 ``(H, W)`` map with a dense CRF over its uint8 ``(3, H, W)`` RGB image; the
-    uint8 result is on ``saliency``'s device."""
+    """A uint8 ``(H, W)`` map refined over its uint8 ``(3, H, W)`` RGB image, on ``saliency``'s device: a
+    2-label CRF, unaries from the probability tempered by ``tau`` and a sigmoid, one mean-field step."""
     dcrf = require_crf()
     if image.dtype != torch.uint8 or saliency.dtype != torch.uint8:
         raise TypeError(f"crf_refine needs uint8 inputs, got {image.dtype} and {saliency.dtype}")

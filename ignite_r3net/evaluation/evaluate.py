@@ -1,14 +1,6 @@
-"""``evaluate``: score a checkpoint on data sets, or saliency maps already on disk; one table row
-and one JSON entry per data set.
-
-* ``evaluate_checkpoint``: full-resolution inference (batch 1, each image at its own size) on one
-  or many processes. Every rank scores an unpadded shard and the metrics all-reduce exact sums, so
-  N processes give the numbers of one.
-* ``evaluate_maps``: any method's saliency maps matched to masks by file stem, scored by
-  ``maps.score_maps`` (the code ``compare`` scores with too).
-
-Everything a user can get wrong (paths, checkpoint, backbone, a missing extra) is checked in the
-launching process before any worker starts, so it fails with one line instead of N tracebacks.
+"""``evaluate``: score a checkpoint on data sets (batch 1, each image at its own size; each rank an unpadded
+shard, exact sums all-reduced, so N processes give the numbers of one), or maps already on disk. Every
+mistake is found in the launching process, before any worker starts: one line, not N tracebacks.
 """
 
 from __future__ import annotations
@@ -43,15 +35,13 @@ from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
 from .comparison_table import evaluation_csv
 from .crf import crf_refine, require_crf
-from .dataset_folders import locate_dataset, named_folders
-from .maps import dataset_names, match_maps, output_path, save_map, score_maps
+from .maps import dataset_names, locate_dataset, match_maps, named_folders, output_path, save_map, score_maps
 
 Row = dict[str, float]
 
 
 def evaluate(options: EvaluateOptions) -> None:
-    """``evaluate_maps`` with ``--maps``, else ``evaluate_checkpoint``; a wrong option is an
-    ``OptionError`` before any work."""
+    """``evaluate_maps`` with ``--maps``, else ``evaluate_checkpoint``."""
     options.validate()
     if options.maps is not None:
         evaluate_maps(options)
@@ -60,14 +50,9 @@ def evaluate(options: EvaluateOptions) -> None:
 
 
 def evaluate_checkpoint(options: EvaluateOptions) -> None:
-    """Score ``options.checkpoint`` on every data set folder of ``options.data``; rank 0 prints the
-    table (unless ``options.quiet``) and writes ``--json``. Maps go to ``save_maps/<dataset>/<stem>.png``,
-    a data set's name being its entry in ``options.names`` (by default derived from its folder).
-
-    Raises ``OptionError`` (a wrong option, an unwritable output, a missing extra, a checkpoint that
-    does not fit ``--backbone``), ``DataError`` (every problem of a data set folder),
-    ``CheckpointError`` and ``WorkerFailed`` (one line naming the rank).
-    """
+    """Score ``options.checkpoint`` on each folder of ``options.data`` (named by ``options.names``, by
+    default after the folder); rank 0 prints the table (unless ``quiet``) and writes the outputs. Raises
+    ``OptionError``, ``DataError`` (every problem of a data set), ``CheckpointError``, ``WorkerFailed``."""
     options.validate()
     options = replace(options, processes=processes_on_device(options.processes))
     assert options.checkpoint is not None and options.data
@@ -99,9 +84,8 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
 
 
 def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) -> dict[str, str]:
-    """What every rank must be started with alike: each node may write its maps and JSON elsewhere,
-    with other ``--workers``; the checkpoint is compared by its size (it is not read again) and the
-    data sets by their listings (``data.listing_digest``)."""
+    """What every rank must be started with alike (outputs and ``--workers`` may differ per node); the
+    checkpoint by its size (it is not read again), the data sets by their listings."""
     assert options.checkpoint is not None and options.data and options.names
     return {
         "--checkpoint": f"{Path(options.checkpoint).stat().st_size} bytes",
@@ -112,8 +96,7 @@ def _options_every_rank_shares(options: EvaluateOptions, listings: list[str]) ->
 
 
 def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights | None, dict[str, str]]) -> None:
-    """Every rank: score each data set on this rank's shard; rank 0 reports. ``job`` holds the
-    weights when the worker runs in the launching process, and what every rank must share."""
+    """Every rank: score each data set on its shard (``job``'s weights: None when spawned); rank 0 reports."""
     options, weights, shared = job
     refuse_unless_ranks_agree(shared)
     freeze_long_lived_objects()
@@ -138,7 +121,7 @@ def _evaluate_worker(local_rank: int, job: tuple[EvaluateOptions, TrainedWeights
 @rank_zero_only
 def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: EvaluateOptions) -> None:
     rows = {name: row for name, (row, _) in scored.items()}
-    report(rows, options.json_path, print_table=not options.quiet, protocol=options.protocol)
+    report(rows, options.json_path, options.protocol, table=not options.quiet)
     if options.per_image:
         per_image = {name: images for name, (_, images) in scored.items()}
         write_text(evaluation_csv(per_image, options.protocol), options.per_image)
@@ -149,8 +132,7 @@ def _report_rows(scored: dict[str, tuple[Row, list[ImageScores]]], options: Eval
 def _evaluate_dataset(
     model: torch.nn.Module, device: torch.device, name: str, loader: Any, options: EvaluateOptions, progress: Progress
 ) -> tuple[Row, list[ImageScores]]:
-    """The row (and with ``--per-image`` every image's scores) of data set ``name`` over all ranks,
-    this rank scoring ``loader``: a collective."""
+    """Data set ``name``'s row (and per-image scores) over all ranks, this one scoring ``loader``: a collective."""
     inference = options.inference
     evaluator = create_evaluator(model, device, inference.amp, inference.size, inference.max_side)
     # handlers run in the order they are added: refine, then save, then score the refined map
@@ -178,9 +160,8 @@ def _save_maps(engine: Engine, out_dir: Path) -> None:
 
 
 def evaluate_maps(options: EvaluateOptions) -> Row:
-    """Score the maps in ``options.maps`` against the masks in ``options.gt`` (matched by file
-    stem); prints the table, writes ``--json`` and returns the row. Raises ``OptionError`` for a
-    wrong option, an unwritable ``--json``, or no map matching a mask."""
+    """Score ``options.maps`` against the masks of ``options.gt`` by file stem; prints the table, writes
+    the outputs, returns the row. Raises ``OptionError`` (also when no map matches a mask)."""
     options.validate()
     maps, gt, json_path = options.maps, options.gt, options.json_path
     assert maps is not None and gt is not None
@@ -205,33 +186,25 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
     values = metric.compute()
     row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
     name = dataset_names([gt])[0]
-    report({name: row}, json_path, protocol=options.protocol)
+    report({name: row}, json_path, options.protocol)
     if options.per_image:
         write_text(evaluation_csv({name: metric.per_image_scores()}, options.protocol), options.per_image)
     return row
 
 
-def format_table(rows: Mapping[str, Mapping[str, float]], protocol: str = "standard") -> str:
-    """One row per data set: the image count and the nine metrics; the columns ``protocol`` defines
-    its own way are marked, with a note under the table."""
-    marked = PROTOCOL_METRICS[protocol]
-    header = ["dataset", "images", *(k + PROTOCOL_MARK if k in marked else k for k in METRIC_KEYS)]
-    body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in METRIC_KEYS] for name, r in rows.items()]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-        for line in [header, *body]
-    ]
-    note = protocol_note(protocol)
-    return "\n".join(lines + ([note] if note else []))
-
-
-def report(
-    rows: Mapping[str, Mapping[str, float]], json_path: str | None, print_table: bool = True, protocol: str = "standard"
-) -> None:
-    """Print the table and, with ``json_path``, write the rows as JSON keyed by data set (each row
-    saying which metrics follow a non-standard ``protocol``)."""
-    if print_table:
-        print(format_table(rows, protocol), flush=True)
+def report(rows: Mapping[str, Mapping[str, float]], json_path: str | None, protocol: str, table: bool = True) -> None:
+    """Print the ``table`` (a row per data set, the columns ``protocol`` defines its own way marked) and,
+    with ``json_path``, write the rows as JSON keyed by data set."""
+    if table:
+        marked = PROTOCOL_METRICS[protocol]
+        header = ["dataset", "images", *(k + PROTOCOL_MARK if k in marked else k for k in METRIC_KEYS)]
+        body = [[name, str(int(r["images"]))] + [f"{r[c]:.4f}" for c in METRIC_KEYS] for name, r in rows.items()]
+        widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+        lines = [
+            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            for line in [header, *body]
+        ]
+        note = protocol_note(protocol)
+        print("\n".join(lines + ([note] if note else [])), flush=True)
     if json_path:
         write_json({name: {**row, **protocol_fields(protocol)} for name, row in rows.items()}, json_path)

@@ -1,14 +1,11 @@
-"""Saliency maps on disk: reading any method's maps, matching them to masks, scoring them, writing
-ours safely.
-
-Reading follows the toolboxes (PySODMetrics reads with ``cv2.IMREAD_GRAYSCALE``): a map's 8-bit
-gray values are taken as they are (no rescaling of dark maps), colour maps are converted to gray.
-``score_maps`` is the one place map files become metric updates (``evaluate --maps`` and
-``compare`` both call it). Writing never leaves the output folder, whatever the stem of the input was.
+"""Saliency maps and data set folders on disk: reading any method's maps (8-bit gray values as stored,
+as the toolboxes read them), matching them to masks, scoring them (``score_maps``, for ``evaluate --maps``
+and ``compare`` alike), writing ours inside their folder, and naming and locating data set folders.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +17,7 @@ from PIL import Image
 
 from ..atomic_files import atomic_output
 from ..data.decode import load_mask
-from ..data.folder import IMAGE_EXTS
+from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..errors import DataError, OptionError
 from ..metrics.saliency import SaliencyMetrics
 
@@ -32,6 +29,7 @@ _PREFERENCE = {ext: i for i, ext in enumerate((".png", ".bmp", ".tif", ".tiff", 
 _GENERIC_DIRS = set(
     "gt gts mask masks groundtruth ground_truth label labels images imgs image maps sal saliency".split()
 )
+_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
 
 @dataclass
@@ -44,8 +42,7 @@ class MapMatch:
 
 
 def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
-    """The map or mask files directly in ``folder`` by stem, sorted; for a stem with several files,
-    the lossless format first. Raises ``OptionError`` naming ``what`` when the folder is missing."""
+    """The map or mask files in ``folder`` by stem, the lossless one of several; ``what`` names it in errors."""
     if not folder.exists():
         raise OptionError(f"{what} folder {folder} does not exist")
     if not folder.is_dir():
@@ -62,8 +59,7 @@ def files_by_stem(folder: Path, what: str) -> dict[str, Path]:
 
 
 def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
-    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (non-recursive;
-    of ``a.jpg`` and ``a.png`` the PNG, so an MSRA10K-style folder works as ``gt_dir``)."""
+    """Pair the images in ``maps_dir`` with the masks in ``gt_dir`` by file stem (MSRA10K: ``a.png``, not ``a.jpg``)."""
     maps = files_by_stem(Path(maps_dir), "maps")
     masks = files_by_stem(Path(gt_dir), "ground-truth")
     return MapMatch(
@@ -74,9 +70,7 @@ def match_maps(maps_dir: str | Path, gt_dir: str | Path) -> MapMatch:
 
 
 def load_saliency_map(path: str | Path) -> torch.Tensor:
-    """Read a saliency map as uint8 ``(H, W)``: gray values as stored, colour converted to gray,
-    16-bit scaled to 8 bits. Raises ``DataError`` naming the file when it cannot be read."""
-    path = Path(path)
+    """A map as uint8 ``(H, W)``: gray values as stored, colour to gray, 16-bit to 8; else ``DataError``."""
     try:
         with Image.open(path) as img:
             img.load()
@@ -92,30 +86,22 @@ def load_saliency_map(path: str | Path) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, dtype=np.uint8, copy=True))  # PIL arrays are read-only
 
 
-def resize_map(saliency: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinear resize of a uint8 ``(H, W)`` map to ``size`` (H, W), rounded back to uint8."""
-    x = saliency.to(torch.float32)[None, None]
-    y = F.interpolate(x, size=tuple(size), mode="bilinear", align_corners=False)
-    return y[0, 0].round().clamp(0, 255).to(torch.uint8)
-
-
 def score_maps(pairs: Iterable[tuple[Path, Path]], metric: SaliencyMetrics) -> list[str]:
-    """Feed each ``(map file, mask file)`` pair to ``metric``; returns the names of the maps that
-    were resized (bilinear) to their mask's size, as the toolboxes need equal sizes."""
+    """Feed each ``(map, mask)`` file pair to ``metric``; returns the maps resized (bilinear) to their mask."""
     resized: list[str] = []
     for map_path, mask_path in pairs:
         mask = load_mask(mask_path)[0]
         saliency = load_saliency_map(map_path)
-        if saliency.shape != mask.shape:
-            saliency = resize_map(saliency, (mask.shape[0], mask.shape[1]))
+        if saliency.shape != mask.shape:  # the toolboxes need equal sizes: bilinear, rounded back to uint8
+            scaled = F.interpolate(saliency[None, None].float(), size=mask.shape, mode="bilinear", align_corners=False)
+            saliency = scaled[0, 0].round().clamp(0, 255).to(torch.uint8)
             resized.append(Path(map_path).name)
         metric.update(([saliency], [mask], [Path(mask_path).stem]))
     return resized
 
 
 def safe_stem(stem: str) -> str:
-    """A file name stem that cannot leave its folder: separators and NUL become ``_`` and the
-    names ``.``/``..`` (a file called ``...png`` has stem ``..``) get a ``_`` prefix."""
+    """A stem that cannot leave its folder: separators and NUL to ``_``, ``.``/``..`` (of ``...png``) prefixed."""
     cleaned = "".join("_" if c in "/\\\x00" else c for c in stem)
     if cleaned in ("", ".", ".."):
         cleaned = "_" + cleaned
@@ -141,8 +127,7 @@ def save_map(path: str | Path, saliency: torch.Tensor) -> None:
 
 
 def dataset_names(folders: Sequence[str | Path]) -> list[str]:
-    """One distinct, file-system-safe name per data set folder: its name (or its parent's, when
-    the folder is a generic ``GT``/``masks``), then ``parent_name``, then a ``-2`` suffix."""
+    """A distinct, safe name per folder: its own (its parent's for ``GT``, ``masks``...), ``parent_name``, ``-2``."""
 
     def base(p: Path) -> Path:
         return p.parent if p.name.lower() in _GENERIC_DIRS and p.parent.name else p
@@ -153,9 +138,66 @@ def dataset_names(folders: Sequence[str | Path]) -> list[str]:
     for i, p in enumerate(paths):
         if names[i] in clashing and p.parent.name:
             names[i] = safe_stem(f"{p.parent.name}_{p.name}")
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
-    return out
+    return [f"{name}-{names[:i].count(name) + 1}" if name in names[:i] else name for i, name in enumerate(names)]
+
+
+@dataclass(frozen=True)
+class DatasetFolder:
+    """A data set's masks folder, and the folder ``list_pairs`` reads (None: no images found)."""
+
+    masks: Path
+    data: Path | None
+
+
+def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
+    """The masks and data of ``folder``: a data set folder (DUTS or MSRA10K layout), the masks half of a
+    DUTS-layout one, or a masks folder. Its images half is an ``OptionError`` quoting ``given``."""
+    path = Path(folder).resolve()
+    split = split_dirs(path)
+    if split is not None:
+        return DatasetFolder(split[1], path)
+    half = dataset_of_half(path)
+    if half is not None and half[1] == "images":
+        raise OptionError(
+            f"{given} is the images folder of the data set {half[0]}: give the data set folder "
+            f"{half[0]} (or its masks folder)"
+        )
+    if half is not None:
+        return DatasetFolder(path, half[0])
+    return DatasetFolder(path, path if _has_images_beside_masks(path) else None)
+
+
+def _has_images_beside_masks(folder: Path) -> bool:
+    # MSRA10K-style: an image beside some .png mask of the same stem
+    pngs = {p.stem for p in folder.glob("*.png")}
+    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+
+
+def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:
+    """``NAME=PATH`` items as (name, path); names must be distinct and usable as file names."""
+    parsed: list[tuple[str, str]] = []
+    for item in values:
+        name, sep, path = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not path:
+            raise OptionError(f"{option} {item!r}: expected NAME=PATH, e.g. ECSSD=/data/ECSSD/GT")
+        if name.startswith(".") or _BAD_NAME.search(name):
+            raise OptionError(
+                f"{option} {item!r}: NAME must not start with '.' or hold '/', '\\' or control characters"
+            )
+        if name in {n for n, _ in parsed}:
+            raise OptionError(f"{option}: the name {name!r} is given twice")
+        parsed.append((name, path))
+    return parsed
+
+
+def named_folders(values: list[str], option: str) -> list[tuple[str, str]]:
+    """(name, folder) of ``NAME=DIR`` or ``DIR`` items (named by ``dataset_names``; an existing path is a DIR)."""
+    items = [("", v) if Path(v).exists() or "=" not in v else parse_named([v], option)[0] for v in values]
+    derived = iter(dataset_names([folder for name, folder in items if not name]))
+    named = [(name or next(derived), folder) for name, folder in items]
+    names = [name for name, _ in named]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise OptionError(f"{option}: the name {twice[0]!r} is given twice; name the folders with NAME=DIR")
+    return named

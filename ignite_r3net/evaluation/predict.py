@@ -1,10 +1,6 @@
-"""``predict``: an 8-bit PNG saliency map (or with ``--cutout`` an RGBA cutout), at the input's own
-size and with its stem, per image, from a checkpoint or from a file written by ``export``.
-
-Everything a user can get wrong is checked here, in the launching process, before any worker
-starts. The maps the output folder already holds from the same model and options are skipped
-(``map_record``); the others are dealt over ``--nproc`` processes, or the ranks of torchrun or srun
-(``predict_worker``). Images that cannot be read are listed at the end and make the exit code 1.
+"""``predict``: an 8-bit PNG saliency map (or an RGBA cutout) per image, at its own size and with its
+stem, from a checkpoint or an exported file. Every mistake is found here before any worker starts; the
+maps already made by the same model and options are kept; failed images are listed and exit with 1.
 """
 
 from __future__ import annotations
@@ -24,42 +20,44 @@ from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..exported_model import is_onnx, load_exported, require_onnxruntime
-from ..model.trained_model import read_trained_weights
+from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields, values_by_flag
 from ..output_paths import check_writable_folder
 from ..run_lock import claimed_folder
 from .crf import require_crf
-from .map_record import RECORD_DIR, MapRecord, run_description, run_key
 from .maps import output_path
-from .predict_worker import PredictJob, predict_worker
+from .predict_worker import RECORD_DIR, MapRecord, PredictJob, predict_worker, run_description, run_key
 
 # options that decide where and how fast the maps are made, not their pixels: left out of the key
-# that says whether a map in the output folder was made by the same model (``map_record``)
+# that says whether a map in the output folder was made by the same model (``MapRecord``)
 _NOT_PIXELS = {"checkpoint", "model", "inputs", "output", "workers", "batch_size", "overwrite", "progress"}
 _NOT_PIXELS |= {"nproc", "backend", "master_port", "device"}  # float32 on a CPU or a GPU: rounding only
 _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.predict/failed.txt
 
 
 def predict(options: PredictOptions) -> dict[str, Any]:
-    """Write one map (or cutout) per input image (files, or the images directly inside folders) into
-    ``options.output``, skipping those already there from the same model and options (unless
-    ``--overwrite``); returns the outcome (``written``, ``kept``, ``failed``, ``seconds``).
-
-    Raises ``OptionError`` (a wrong option, a missing input, two inputs that would write one map, an
-    output that is not a folder, a missing extra), ``CheckpointError`` (an unreadable model file),
-    ``ImagesFailed`` (some images could not be read; the others' maps were written) and ``WorkerFailed``.
-    """
+    """A map (or cutout) per input image into ``options.output``, but for those already made by the same
+    model and options (unless ``--overwrite``); returns ``written``, ``kept``, ``failed`` and ``seconds``.
+    Raises ``OptionError``, ``CheckpointError``, ``ImagesFailed`` (the other maps were written) and
+    ``WorkerFailed``."""
     options.validate()
     options = replace(options, processes=processes_on_device(options.processes))
     out = _check_options(options)
     pairs = plan_outputs(collect_inputs(options.inputs), out)
-    weights = _check_model(options)
-    if weights is not None:  # the backbone the weights fit, whether given or found
+    weights: TrainedWeights | None = None  # the model is read here: a bad file is one line before any work
+    if options.model is not None:
+        load_exported(options.model, "cpu")
+    else:
+        assert options.checkpoint is not None
+        weights = read_trained_weights(options.checkpoint, options.inference.backbone)
+        # the backbone the weights fit, whether given or found
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
     assert model_file is not None  # validate(): exactly one of --checkpoint and --model
-    description = run_description(model_file, _pixel_settings(options))
+    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
+    pixels = {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
+    description = run_description(model_file, pixels)
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
     with claimed_folder(out, "--output", spec.is_leader()):
@@ -95,11 +93,17 @@ def _predict_on_workers(
         outcome_file=os.fspath(Path(options.output) / RECORD_DIR / f"outcome-{os.getpid()}.json") if spawned else None,
     )
     launch(predict_worker, job, spec)
-    return _outcome(job)
+    if job.outcome or job.outcome_file is None:  # the workers ran in this process
+        return dict(job.outcome)
+    path = Path(job.outcome_file)  # else rank 0 left the outcome in this file
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def _check_options(options: PredictOptions) -> Path:
-    """The extras the options need are installed and the launcher fits them; returns the output folder."""
+    """Checks the extras the options need and the launcher; returns the output folder."""
     if options.model is not None and is_onnx(options.model):
         require_onnxruntime()
     if options.inference.crf:
@@ -109,21 +113,6 @@ def _check_options(options: PredictOptions) -> Path:
     out = Path(options.output)
     check_writable_folder(out, "--output")
     return out
-
-
-def _check_model(options: PredictOptions) -> Any:
-    """Read the model here, so that a bad file is one line before any worker starts; returns a
-    checkpoint's weights (for a worker that runs in this process)."""
-    if options.model is not None:
-        load_exported(options.model, "cpu")
-        return None
-    assert options.checkpoint is not None
-    return read_trained_weights(options.checkpoint, options.inference.backbone)
-
-
-def _pixel_settings(options: PredictOptions) -> dict[str, Any]:
-    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
-    return {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
 
 
 def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
@@ -136,19 +125,8 @@ def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:
         )
 
 
-def _outcome(job: PredictJob) -> dict[str, Any]:
-    """What the workers found: in the job when they ran in this process, else in rank 0's file."""
-    if job.outcome or job.outcome_file is None:
-        return dict(job.outcome)
-    path = Path(job.outcome_file)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    finally:
-        path.unlink(missing_ok=True)
-
-
 def _report(outcome: dict[str, Any], todo: int, out: Path, noun: str) -> None:
-    """The last lines: maps (or cutouts: ``noun``) written and the speed; the images that failed, as one error."""
+    """The last lines: ``noun``s written and the speed; the images that failed, as one error."""
     seconds, written = outcome["seconds"], outcome["written"]
     rate = f", {written / seconds:.3g} images/s" if seconds > 0 and written else ""
     echo(f"wrote {written} {noun}(s) to {out} in {seconds:.1f} s{rate}")
@@ -194,8 +172,7 @@ def _refuse_masks_half(folder: Path, given: str) -> None:
 
 
 def _inputs_of(folder: Path, images: list[Path]) -> list[Path]:
-    """The inputs among a folder's images: of MSRA10K's name.jpg beside name.png, the .png is the
-    mask, as in the data loader's side-by-side layout (a note says how many were passed over)."""
+    """A folder's images but MSRA10K's masks (a .png beside an image of its stem), with a note."""
     stems_with_other = {f.stem for f in images if f.suffix.lower() != ".png"}
     masks = [f for f in images if f.suffix.lower() == ".png" and f.stem in stems_with_other]
     if masks:

@@ -1,35 +1,27 @@
-"""What every rank of ``predict`` runs, and the batch plan and cutouts it writes.
-
-1. Rank r reads the headers of images r, r + N, ...; one all-gather gives every rank every size.
-2. Every rank computes the same plan (``plan_batches``): images of equal size in batches, batch j to
-   rank j mod N. It depends on the sizes and ``--batch-size`` only, never on the number of
-   processes, so N processes write the maps of one, byte for byte.
-3. DataLoader workers decode a batch; an image that cannot be decoded is set aside, not fatal.
-4. Each map (or cutout) is written under a temporary name and renamed, then listed in the rank's
-   journal (``map_record``).
-5. The ranks gather the failures; rank 0 reports how many maps were written, in how long.
-
-A cutout (``--cutout``) is the input image (decoded as the model saw it: RGB, EXIF orientation
-applied) with the map as its alpha channel, one RGBA PNG per image. Without ``--threshold`` the
-alpha is the 8-bit map itself, so it can be read back (``Image.open(p).getchannel("A")``); with it,
-the alpha (or the map) is hard: 255 where the saliency is at least the threshold, else 0.
+"""What every rank of ``predict`` runs: the batch plan (equal sizes together, batch j to rank j mod N,
+independent of N, so N processes write the maps of one byte for byte), the maps and cutouts it writes,
+and the record of the maps done, so that a stopped run continues where it stopped.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import ignite.distributed as idist
 import numpy as np
 import torch
 from PIL import Image
 
+from .. import __version__
 from ..atomic_files import atomic_output, write_json
 from ..console import echo
+from ..content_key import ContentKey
 from ..data.checks import image_size
 from ..data.decode import load_image
 from ..data.loader import init_loader_worker, worker_context
@@ -44,12 +36,12 @@ from ..distributed.ranks import (
 from ..errors import DataError
 from ..exported_model import OnnxModel, is_onnx, load_exported, onnx_providers
 from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
+from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics
 from ..options import PredictOptions
 from ..progress import Progress
 from .crf import crf_refine
-from .map_record import MapRecord
 from .maps import save_map
 
 # a batch holds no more pixels than --batch-size images of this size (MSRA10K's): a folder of camera
@@ -58,6 +50,7 @@ REFERENCE_PIXELS = 400 * 300
 Size = tuple[int, int]  # (height, width)
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
+RECORD_DIR = ".predict"
 
 
 @dataclass
@@ -94,8 +87,8 @@ def predict_worker(local_rank: int, job: PredictJob) -> None:
         "seconds": float(idist.all_reduce(seconds, op="MAX")),  # until the last rank is done
     }
     job.outcome.update(outcome)
-    if job.outcome_file:
-        _leave_outcome(Path(job.outcome_file), outcome)
+    if job.outcome_file and is_rank_zero():
+        write_json(outcome, Path(job.outcome_file))
 
 
 def gather_sizes(sources: list[str]) -> list[Size | None]:
@@ -112,15 +105,9 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
     return [(height, width) if height >= 0 else None for height, width in sizes]
 
 
-def batch_limit(size: Size, batch_size: int) -> int:
-    """How many images of ``size`` one batch may hold: ``batch_size``, fewer for large images."""
-    height, width = size
-    return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
-
-
 def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
-    """Batches of image indices, ordered by their first image: equal sizes together (in index
-    order), at most ``batch_limit`` each; an image of unknown size (unreadable header) alone."""
+    """Batches of image indices by first image: equal sizes together, up to ``batch_size`` (fewer when large),
+    an image of unknown size alone. Independent of the processes, so N of them write the maps of one."""
     groups: dict[Size, list[int]] = {}
     batches: list[list[int]] = []
     for index, size in enumerate(sizes):
@@ -128,8 +115,8 @@ def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
             batches.append([index])
         else:
             groups.setdefault(size, []).append(index)
-    for size, indices in groups.items():
-        step = batch_limit(size, batch_size)
+    for (height, width), indices in groups.items():
+        step = max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
         batches += [indices[i : i + step] for i in range(0, len(indices), step)]
     return sorted(batches, key=lambda batch: batch[0])
 
@@ -137,8 +124,7 @@ def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
 def map_function(
     options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int
 ) -> MapFunction:
-    """The exported model's or the checkpoint's maps of a uint8 batch, at the inference size
-    (``--size`` / ``--max-side``) and back at each image's own; ``threads`` for onnxruntime."""
+    """The exported model's or the checkpoint's maps of a uint8 batch; ``threads`` for onnxruntime."""
     size, max_side = options.inference.size, options.inference.max_side
     if options.model is not None:
         if is_onnx(options.model) and onnx_providers(device)[0] == "CPUExecutionProvider":
@@ -168,8 +154,7 @@ def _say_onnx_provider(provider: str, device: torch.device, threads: int) -> Non
 def _predict_batches(
     job: PredictJob, batches: list[list[int]], to_maps: MapFunction, device: torch.device, progress: Progress
 ) -> tuple[int, list[str]]:
-    """Maps of ``batches``, written and recorded; returns how many were written and the problems of
-    the images that could not be read."""
+    """Writes and records the maps of ``batches``; returns how many, and the unreadable images' problems."""
     workers = job.options.inference.workers
     loader = torch.utils.data.DataLoader(
         BatchFiles(job.sources, batches),
@@ -188,7 +173,7 @@ def _predict_batches(
                 maps = to_maps(batch.to(device)).cpu()  # written from the host: one copy per batch
                 for index, image, saliency in zip(indices, batch, maps):
                     _write(job.options, job.outputs[index], image, saliency)
-                    journal.add(Path(job.outputs[index]).name)
+                    journal.write(json.dumps(Path(job.outputs[index]).name) + "\n")
             written += len(images)
             progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks
     return written, failed
@@ -198,18 +183,12 @@ def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: to
     """One image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically."""
     if options.inference.crf:
         saliency = crf_refine(image, saliency)
-    if options.threshold is not None:
-        saliency = hard_map(saliency, options.threshold)
+    if options.threshold is not None:  # in float64, a threshold of k / 255 keeps exactly the values from k up
+        saliency = torch.where(saliency.to(torch.float64) / 255.0 >= options.threshold, 255, 0).to(torch.uint8)
     if options.cutout:
         save_cutout(path, image, saliency)
     else:
         save_map(path, saliency)
-
-
-def hard_map(saliency: torch.Tensor, threshold: float) -> torch.Tensor:
-    """A uint8 ``(H, W)`` map made binary: 255 where ``saliency / 255 >= threshold``, else 0.
-    Compared in float64, so a threshold given as ``k / 255`` keeps exactly the values from ``k`` up."""
-    return torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
 
 
 def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
@@ -223,8 +202,7 @@ def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> N
 
 
 class BatchFiles(torch.utils.data.Dataset):
-    """Batch j: the decoded uint8 ``(3, H, W)`` images of ``batches[j]`` by index, and the problem
-    of each image that could not be decoded."""
+    """Batch j: the uint8 ``(3, H, W)`` images of ``batches[j]`` by index, and the undecodable ones' problems."""
 
     def __init__(self, sources: list[str], batches: list[list[int]]) -> None:
         self.sources, self.batches = sources, batches
@@ -247,14 +225,64 @@ def _as_is(item: Any) -> Any:
 
 
 def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
-    """The images as stacked batches of one shape each (the plan grouped them by header size; a
-    file whose pixels disagree with its header runs apart)."""
+    """The images stacked by shape (a file whose pixels disagree with its header runs apart)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for index, image in images.items():
         groups.setdefault(tuple(image.shape), []).append(index)
     return [(indices, torch.stack([images[i] for i in indices])) for indices in groups.values()]
 
 
-@rank_zero_only
-def _leave_outcome(path: Path, outcome: dict[str, Any]) -> None:
-    write_json(outcome, path)
+def run_description(model_file: str | Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides the maps: the model file (path, sha256), ``settings`` (options that change pixels), versions."""
+    return {
+        "model": os.fspath(Path(model_file).resolve()),
+        "sha256": sha256_of(model_file),
+        "options": dict(settings),
+        "versions": {"ignite_r3net": __version__, "torch": torch.__version__},
+    }
+
+
+def run_key(description: Mapping[str, Any]) -> str:
+    """The key of a run: everything in ``description`` but where the model file lies."""
+    decisive = {k: v for k, v in description.items() if k != "model"}
+    return ContentKey("predict run", 1).add_values(decisive).hexdigest(32)
+
+
+class MapRecord:
+    """The maps of one run key in ``OUTPUT/.predict/``: ``<key>.json`` describes the key for people, and
+    ``<key>.rank<N>.done`` lists each map rank N renamed into place, a JSON line each (one a crash cut
+    short is skipped). Not fsynced: a map a power loss took back is missing, so it is made again."""
+
+    def __init__(self, out_dir: str | Path, key: str) -> None:
+        self.out, self.key = Path(out_dir), key
+        self.folder = self.out / RECORD_DIR
+
+    def done(self, names: Iterable[str]) -> set[str]:
+        """Those of ``names`` (map file names) whose map exists and is listed for this key."""
+        listed: set[str] = set()
+        for journal in self.folder.glob(f"{self.key}.rank*.done"):
+            for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    listed.add(json.loads(line))
+                except ValueError:
+                    continue
+        if not listed:
+            return set()
+        with os.scandir(self.out) as entries:
+            present = {e.name for e in entries if e.is_file()}
+        return {name for name in names if name in listed and name in present}
+
+    def begin(self, description: Mapping[str, Any]) -> None:
+        """Before any map is written (the leading process): forget other keys' journals and describe
+        this key (``run_lock.claimed_folder`` removed the temporaries an interrupted run left)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in self.folder.iterdir():
+            if not path.name.startswith(self.key + "."):
+                path.unlink(missing_ok=True)
+        write_json(dict(description), self.folder / f"{self.key}.json")
+
+    def journal(self, rank: int) -> IO[str]:
+        """Rank ``rank``'s list, open for appending: a ``json.dumps`` line per map once it has its final name."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # line-buffered: a line reaches the file at once
+        return open(self.folder / f"{self.key}.rank{rank}.done", "a", encoding="utf-8", buffering=1)

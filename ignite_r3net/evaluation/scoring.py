@@ -1,19 +1,6 @@
-"""Scoring the (method, data set) cells of ``compare``: a cache keyed by what decides the numbers,
-and the work of the cells it lacks spread over processes.
-
-A cell's key is a SHA-256 over every (map, mask) file it scores (absolute path, size, mtime in ns),
-the protocol, and the code that turns files into numbers (the sources of the metrics package and of
-the map and mask readers, the versions of the libraries they call). Its entry,
-``OUT/cache/<key>.json``, holds the nine metrics, the image count, how many maps were resized, the
-256-point curves and every image's own scores: renaming a method or reordering the command line
-reuses it, any change to a file or the code misses it.
-
-The images of all missing cells are dealt to the ranks in turn (image i of their concatenation to
-rank i mod world size), each cell's ``SaliencyMetrics`` all-reduces exact sums and rank 0 writes the
-entry, so any number of processes writes the entries of one, bit for bit.
-
-Checkpoint methods have a second key for their inference (``inference_key``), kept in a manifest
-written beside the maps after the last one, so an interrupted inference is redone.
+"""Scoring ``compare``'s (method, data set) cells: ``OUT/cache/<key>.json`` per cell, keyed by its files
+(path, size, mtime), the protocol and the scoring code, and the cells it lacks scored over processes
+(exact sums all-reduced: N processes write the entries of one, bit for bit).
 """
 
 from __future__ import annotations
@@ -45,6 +32,7 @@ from .maps import load_saliency_map, score_maps
 CACHE_FORMAT = 2  # bump when an entry's layout changes (2: per-image scores)
 MANIFEST = ".inference.json"  # beside a checkpoint method's maps; hidden, so never read as a map
 _LIBRARIES = ("torch", "torchvision", "numpy", "scipy", "pillow")
+LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 def code_version() -> str:
@@ -56,15 +44,14 @@ def code_version() -> str:
 
 
 def pair_key(pairs: Iterable[tuple[Path, Path]], protocol: str, code: str) -> str:
-    """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code_version()``."""
+    """The key of scoring ``(map, mask)`` files (absolute paths) under ``protocol`` with ``code``."""
     key = ContentKey("scores", CACHE_FORMAT).add_values([protocol, code])
     return key.add_files(p for pair in pairs for p in pair).hexdigest()
 
 
 def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: Mapping[str, Any]) -> str:
-    """The key of a checkpoint's maps of a data set: the checkpoint file, every (image, mask) file,
-    the inference ``options`` (backbone, CRF, AMP; a Hub checkpoint's source and sha256) and the
-    versions of this package and torch."""
+    """The key of a checkpoint's maps of a data set (every file, the inference ``options``, the versions),
+    kept in ``MANIFEST`` beside the maps, written after the last one."""
     key = ContentKey("maps", CACHE_FORMAT).add_values([__version__, dict(options)]).add_libraries(["torch"])
     return key.add_files([checkpoint]).add_files(p for pair in data for p in pair).hexdigest()
 
@@ -80,15 +67,10 @@ def read_entry(cache_dir: Path, key: str) -> dict[str, Any] | None:
     return entry
 
 
-def write_entry(cache_dir: Path, key: str, entry: Mapping[str, Any]) -> None:
-    """Store ``entry`` under ``key`` atomically (a crash leaves the old entry or none)."""
-    write_json({"format": CACHE_FORMAT, "key": key, **entry}, cache_dir / f"{key}.json")
-
-
-def read_manifest(maps_dir: Path) -> str | None:
-    """The inference key recorded beside a checkpoint method's maps, or None."""
+def recorded_key(record: Path) -> str | None:
+    """The ``key`` of a JSON record (a maps folder's ``MANIFEST``, a figure's record), or None."""
     try:
-        return json.loads((maps_dir / MANIFEST).read_text(encoding="utf-8")).get("key")
+        return json.loads(record.read_text(encoding="utf-8")).get("key")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -96,9 +78,6 @@ def read_manifest(maps_dir: Path) -> str | None:
 def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> None:
     """Record that ``maps_dir`` holds the complete maps of inference ``key``."""
     write_json({"key": key, "checkpoint": os.fspath(checkpoint), "images": images}, maps_dir / MANIFEST)
-
-
-LabelledFiles = tuple[str, list[tuple[Path, Path]]]  # (label for the log, (map, mask) files)
 
 
 @dataclass
@@ -113,8 +92,8 @@ class ScoreJob:
 def score_cells(
     cells: list[LabelledFiles], cache: Path, protocol: str, spec: LaunchSpec, progress: bool = True
 ) -> list[dict[str, Any]]:
-    """The entry of every cell (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``),
-    scoring the ones ``cache`` lacks on ``spec.nproc`` processes (in this one when 1)."""
+    """Each cell's entry (``count``, ``resized``, ``metrics``, ``curves``, ``per_image``), scoring those
+    ``cache`` lacks on ``spec.nproc`` processes (image i of them all on rank i mod N)."""
     code = code_version()
     keys = [pair_key(files, protocol, code) for _, files in cells]
     todo: dict[str, LabelledFiles] = {}  # by key: two methods given the same maps are scored once
@@ -140,7 +119,7 @@ def score_cells(
 
 
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
-    """Every rank: score this rank's share of each cell's images; rank 0 stores the entries."""
+    """Every rank: score its share of each cell's images; rank 0 stores the entries."""
     freeze_long_lived_objects()
     total = sum(len(files) for _, files, _ in job.cells)
     # one thread: a map's tensors are small (~0.1 M pixels) and intra-op threads cost more than
@@ -172,5 +151,5 @@ def _score_cells(job: ScoreJob, progress: Progress) -> None:
 
 @rank_zero_only
 def _store(path: Path, entry: dict[str, Any], label: str, seconds: float) -> None:
-    write_entry(path.parent, path.stem, entry)
+    write_json({"format": CACHE_FORMAT, "key": path.stem, **entry}, path)  # atomic: the old entry or none
     print(f"scored {label}: {entry['count']} maps in {seconds:.1f} s", flush=True)

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import OptionError
-from ..evaluation.comparison_table import DEFAULT_METRICS
-from ..evaluation.paper_numbers import REFERENCE_NAMES
+from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
 from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from ..metrics.keys import METRIC_KEYS, canonical_metric
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option

@@ -20,8 +20,8 @@ from ..content_key import ContentKey
 from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
 from ..errors import OptionError, warn
+from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_for
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
-from ..evaluation.paper_numbers import REFERENCE_NAMES, reference, reference_for
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
