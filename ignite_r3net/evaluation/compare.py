@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_json, write_text
+from ..atomic_files import check_writable_folder, write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import list_pairs
 from ..data.registry import resolve_names
@@ -32,7 +32,6 @@ from ..model.backbone_weights import sha256_of
 from ..model.hub import is_hub_source
 from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
-from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, comparison_csv, table_csv, table_latex, table_markdown
 from .crf import require_crf

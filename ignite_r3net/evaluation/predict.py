@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..atomic_files import check_writable_folder
 from ..console import echo
 from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..distributed.launch import launch
@@ -27,7 +28,6 @@ from ..exported_model import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields, values_by_flag
-from ..output_paths import check_writable_folder
 from ..run_lock import claimed_folder
 from .crf import require_crf
 from .map_record import RECORD_DIR, MapRecord, run_description, run_key
