@@ -1,7 +1,5 @@
-"""The model card (``README.md``) of ``export --format hub``: YAML metadata the Hub indexes, what the
-model is, how to run it, how it was trained and, with ``--results`` (the results.json of ``evaluate
---json`` or of ``compare``), how it scores. Plain Python, without torch.
-"""
+"""The model card (``README.md``) of ``export --format hub``: YAML metadata the Hub indexes, what the model
+is, how to run it, how it was trained and, with ``--results``, how it scores. Plain Python, without torch."""
 
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ _CITATION = """@inproceedings{deng2018r3net,
 
 
 def read_results(path: str | Path) -> tuple[str, Results]:
-    """``("evaluate" | "compare", {dataset: {method: row}})`` from a results.json (``evaluate``'s rows
-    under the method ``"this model"``). ``OptionError`` when it is neither or lacks a table metric."""
+    """``("evaluate" | "compare", {dataset: {method: row}})`` from the results.json of ``evaluate --json``
+    (its rows under the method ``"this model"``) or of ``compare``."""
     what = f"--results {path}"
     data = load_json(path, what)
     if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
@@ -54,8 +52,7 @@ def _is_number(value: Any) -> bool:
 
 
 def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, options: Mapping[str, Any]) -> str:
-    """The README.md of a hub export with this ``config.json``. ``options``: ``license`` (None:
-    ``DEFAULT_LICENSE``), ``trained_on`` (data set names), ``repo_id`` (for the usage lines)."""
+    """The README.md of a hub export with this ``config.json``; ``options``: license, trained_on, repo_id."""
     repo = options.get("repo_id") or "ORG/NAME"
     parts = [
         _metadata(config, options),

@@ -1,15 +1,8 @@
-"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without
-this package (``--format hub``: ``hub_folder``). The file holds :class:`SaliencyGraph`, uint8 RGB
-``(N, 3, H, W)`` in, float ``(N, 1, H, W)`` in 0..1 out, batch, height and width dynamic.
-
-* ONNX: ``torch.onnx.export(dynamo=True)``, torch's supported exporter (the TorchScript-based one is
-  deprecated); opset 18 is the oldest it writes natively (down-converting to 17 fails for R3Net).
-* TorchScript: ``torch.jit.trace``; R3Net's sizes all come from tensor shapes, which the tracer
-  records as shape operations, so the trace holds at every input size (tested).
-
-The file is written under a temporary name, loaded back standalone, compared with the PyTorch model
-at another batch and size than the traced one, and only then renamed: a failed export leaves no file.
-"""
+"""``export``: a trained R3Net as one ONNX (``torch.onnx.export(dynamo=True)``) or TorchScript
+(``torch.jit.trace``: R3Net's sizes all come from shapes, so the trace holds at every size) file that gives
+``predict``'s maps without this package, or (``--format hub``) as a folder for ``hf upload ORG/NAME DIR``
+that every command reads as ``--checkpoint hf-hub:ORG/NAME``. Either is read back and checked against
+the PyTorch model before it is renamed into place: a failed export leaves what was there."""
 
 from __future__ import annotations
 
@@ -17,24 +10,35 @@ import importlib.util
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from .. import __version__
-from ..atomic_files import atomic_output
+from ..atomic_files import (
+    atomic_folder,
+    atomic_output,
+    check_writable_file,
+    check_writable_folder,
+    read_json_object,
+    write_json,
+    write_text,
+)
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
 from ..exported_model import INPUT_NAME, METADATA_FILE, OUTPUT_NAME, contract, load_exported, quiet_torchscript
-from ..model.trained_model import build_model, read_trained_weights
+from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
-from ..output_paths import check_writable_file
 from .formats import SUFFIXES
-from .hub_folder import write_hub_folder
+from .model_card import model_card, read_results
 
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
+HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
+CARD = "README.md"
 
 # Example input for tracing, and another batch and size for checking the file: height != width (or
 # the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
@@ -43,9 +47,8 @@ _CHECK_SHAPE = (1, 3, 45, 71)
 
 
 class SaliencyGraph(nn.Module):
-    """R3Net in eval mode with its preprocessing: uint8 RGB ``(N, 3, H, W)`` to saliency ``(N, 1, H, W)``
-    in 0..1. ``normalize_image``'s normalisation, bit for bit, in buffers that follow the module to
-    its device: ``x * (1 / (255 std)) + (-mean / std)`` in float32."""
+    """R3Net in eval mode with ``normalize_image``'s normalisation, bit for bit: uint8 RGB ``(N, 3, H, W)``
+    to saliency ``(N, 1, H, W)`` in 0..1."""
 
     scale: torch.Tensor
     shift: torch.Tensor
@@ -64,9 +67,7 @@ class SaliencyGraph(nn.Module):
 
 
 def export_model(options: ExportOptions) -> Path:
-    """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path.
-    Raises ``OptionError`` (a wrong option or output name, a missing extra), ``CheckpointError``
-    (unreadable checkpoint, unwritable file) or ``ExportError`` (the file does not give the maps)."""
+    """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path."""
     options.validate()
     if options.format == "hub":
         return write_hub_folder(options)
@@ -75,7 +76,7 @@ def export_model(options: ExportOptions) -> Path:
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
+    metadata = _contract(weights)
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
@@ -95,7 +96,6 @@ def export_model(options: ExportOptions) -> Path:
 
 
 def _check_output(options: ExportOptions) -> Path:
-    """``--output``: a file name with the format's suffix, in a folder, not the checkpoint itself."""
     out = Path(options.output)
     suffix = SUFFIXES[options.format]
     if out.is_dir():
@@ -112,8 +112,8 @@ def _check_output(options: ExportOptions) -> Path:
 
 
 def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str], opset: int) -> None:
-    # height and width from 33: at 32 or less the backbone's last map is 1x1 and torch.export would
-    # want that case traced separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
+    # height and width from 33: at 32 or less the backbone's last map is 1x1, which torch.export would
+    # trace separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
     dim = torch.export.Dim
     dynamic_shapes = {"image": {0: dim("batch"), 2: dim("height", min=33), 3: dim("width", min=33)}}
     with warnings.catch_warnings():
@@ -141,7 +141,7 @@ def _write_torchscript(graph: SaliencyGraph, example: torch.Tensor, path: Path, 
 
 @torch.no_grad()
 def _check_written(path: Path, graph: SaliencyGraph) -> float:
-    """The largest difference to ``graph`` of ``path`` loaded standalone; ``ExportError`` beyond ``TOLERANCE``."""
+    """The largest difference to ``graph`` of ``path`` loaded standalone, at another size than the traced one."""
     image = torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     try:
         exported = load_exported(path)
@@ -157,3 +157,73 @@ def _check_written(path: Path, graph: SaliencyGraph) -> float:
             f"at {tuple(image.shape)}; nothing was written"
         )
     return difference
+
+
+def _contract(weights: TrainedWeights) -> dict[str, str]:
+    return contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
+
+
+def write_hub_folder(options: ExportOptions) -> Path:
+    """Write the Hub folder of ``options.checkpoint`` to ``options.output``; returns its path."""
+    out = Path(options.output)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--output {out} is a file; --format hub writes a folder")
+    if out.is_dir() and any(out.iterdir()) and "ignite_r3net" not in (read_json_object(out / HUB_CONFIG) or {}):
+        raise OptionError(
+            f"--output {out} holds files of its own; give a new or empty folder (an earlier hub export is replaced)"
+        )
+    check_writable_folder(out, "--output")  # atomic_folder makes the parent when it writes
+    results = read_results(options.results) if options.results else None
+    weights = read_trained_weights(options.checkpoint, options.backbone)
+    model = build_model(weights, "cpu")
+    training, starting = _run_record(Path(weights.path))
+    meta = _contract(weights)
+    config = {
+        "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
+        "architecture": "R3Net",
+        "backbone": weights.backbone,
+        "contract": meta,
+        "checkpoint": {"source": meta["source"], "sha256": weights.sha256()},  # a Hub id, or the file's name
+        "starting_weights": starting,
+        "training": training,
+    }
+    card_options = {"license": options.license, "trained_on": options.trained_on, "repo_id": options.repo_id}
+    with atomic_folder(out) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp / HUB_WEIGHTS))
+        write_json(config, tmp / HUB_CONFIG)
+        write_text(model_card(config, results, card_options), tmp / CARD)
+        _check_folder(tmp, model, weights.backbone)
+    print(
+        f"wrote {out} (hub: {HUB_WEIGHTS}, {HUB_CONFIG}, {CARD}; backbone {weights.backbone}; read back and "
+        f"checked); upload it with: hf upload {options.repo_id or 'ORG/NAME'} {out}"
+    )
+    return out
+
+
+def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(training recipe, starting weights) from the config.json of a run, or a Hub folder, beside ``checkpoint``."""
+    record = read_json_object(checkpoint.parent / HUB_CONFIG) or {}
+    if "ignite_r3net" in record:  # re-exporting a Hub folder
+        return record.get("training"), record.get("starting_weights")
+    if "iters" not in record or "backbone" not in record:  # none, or not a training run's
+        return None, None
+    weights = record.get("weights")
+    if not isinstance(weights, dict):
+        return record, None
+    # the file's name, not this machine's path to it
+    return record, {**weights, "file": Path(str(weights.get("file", ""))).name}
+
+
+@torch.no_grad()
+def _check_folder(folder: Path, model: nn.Module, backbone: str) -> None:
+    """Read ``folder`` back as every command will; its weights and an output must be ``model``'s."""
+    back = read_trained_weights(folder / HUB_WEIGHTS)
+    if back.backbone != backbone:
+        raise ExportError(f"the exported folder reads as backbone {back.backbone}, not {backbone}")
+    reloaded = build_model(back, "cpu")
+    got, expected = reloaded.state_dict(), model.state_dict()
+    if got.keys() != expected.keys() or not all(torch.equal(v, expected[k]) for k, v in got.items()):
+        raise ExportError("the exported model.safetensors does not hold the checkpoint's weights; nothing was written")
+    image = torch.rand(_CHECK_SHAPE, generator=torch.Generator().manual_seed(1))
+    if not torch.equal(reloaded(image), model(image)):
+        raise ExportError("the exported folder's model gives other maps than the checkpoint's; nothing was written")
