@@ -1,7 +1,5 @@
-"""A model written by ``export``: its contract (``contract``, stored in the file), and running the file
-with onnxruntime or TorchScript (``load_exported``, for ``predict --model``). onnxruntime is an
-optional extra: without it an ``.onnx`` model fails with one line telling how to install it.
-"""
+"""A model written by ``export``: its contract (stored in the file), and running the file with onnxruntime
+(an optional extra) or TorchScript (``load_exported``, for ``predict --model``)."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ ExportedModel = Callable[[torch.Tensor], torch.Tensor]
 
 
 def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, str]:
-    """The metadata of every exported file (ONNX ``metadata_props``, TorchScript ``_extra_files``):
-    what goes in, what comes out, and where the weights came from."""
+    """The metadata of every exported file: what goes in, what comes out, where the weights came from."""
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": backbone,
@@ -44,12 +41,10 @@ def contract(backbone: str, source: str | Path, exported_by: str) -> dict[str, s
 
 
 def is_onnx(path: str | Path) -> bool:
-    """Whether ``path`` names an ONNX file by its suffix (anything else is taken as TorchScript)."""
     return Path(path).suffix.lower() == ".onnx"
 
 
 def require_onnxruntime() -> ModuleType:
-    """The ``onnxruntime`` module, or a one-line ``OptionError`` saying how to get it."""
     try:
         import onnxruntime
     except ImportError:
@@ -58,10 +53,8 @@ def require_onnxruntime() -> ModuleType:
 
 
 def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> ExportedModel:
-    """The exported model in ``path`` (``.onnx``: onnxruntime, else TorchScript) as a callable from a
-    uint8 ``(N, 3, H, W)`` batch to float ``(N, 1, H, W)`` saliency on the batch's device; ``threads``:
-    onnxruntime's intra-op threads. A one-line ``OptionError`` when the file is missing, unreadable
-    or does not take uint8 images."""
+    """The exported model in ``path`` (``.onnx``: onnxruntime, else TorchScript); ``threads``: onnxruntime's
+    intra-op threads. ``OptionError`` when the file is missing, unreadable or does not take uint8 images."""
     path = Path(path)
     if not path.is_file():
         raise OptionError(f"--model {path} does not exist")
@@ -71,12 +64,11 @@ def load_exported(path: str | Path, device: torch.device | str = "cpu", threads:
 
 
 def onnx_providers(device: torch.device) -> list[Any]:
-    """onnxruntime's execution providers for ``device``, first choice first: on a GPU, the CUDA provider
-    on that GPU (without ``device_id`` every process runs on GPU 0) when installed, then the CPU's."""
+    """onnxruntime's execution providers for ``device``, first choice first (CUDA when installed, then CPU)."""
     ort = require_onnxruntime()
     providers: list[Any] = ["CPUExecutionProvider"]
     if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device.index if device.index is not None else torch.cuda.current_device()  # else all on GPU 0
         providers.insert(0, ("CUDAExecutionProvider", {"device_id": index}))
     return providers
 
@@ -91,8 +83,7 @@ class OnnxModel:
 
     @property
     def provider(self) -> str:
-        """The execution provider that runs the model: the first onnxruntime could set up (it falls back
-        to the CPU's, silently, when CUDA fails)."""
+        """The execution provider that runs the model (onnxruntime falls back to the CPU's silently)."""
         return str(self.session.get_providers()[0])
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
@@ -148,8 +139,7 @@ def _torchscript_load_reason(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def quiet_torchscript() -> Iterator[None]:
-    """Silence torch's deprecation warning on ``torch.jit`` calls in the block (TorchScript is
-    deprecated since torch 2.14, but still what libtorch C++ and mobile apps load)."""
+    """Silence torch's deprecation warning on ``torch.jit`` (still what libtorch C++ and mobile apps load)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=FutureWarning)
         yield

@@ -1,14 +1,10 @@
-"""Inference as an ignite Engine, shared by validation, ``evaluate`` and ``predict``: each step yields
-the 8-bit maps a saved PNG would hold, at the input's own size, so metrics on the fly equal metrics
-on saved maps. The model sees each image at full resolution (the original's protocol) unless
-``--size`` / ``--max-side`` ask for another size: the image is resized for the model and its
-saliency resized back."""
+"""Inference as an ignite Engine, shared by validation, ``evaluate`` and ``predict``: each step yields the
+8-bit maps a saved PNG would hold, at the input's own size, so metrics on the fly equal those on saved maps."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, cast
 
 import ignite.distributed as idist
@@ -24,14 +20,13 @@ from .progress import Progress
 # the autocast dtype of each --amp choice (config.AMP_MODES), in training and inference
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-
 # a uint8 image batch (N, 3, h, w) to saliency probabilities (N, 1, h, w): a model or an exported file
 SaliencyFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def inference_shape(height: int, width: int, size: int | None = None, max_side: int | None = None) -> tuple[int, int]:
-    """The (H, W) the model sees for an image of ``height`` x ``width``: ``size`` x ``size``, or
-    scaled down (aspect kept) so that the longer side is at most ``max_side``, else the image's own."""
+    """The (H, W) the model sees: ``size`` x ``size``, or scaled down to a longer side of ``max_side``, else the
+    image's own (the original's protocol: full resolution)."""
     if size is not None:
         return size, size
     longer = max(height, width)
@@ -43,8 +38,8 @@ def inference_shape(height: int, width: int, size: int | None = None, max_side: 
 def saliency_at_input_size(
     run: SaliencyFunction, images: torch.Tensor, size: int | None = None, max_side: int | None = None
 ) -> torch.Tensor:
-    """``run`` on the uint8 batch resized to ``inference_shape`` (bilinear, antialiased, back to uint8:
-    what an exported model takes), its saliency resized back to the batch's size (bilinear)."""
+    """``run`` on the uint8 batch resized to ``inference_shape`` (still uint8, as an exported model takes it),
+    its saliency resized back to the batch's size."""
     height, width = images.shape[-2:]
     shape = inference_shape(height, width, size, max_side)
     if shape == (height, width):
@@ -70,8 +65,7 @@ def predict_maps(
 
 
 def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
-    """Saliency probabilities (N,1,H,W) in 0..1 (a model's or an exported file's) as the 8-bit maps
-    (N,H,W) that are scored and saved: ``round(p * 255)``."""
+    """Saliency (N,1,H,W) in 0..1 as the 8-bit maps (N,H,W) that are scored and saved: ``round(p * 255)``."""
     return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
@@ -82,8 +76,7 @@ MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
 def create_evaluator(
     model: nn.Module, device: torch.device, amp: str = "off", size: int | None = None, max_side: int | None = None
 ) -> Engine:
-    """An Engine whose output is ``(maps, gts)``, (H,W) uint8 tensors at each image's size; the batch,
-    with the images' ``name``, stays in ``engine.state.batch`` for whoever saves or scores by name."""
+    """An Engine whose output is ``(maps, gts)``, (H,W) uint8 tensors at each image's size."""
 
     def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         if any(batch.get("problem", ())):  # a pair the loader could not read, left out (validation)
@@ -115,26 +108,20 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:
-    """Run ``evaluator`` over this rank's shard of ``loader``; ``metric`` over every rank's images (a
-    collective: an empty shard skips the run but joins ``compute()``'s all-reduce). ``progress``
-    counts this rank's images times the world size (the shards differ by one image at most)."""
+    """``metric`` over every rank's images, ``evaluator`` run on this rank's shard of ``loader`` (a collective:
+    an empty shard joins the all-reduce); ``progress`` counts this rank's images times the world size."""
     metric.reset()
     if len(loader.sampler) > 0:
-        with _counting(evaluator, progress):
+        world = idist.get_world_size()
+        counting = None
+        if progress is not None:
+            count = progress.update
+            counting = evaluator.add_event_handler(
+                Events.ITERATION_COMPLETED, lambda engine: count(len(engine.state.batch["name"]) * world)
+            )
+        try:
             evaluator.run(loader)
+        finally:
+            if counting is not None:
+                counting.remove()
     return metric.compute()
-
-
-@contextmanager
-def _counting(evaluator: Engine, progress: Progress | None) -> Iterator[None]:
-    if progress is None:
-        yield
-        return
-    world = idist.get_world_size()
-    handle = evaluator.add_event_handler(
-        Events.ITERATION_COMPLETED, lambda engine: progress.update(len(engine.state.batch["name"]) * world)
-    )
-    try:
-        yield
-    finally:
-        handle.remove()

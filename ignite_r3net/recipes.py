@@ -1,6 +1,5 @@
 """Training recipes by name (``train --recipe NAME``): the option values a published training script
-used, with where they come from. Torch-free: ``config.py`` lists them in ``--help``.
-"""
+used, with where they come from. Torch-free: ``config.py`` lists them in ``--help``."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named set of ``TrainConfig`` values; ``global_batch``, when set, is the batch over all processes
-    that the recipe keeps on any number of them (else ``values["batch_size"]`` is per process)."""
+    """A named set of ``TrainConfig`` values; ``global_batch``: the batch over all processes, kept on any number."""
 
     name: str
     source: str
@@ -20,7 +18,6 @@ class Recipe:
     global_batch: int | None = None
 
     def summary(self) -> str:
-        """What ``--help`` says the recipe sets."""
         batch = f"batch {self.values.get('batch_size')} per process"
         if self.global_batch is not None:
             batch = f"batch {self.global_batch} over all processes"
@@ -67,7 +64,6 @@ DEFAULT_RECIPE = REFERENCE_DDP.name
 
 
 def recipes_help() -> str:
-    """The ``--recipe`` help text: what each recipe sets."""
     listed = "; ".join(r.summary() for r in RECIPES.values())
     return (
         "the training recipe, by name; options given on the command line replace its values, and "
@@ -83,5 +79,5 @@ def split_global_batch(global_batch: int, world_size: int) -> int | None:
 
 
 def possible_world_sizes(global_batch: int) -> list[int]:
-    """The numbers of processes that can share ``global_batch`` (``split_global_batch``)."""
+    """The numbers of processes that can share ``global_batch``."""
     return [n for n in range(1, global_batch + 1) if split_global_batch(global_batch, n) is not None]
