@@ -1,14 +1,13 @@
-"""``export``: a trained R3Net as one ONNX (``torch.onnx.export(dynamo=True)``) or TorchScript
-(``torch.jit.trace``: R3Net's sizes all come from shapes, so the trace holds at every size) file that gives
-``predict``'s maps without this package, or (``--format hub``) as a folder for ``hf upload ORG/NAME DIR``
-that every command reads as ``--checkpoint hf-hub:ORG/NAME``. Either is read back and checked against
-the PyTorch model before it is renamed into place: a failed export leaves what was there."""
+"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without this
+package, or (``--format hub``) as a folder with its model card for ``hf upload``, which every command reads
+as ``--checkpoint hf-hub:ORG/NAME``. Either is checked against PyTorch before it is renamed into place."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +27,43 @@ from ..atomic_files import (
 )
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
+from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
 from ..exported_model import INPUT_NAME, METADATA_FILE, OUTPUT_NAME, contract, load_exported, quiet_torchscript
-from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
+from ..model.hub import HF_PREFIX, is_hub_source
+from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, build_model, read_trained_weights
 from ..options import ExportOptions
+from ..options.json_file import load_json
 from .formats import SUFFIXES
-from .model_card import model_card, read_results
 
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
 HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
 CARD = "README.md"
+_EXPORTED_BY = f"ignite_r3net {__version__}, torch {torch.__version__}"
 
 # Example input for tracing, and another batch and size for checking the file: height != width (or
 # the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
 _TRACE_SHAPE = (2, 3, 64, 96)
 _CHECK_SHAPE = (1, 3, 45, 71)
 
+DEFAULT_LICENSE = "mit"  # this package's; the user states the weights' own with --license
+TAGS = ("saliency-detection", "salient-object-detection", "image-segmentation", "r3net", "pytorch-ignite")
+PIPELINE_TAG = "image-segmentation"  # the Hub's task closest to a per-pixel saliency map
+_METRIC_NAMES = {"mae": "MAE ↓", "maxF": "max F ↑", "Sm": "S ↑", "maxE": "max E ↑", "wF": "weighted F ↑"}
+_RECIPE = ("data", "val_data", "iters", "batch_size", "lr", "lr_power", "momentum", "weight_decay", "crop", "rotate")
+_CITATION = """@inproceedings{deng2018r3net,
+  title     = {R3Net: Recurrent Residual Refinement Network for Saliency Detection},
+  author    = {Deng, Zijun and Hu, Xiaowei and Zhu, Lei and Xu, Xuemiao and Qin, Jing and Han, Guoqiang
+               and Heng, Pheng-Ann},
+  booktitle = {Proceedings of the 27th International Joint Conference on Artificial Intelligence (IJCAI)},
+  pages     = {684--690},
+  year      = {2018}
+}"""
+
 
 class SaliencyGraph(nn.Module):
-    """R3Net in eval mode with ``normalize_image``'s normalisation, bit for bit: uint8 RGB ``(N, 3, H, W)``
-    to saliency ``(N, 1, H, W)`` in 0..1."""
+    """R3Net in eval mode with ``normalize_image``'s normalisation, bit for bit: uint8 RGB in, saliency out."""
 
     scale: torch.Tensor
     shift: torch.Tensor
@@ -76,7 +91,7 @@ def export_model(options: ExportOptions) -> Path:
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = _contract(weights)
+    metadata = contract(weights.backbone, weights.source, _EXPORTED_BY)
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
@@ -134,7 +149,7 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
 
 
 def _write_torchscript(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str]) -> None:
-    with quiet_torchscript(), torch.no_grad():
+    with quiet_torchscript(), torch.no_grad():  # R3Net's sizes all come from shapes: the trace holds at any size
         traced = torch.jit.trace(graph, (example,), check_trace=False)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(metadata, indent=2)})
 
@@ -159,10 +174,6 @@ def _check_written(path: Path, graph: SaliencyGraph) -> float:
     return difference
 
 
-def _contract(weights: TrainedWeights) -> dict[str, str]:
-    return contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
-
-
 def write_hub_folder(options: ExportOptions) -> Path:
     """Write the Hub folder of ``options.checkpoint`` to ``options.output``; returns its path."""
     out = Path(options.output)
@@ -177,7 +188,7 @@ def write_hub_folder(options: ExportOptions) -> Path:
     weights = read_trained_weights(options.checkpoint, options.backbone)
     model = build_model(weights, "cpu")
     training, starting = _run_record(Path(weights.path))
-    meta = _contract(weights)
+    meta = contract(weights.backbone, weights.source, _EXPORTED_BY)
     config = {
         "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
         "architecture": "R3Net",
@@ -227,3 +238,117 @@ def _check_folder(folder: Path, model: nn.Module, backbone: str) -> None:
     image = torch.rand(_CHECK_SHAPE, generator=torch.Generator().manual_seed(1))
     if not torch.equal(reloaded(image), model(image)):
         raise ExportError("the exported folder's model gives other maps than the checkpoint's; nothing was written")
+
+
+def read_results(path: str | Path) -> tuple[str, Results]:
+    """``(kind, {dataset: {method: row}})`` from the results.json of ``evaluate --json`` or ``compare``."""
+    what = f"--results {path}"
+    data = load_json(path, what)
+    if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
+        raise OptionError(f"{what}: expected the results.json of 'evaluate --json' or 'compare'")
+    kind, results = "compare", data
+    if all(_is_number(row.get("mae")) for row in data.values()):  # evaluate: one row per data set
+        kind = "evaluate"
+        results = {d: {"this model": {**row, "count": row.get("images", 0)}} for d, row in data.items()}
+    for dataset, methods in results.items():
+        for method, row in methods.items():
+            lacking = [m for m in DEFAULT_METRICS if not isinstance(row, Mapping) or not _is_number(row.get(m))]
+            if lacking:
+                raise OptionError(f"{what}: {method} on {dataset} has no {', '.join(lacking)}: not our results.json")
+    return kind, results
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, options: Mapping[str, Any]) -> str:
+    """The README.md of a hub export with this ``config.json``; ``options``: license, trained_on, repo_id."""
+    repo = options.get("repo_id") or "ORG/NAME"
+    parts = [
+        _metadata(config, options),
+        f"# R3Net ({config['backbone']}) for salient object detection\n\n"
+        "R3Net (Deng et al., *R3Net: Recurrent Residual Refinement Network for Saliency Detection*, IJCAI 2018) "
+        "predicts a saliency map: for every pixel, the probability that it belongs to the most noticeable "
+        f"object. Exported with `ignite_r3net` {config['ignite_r3net']['version']}.",
+        _usage(repo),
+        _files(config),
+        _training(config),
+    ]
+    if results is not None:
+        parts.append(_evaluation(*results))
+    parts.append(f"## Citation\n\n```bibtex\n{_CITATION}\n```")
+    return "\n\n".join(parts) + "\n"
+
+
+def _metadata(config: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """YAML front matter; every value a JSON string, which YAML reads as it is."""
+    license_id = json.dumps(options.get("license") or DEFAULT_LICENSE)
+    lines = ["---", "library_name: ignite_r3net", f"license: {license_id}", f"pipeline_tag: {PIPELINE_TAG}"]
+    lines += ["tags:"] + [f"- {json.dumps(tag)}" for tag in (*TAGS, config["backbone"])]
+    if options.get("trained_on"):
+        lines += ["datasets:"] + [f"- {json.dumps(name)}" for name in options["trained_on"]]
+    start = (config.get("starting_weights") or {}).get("source", "")
+    if is_hub_source(start):  # the backbone's ImageNet weights on the Hub: the model this one grew from
+        lines.append(f"base_model: {json.dumps(start[len(HF_PREFIX) :].partition('@')[0])}")
+    return "\n".join([*lines, "---"])
+
+
+def _usage(repo: str) -> str:
+    return (
+        "## Use\n\n"
+        "With `ignite_r3net` installed (`pip install -e .` in its checkout):\n\n"
+        "```bash\n"
+        f"python run.py predict --checkpoint hf-hub:{repo} --input photos --output maps\n"
+        f"python run.py predict --checkpoint hf-hub:{repo} --input photos --output cutouts --cutout\n"
+        f"python run.py evaluate --checkpoint hf-hub:{repo} --data DUTS-TE\n"
+        "```\n\n"
+        "`hf-hub:ORG/NAME@REVISION` pins a revision (a branch, tag or commit). `python run.py export "
+        f"--checkpoint hf-hub:{repo} --format onnx --output r3net.onnx` gives the model as one ONNX file "
+        "for use without this package."
+    )
+
+
+def _files(config: Mapping[str, Any]) -> str:
+    contract, checkpoint = config["contract"], config["checkpoint"]
+    return (
+        "## Files\n\n"
+        "| | |\n|---|---|\n"
+        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}` |\n"
+        "| `config.json` | backbone, input contract, training recipe, starting weights, sha256 of the source |\n"
+        f"| input | {contract['input']} |\n"
+        f"| output | {contract['output']} |\n"
+        f"| preprocessing | {contract['preprocessing'].removeprefix('inside the graph: ')} (`predict` does it; "
+        "ONNX and TorchScript exports hold it in their graph) |\n"
+        f"| exported from | `{checkpoint['source']}`, sha256 `{checkpoint['sha256']}` |"
+    )
+
+
+def _training(config: Mapping[str, Any]) -> str:
+    recipe, start = config.get("training"), config.get("starting_weights")
+    if not recipe:
+        return "## Training\n\nThe checkpoint came without its run's config.json: the recipe is not recorded."
+    rows = [f"| `{key}` | `{json.dumps(recipe[key])}` |" for key in _RECIPE if key in recipe]
+    if start:
+        rows.append(f"| starting weights | `{start.get('source')}`, sha256 `{start.get('sha256')}` |")
+    intro = "The run's options (all of them are in `config.json`, under `training`):"
+    return "\n".join(["## Training", "", intro, "", "| option | value |", "|---|---|", *rows])
+
+
+def _evaluation(kind: str, results: Results) -> str:
+    datasets = list(results)
+    if kind == "compare":
+        methods = list(dict.fromkeys(m for d in datasets for m in results[d]))
+        table = table_markdown(build_table(results, datasets, methods, list(DEFAULT_METRICS), 3))
+        intro = "From `compare` (best value of each column bold, second-best underlined):"
+    else:
+        header = "| Data set | images | " + " | ".join(_METRIC_NAMES[m] for m in DEFAULT_METRICS) + " |"
+        rows = [
+            f"| {d} | {int(results[d]['this model']['count'])} | "
+            + " | ".join(f"{results[d]['this model'][m]:.3f}" for m in DEFAULT_METRICS)
+            + " |"
+            for d in datasets
+        ]
+        table = "\n".join([header, "|---|--:" + "|--:" * len(DEFAULT_METRICS) + "|", *rows])
+        intro = "From `evaluate` (each image at its full resolution):"
+    return f"## Evaluation\n\n{intro}\n\n{table.rstrip()}"
