@@ -19,9 +19,8 @@ TEMP_PREFIX = ".tmp-"  # hidden, so no listing of maps or images picks them up
 
 @contextmanager
 def atomic_output(path: str | Path, durable: bool = True) -> Iterator[Path]:
-    """A temporary path beside ``path`` for the block to write, renamed onto ``path`` (mode 0644) when
-    the block succeeds, removed when it fails. ``durable`` also fsyncs, against a power loss (the
-    rename alone survives a killed process; the fsyncs cost too much for thousands of small files)."""
+    """A temporary path for the block to write, renamed onto ``path`` (mode 0644) if the block succeeds;
+    ``durable`` also fsyncs, against a power loss (too slow for thousands of small files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=path.suffix, dir=path.parent)
@@ -75,8 +74,7 @@ def read_json_object(path: str | Path) -> dict[str, Any] | None:
 
 @contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
-    """``atomic_output`` for a folder: the temporary folder, filled without an error, replaces ``path``
-    (its files readable by all and fsynced); a reader sees the old folder or the new one, never a mix."""
+    """``atomic_output`` for a folder: a reader sees the old folder or the new one, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path.parent))

@@ -26,8 +26,8 @@ BEST_PATTERN = re.compile(r"^best_model_\d+_maxF=(?P<priority>[0-9.]+)\.pt$")
 
 
 class SafeDiskSaver(BaseSaveHandler):
-    """ignite's ``Checkpoint`` save handler, never without a complete checkpoint: files are written atomically
-    and the oldest, which ``Checkpoint`` removes *before* writing the new one, waits for the next write."""
+    """ignite's ``Checkpoint`` save handler that writes atomically and removes the oldest file only after
+    the next write (``Checkpoint`` asks *before* it), so the run always has a complete checkpoint."""
 
     def __init__(self, dirname: str | Path) -> None:
         self.dirname = Path(dirname)
@@ -86,8 +86,7 @@ def _remove(paths: list[Path]) -> None:
 
 
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
-    """A ``.pt``/``.pth`` (``weights_only``) or ``.safetensors`` file on the CPU; ``CheckpointError`` naming
-    ``what`` when it is missing, corrupt, or holds more than tensors and plain containers."""
+    """A ``.pt``/``.pth`` (``weights_only``) or ``.safetensors`` file on the CPU; else ``CheckpointError``."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")

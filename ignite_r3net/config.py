@@ -34,8 +34,7 @@ _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a training run: the options, then what start-up resolved
-    (``training/start.py``); frozen, so every function sees the one description of the run."""
+    """Everything that defines a training run: the options, then what start-up resolved (``training.start``)."""
 
     # data
     data: list[str] = option(

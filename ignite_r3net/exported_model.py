@@ -53,8 +53,7 @@ def require_onnxruntime() -> ModuleType:
 
 
 def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> ExportedModel:
-    """The exported model in ``path`` (``.onnx``: onnxruntime, else TorchScript); ``threads``: onnxruntime's
-    intra-op threads. ``OptionError`` when the file is missing, unreadable or does not take uint8 images."""
+    """The exported model in ``path`` (``.onnx``: onnxruntime with ``threads``, else TorchScript)."""
     path = Path(path)
     if not path.is_file():
         raise OptionError(f"--model {path} does not exist")

@@ -25,8 +25,7 @@ SaliencyFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def inference_shape(height: int, width: int, size: int | None = None, max_side: int | None = None) -> tuple[int, int]:
-    """The (H, W) the model sees: ``size`` x ``size``, or scaled down to a longer side of ``max_side``, else the
-    image's own (the original's protocol: full resolution)."""
+    """The (H, W) the model sees: ``size`` x ``size``, scaled down to ``max_side``, else full resolution."""
     if size is not None:
         return size, size
     longer = max(height, width)
@@ -38,8 +37,7 @@ def inference_shape(height: int, width: int, size: int | None = None, max_side: 
 def saliency_at_input_size(
     run: SaliencyFunction, images: torch.Tensor, size: int | None = None, max_side: int | None = None
 ) -> torch.Tensor:
-    """``run`` on the uint8 batch resized to ``inference_shape`` (still uint8, as an exported model takes it),
-    its saliency resized back to the batch's size."""
+    """``run`` on the uint8 batch resized to ``inference_shape``, its saliency resized back."""
     height, width = images.shape[-2:]
     shape = inference_shape(height, width, size, max_side)
     if shape == (height, width):
@@ -108,8 +106,7 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:
-    """``metric`` over every rank's images, ``evaluator`` run on this rank's shard of ``loader`` (a collective:
-    an empty shard joins the all-reduce); ``progress`` counts this rank's images times the world size."""
+    """``metric`` over every rank's images, ``evaluator`` run on this rank's shard (a collective, also when empty)."""
     metric.reset()
     if len(loader.sampler) > 0:
         world = idist.get_world_size()

@@ -15,8 +15,7 @@ _DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")
 
 
 def set_deterministic_environment() -> None:
-    """Set ``CUBLAS_WORKSPACE_CONFIG`` unless deterministic already; before any CUDA work (cuBLAS reads it
-    at its first handle), in the launching process and in each worker (torchrun and srun start those)."""
+    """Set ``CUBLAS_WORKSPACE_CONFIG`` unless deterministic already, before any CUDA work, in every process."""
     if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in _DETERMINISTIC_CUBLAS:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
 

@@ -46,9 +46,8 @@ class Clock:
 
 
 class Progress:
-    """A bar over ``total`` units from ``initial``, its rate in ``rate_unit`` (``per_unit`` of them per unit:
-    images per iteration). ``enabled=False`` shows nothing; a ``transient`` bar is erased when done and
-    never written to a file."""
+    """A bar over ``total`` units from ``initial``, its rate in ``rate_unit`` (``per_unit`` per unit); a
+    ``transient`` bar is erased when done and never written to a file."""
 
     def __init__(
         self,

@@ -44,19 +44,12 @@ _ORIGINAL_VALUES = {
     "amp": "off",
 }
 
-R3NET_PAPER = Recipe(
-    name="r3net-paper",
-    source="the original R3Net code's train.py (one GPU)",
-    values=_ORIGINAL_VALUES,
-    global_batch=14,
-)
+R3NET_PAPER = Recipe("r3net-paper", "the original R3Net code's train.py (one GPU)", _ORIGINAL_VALUES, global_batch=14)
 
 # the reference DDP script: 'iter_num': 8000 and batch_size = 12 per GPU, otherwise train.py's
 # values; TrainConfig's defaults are this recipe
 REFERENCE_DDP = Recipe(
-    name="reference-ddp",
-    source="the reference DDP script (the defaults)",
-    values={**_ORIGINAL_VALUES, "iters": 8000, "batch_size": 12},
+    "reference-ddp", "the reference DDP script (the defaults)", {**_ORIGINAL_VALUES, "iters": 8000, "batch_size": 12}
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (REFERENCE_DDP, R3NET_PAPER)}

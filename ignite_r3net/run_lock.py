@@ -158,9 +158,8 @@ def _process_exists(pid: object) -> bool:
 
 @contextmanager
 def claimed_folder(out: Path, option: str, leader: bool) -> Iterator[None]:
-    """The output folder ``out`` (given as ``option``) of a train or predict job, created, proven writable
-    and held while the block runs (the ``leader`` holds the lock and removes an interrupted job's
-    temporaries); a job refused inside the block leaves no empty folder behind."""
+    """The output folder ``out`` of a train or predict job, created, proven writable and (by its ``leader``)
+    locked while the block runs; a job refused inside the block leaves no empty folder behind."""
     created = not out.exists()
     check_writable_folder(out, option)  # the words every command uses for a wrong path
     try:
