@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
 import ignite.distributed as idist
@@ -110,15 +111,12 @@ def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progre
     metric.reset()
     if len(loader.sampler) > 0:
         world = idist.get_world_size()
-        counting = None
+        counting: AbstractContextManager[Any] = nullcontext()
         if progress is not None:
             count = progress.update
             counting = evaluator.add_event_handler(
                 Events.ITERATION_COMPLETED, lambda engine: count(len(engine.state.batch["name"]) * world)
             )
-        try:
+        with counting:  # the handle removes its handler on exit
             evaluator.run(loader)
-        finally:
-            if counting is not None:
-                counting.remove()
     return metric.compute()
