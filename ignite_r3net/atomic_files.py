@@ -48,11 +48,6 @@ def _fsync_directory(folder: Path) -> None:
             os.close(fd)
 
 
-def write_bytes(data: bytes, path: str | Path) -> None:
-    with atomic_output(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def write_text(text: str, path: str | Path) -> None:
     with atomic_output(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

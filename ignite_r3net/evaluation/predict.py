@@ -24,7 +24,7 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
-from ..exported_model import is_onnx, load_exported, require_onnxruntime
+from ..export.writer import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields, values_by_flag

@@ -1,14 +1,18 @@
 """``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without this
-package, or (``--format hub``) as a folder with its model card for ``hf upload``, which every command reads
-as ``--checkpoint hf-hub:ORG/NAME``. Either is checked against PyTorch before it is renamed into place."""
+package (read back by ``load_exported``, for ``predict --model``), or (``--format hub``) as a folder with its
+model card for ``hf upload``, which every command reads as ``--checkpoint hf-hub:ORG/NAME``. Either is
+checked against PyTorch before it is renamed into place."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -26,21 +30,24 @@ from ..atomic_files import (
     write_text,
 )
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from ..errors import CheckpointError, ExportError, OptionError
+from ..errors import CheckpointError, ExportError, OptionError, error_line
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
-from ..exported_model import INPUT_NAME, METADATA_FILE, OUTPUT_NAME, contract, load_exported, quiet_torchscript
+from ..inference import SaliencyFunction
 from ..model.hub import HF_PREFIX, is_hub_source
-from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, build_model, read_trained_weights
+from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.json_file import load_json
 from .formats import SUFFIXES
 
+INPUT_NAME = "image"
+OUTPUT_NAME = "saliency"
+METADATA_FILE = "ignite_r3net.json"  # the TorchScript ``_extra_files`` entry holding the contract
+ONNXRUNTIME_MISSING = "--model FILE.onnx needs onnxruntime: pip install 'ignite_r3net[onnx]'"
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
 HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
 CARD = "README.md"
-_EXPORTED_BY = f"ignite_r3net {__version__}, torch {torch.__version__}"
 
 # Example input for tracing, and another batch and size for checking the file: height != width (or
 # the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
@@ -81,6 +88,125 @@ class SaliencyGraph(nn.Module):
         return self.model(image.to(torch.float32) * self.scale + self.shift)
 
 
+def contract(weights: TrainedWeights) -> dict[str, str]:
+    """The metadata of every exported file: what goes in, what comes out, where the weights came from."""
+    return {
+        "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
+        "backbone": weights.backbone,
+        "source": str(weights.source) if is_hub_source(str(weights.source)) else Path(weights.source).name,
+        "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
+        "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
+        "preprocessing": "inside the graph: x / 255, minus mean (0.485, 0.456, 0.406), divided by "
+        "std (0.229, 0.224, 0.225)",
+        "map": "the 8-bit map that predict writes is round(saliency * 255)",
+        "exported_by": f"ignite_r3net {__version__}, torch {torch.__version__}",
+    }
+
+
+def is_onnx(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".onnx"
+
+
+def require_onnxruntime() -> ModuleType:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise OptionError(ONNXRUNTIME_MISSING) from None
+    return onnxruntime
+
+
+def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> SaliencyFunction:
+    """The exported model in ``path`` (``.onnx``: onnxruntime with ``threads``, else TorchScript)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError(f"--model {path} does not exist")
+    if is_onnx(path):
+        return _load_onnx(path, torch.device(device), threads)
+    return _load_torchscript(path, torch.device(device))
+
+
+def onnx_providers(device: torch.device) -> list[Any]:
+    """onnxruntime's execution providers for ``device``, first choice first (CUDA when installed, then CPU)."""
+    ort = require_onnxruntime()
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+        index = device.index if device.index is not None else torch.cuda.current_device()  # else all on GPU 0
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": index}))
+    return providers
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    """An exported ``.onnx`` model in an onnxruntime session: call it on a uint8 batch."""
+
+    session: Any  # onnxruntime.InferenceSession
+    input_name: str
+    output_name: str
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the model (onnxruntime falls back to the CPU's silently)."""
+        return str(self.session.get_providers()[0])
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        array = images.detach().to("cpu", torch.uint8).contiguous().numpy()
+        saliency = self.session.run([self.output_name], {self.input_name: array})[0]
+        return torch.from_numpy(saliency).to(images.device)
+
+
+def _load_onnx(path: Path, device: torch.device, threads: int | None) -> OnnxModel:
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise here
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(str(path), options, providers=onnx_providers(device))
+    except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
+        raise OptionError(f"cannot load ONNX model {path}: {error_line(e)}") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(uint8)" or len(inputs[0].shape) != 4 or len(outputs) != 1:
+        found = ", ".join(f"{i.name} {i.type} {i.shape}" for i in inputs)
+        raise OptionError(
+            f"--model {path} does not take one uint8 (N, 3, H, W) image batch (its inputs: {found}); "
+            "export it with `python run.py export`"
+        )
+    return OnnxModel(session, inputs[0].name, outputs[0].name)
+
+
+def _load_torchscript(path: Path, device: torch.device) -> SaliencyFunction:
+    try:
+        with quiet_torchscript():
+            module = torch.jit.load(str(path), map_location=device)
+    except Exception as e:  # torch raises RuntimeError and others for files that are not TorchScript
+        raise OptionError(f"cannot load TorchScript model {path}: {_torchscript_load_reason(e)}") from None
+    module.eval()
+
+    @torch.no_grad()
+    def run(images: torch.Tensor) -> torch.Tensor:
+        return module(images.to(device))
+
+    return run
+
+
+def _torchscript_load_reason(e: BaseException) -> str:
+    text = str(e)
+    if "constants.pkl" in text or "data.pkl" in text:  # a zip written by torch.save, not by torch.jit.save
+        return "it is a PyTorch file but not TorchScript (a checkpoint goes with --checkpoint)"
+    if "central directory" in text or "zip archive" in text:
+        return "it is not a readable TorchScript file (corrupt, truncated, or another format)"
+    return error_line(e)
+
+
+@contextlib.contextmanager
+def quiet_torchscript() -> Iterator[None]:
+    """Silence torch's deprecation warning on ``torch.jit`` (still what libtorch C++ and mobile apps load)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=FutureWarning)
+        yield
+
+
 def export_model(options: ExportOptions) -> Path:
     """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path."""
     options.validate()
@@ -91,7 +217,7 @@ def export_model(options: ExportOptions) -> Path:
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, weights.source, _EXPORTED_BY)
+    metadata = contract(weights)
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
@@ -188,7 +314,7 @@ def write_hub_folder(options: ExportOptions) -> Path:
     weights = read_trained_weights(options.checkpoint, options.backbone)
     model = build_model(weights, "cpu")
     training, starting = _run_record(Path(weights.path))
-    meta = contract(weights.backbone, weights.source, _EXPORTED_BY)
+    meta = contract(weights)
     config = {
         "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
         "architecture": "R3Net",
