@@ -1,8 +1,5 @@
-"""Files that appear whole or not at all: written under a temporary name beside the target, then
-renamed onto it, so a reader, or a later run after an interruption, never sees half a file. Every
-file this package writes for someone to read later goes through ``atomic_output`` (a folder of
-files, the Hub export, through ``atomic_folder``).
-"""
+"""Output files: their paths checked writable before any work, then written whole or not at all (under a
+temporary name beside the target, renamed onto it): no reader, nor a run after a crash, sees half a file."""
 
 from __future__ import annotations
 
@@ -15,16 +12,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from .errors import OptionError
+
 TEMP_PREFIX = ".tmp-"  # hidden, so no listing of maps or images picks them up
 
 
 @contextmanager
 def atomic_output(path: str | Path, durable: bool = True) -> Iterator[Path]:
-    """A temporary path beside ``path`` (its folder is created) for the block to write; when the block
-    ends without an error the file is made readable by all (0644) and renamed onto ``path``. On an
-    error or interruption it is removed and ``path`` is untouched. ``durable`` also fsyncs the file
-    and the rename, against a power loss; the rename alone is enough against a killed process, and
-    the fsyncs cost milliseconds per file, too much for thousands of small ones."""
+    """A temporary path for the block to write, renamed onto ``path`` (mode 0644) if the block succeeds;
+    ``durable`` also fsyncs, against a power loss (too slow for thousands of small files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=path.suffix, dir=path.parent)
@@ -44,8 +40,7 @@ def atomic_output(path: str | Path, durable: bool = True) -> Iterator[Path]:
 
 
 def _fsync_directory(folder: Path) -> None:
-    """Make a rename in ``folder`` durable, where the filesystem can sync a folder at all."""
-    with suppress(OSError):
+    with suppress(OSError):  # not every filesystem can sync a folder
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -53,14 +48,7 @@ def _fsync_directory(folder: Path) -> None:
             os.close(fd)
 
 
-def write_bytes(data: bytes, path: str | Path) -> None:
-    """Write ``data`` to ``path`` atomically."""
-    with atomic_output(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def write_text(text: str, path: str | Path) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_output(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
@@ -70,11 +58,18 @@ def write_json(data: Any, path: str | Path) -> None:
     write_text(json.dumps(data, indent=2) + "\n", path)
 
 
+def read_json_object(path: str | Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @contextmanager
 def atomic_folder(path: str | Path) -> Iterator[Path]:
-    """``atomic_output`` for a folder: a new temporary folder beside ``path`` that, filled without an
-    error, has its files made readable by all and fsynced, and replaces ``path`` (a folder already
-    there is removed after the swap): a reader sees the old folder or the new one, never a mix."""
+    """``atomic_output`` for a folder: a reader sees the old folder or the new one, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path.parent))
@@ -106,3 +101,42 @@ def remove_stale_temporaries(dirname: str | Path) -> None:
     """Delete temporary files left by a save that was killed half-way."""
     for p in Path(dirname).glob(TEMP_PREFIX + "*"):
         p.unlink(missing_ok=True)
+
+
+# The checks below write a probe file where the output goes (or in its nearest existing ancestor):
+# permission bits alone do not tell (root, a read-only mount, /proc). Nothing is left behind.
+
+
+def check_writable_file(path: str | Path | None, option: str) -> None:
+    """``OptionError`` unless ``path`` (when given) can be written as a file."""
+    if not path:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise OptionError(f"{option} {path} is a folder; give a file name")
+    _check_folder(path.parent, option, path)
+
+
+def check_writable_folder(path: str | Path | None, option: str) -> None:
+    """``OptionError`` unless ``path`` (when given) is a folder that takes new files, or can be made."""
+    if not path:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OptionError(f"{option} {path} exists and is not a folder")
+    _check_folder(path, option, path)
+
+
+def _check_folder(folder: Path, option: str, given: Path) -> None:
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OptionError(f"{option} {given}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OptionError(f"{option} {given}: the folder {existing} is not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OptionError(f"{option} {given}: cannot write in {existing}: {e.strerror or e}") from None

@@ -1,6 +1,5 @@
 """Checkpoint files: atomic writes, old files removed only after a new one is complete, and
-``load_checkpoint``, the one reader of checkpoints and weights files (no pickled code runs).
-"""
+``load_checkpoint``, the one reader of checkpoints and weights files (no pickled code runs)."""
 
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ BEST_PATTERN = re.compile(r"^best_model_\d+_maxF=(?P<priority>[0-9.]+)\.pt$")
 
 
 class SafeDiskSaver(BaseSaveHandler):
-    """ignite's ``Checkpoint`` save handler that never leaves the run without a complete checkpoint:
-    each file is written atomically (``atomic_output``), and the removal of the oldest, which
-    ``Checkpoint`` asks for *before* it writes the new one, waits until the next write completed.
-    Only rank 0 writes and removes. A failed write is a ``CheckpointError``; earlier files stay."""
+    """ignite's ``Checkpoint`` save handler that writes atomically and removes the oldest file only after
+    the next write (``Checkpoint`` asks *before* it), so the run always has a complete checkpoint."""
 
     def __init__(self, dirname: str | Path) -> None:
         self.dirname = Path(dirname)
@@ -59,8 +56,7 @@ class SafeDiskSaver(BaseSaveHandler):
 
 
 def saved_files(dirname: str | Path, pattern: re.Pattern[str]) -> list[tuple[float, Path]]:
-    """The files in ``dirname`` whose names match ``pattern``, as (priority, path), lowest first; the
-    priority is the pattern's ``priority`` group (an iteration, a score)."""
+    """(priority, path) of the files in ``dirname`` matching ``pattern`` (its ``priority`` group), lowest first."""
     folder = Path(dirname)
     paths = folder.iterdir() if folder.is_dir() else ()
     return sorted((float(m["priority"]), p) for p in paths if (m := pattern.match(p.name)))
@@ -72,16 +68,14 @@ def list_checkpoints(dirname: str | Path) -> list[tuple[int, Path]]:
 
 
 def continue_rotation(checkpointer: Checkpoint, saver: SafeDiskSaver, pattern: re.Pattern[str]) -> None:
-    """Count the files a resumed run already has in ``saver``'s folder (names matching ``pattern``)
-    among those ``checkpointer`` keeps, so that it goes on replacing them; files beyond its
-    ``n_saved`` (a resume with a smaller ``--keep``) are removed now, as ignite removes one per save.
-    (``{"_saved": [(priority, filename), ...]}`` is the documented format of ignite's
-    ``Checkpoint.state_dict()``, not an attribute reached into.)"""
+    """Make ``checkpointer`` go on replacing the files a resumed run has in ``saver``'s folder; those
+    beyond its ``n_saved`` (a smaller ``--keep``) are removed now, as ignite removes one per save."""
     saved = saved_files(saver.dirname, pattern)
     keep = checkpointer.n_saved or len(saved)
     _remove([p for _, p in saved[:-keep]])
     saved = saved[-keep:]
     if saved:
+        # the documented format of ignite's Checkpoint.state_dict(), not an attribute reached into
         checkpointer.load_state_dict({"_saved": [(priority, p.name) for priority, p in saved]})
 
 
@@ -92,9 +86,7 @@ def _remove(paths: list[Path]) -> None:
 
 
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
-    """Read a ``.pt``/``.pth`` (``torch.load(weights_only=True)``) or ``.safetensors`` file on the CPU;
-    ``CheckpointError`` naming ``what`` and the file when it is missing, truncated, corrupt, or
-    carries anything but tensors and plain containers (e.g. a pickled callable)."""
+    """A ``.pt``/``.pth`` (``weights_only``) or ``.safetensors`` file on the CPU; else ``CheckpointError``."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")
@@ -121,8 +113,7 @@ def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict[str, Any
 
 
 def exported_model_format(path: str | Path) -> str | None:
-    """``"ONNX"`` or ``"TorchScript"`` when ``path`` is a model file ``export`` writes, else None: an
-    ``.onnx`` name, or a zip archive holding TorchScript's code (``torch.save`` archives have none)."""
+    """``"ONNX"`` or ``"TorchScript"`` when ``path`` is a model file ``export`` writes, else None."""
     path = Path(path)
     if path.suffix.lower() == ".onnx":
         return "ONNX"
@@ -133,12 +124,12 @@ def exported_model_format(path: str | Path) -> str | None:
             names = archive.namelist()
     except (OSError, zipfile.BadZipFile):
         return None
+    # TorchScript's archives hold its code; torch.save's have none
     return "TorchScript" if any(name.split("/")[1:2] == ["code"] for name in names) else None
 
 
 def model_state_dict(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, torch.Tensor]:
-    """The model weights inside any file we accept: a training checkpoint (its ``"model"`` entry),
-    a ``best_model_*`` file or an original R3Net release (the state_dict itself)."""
+    """The weights in a training checkpoint (its ``"model"``), a ``best_model_*`` or an R3Net release file."""
     if isinstance(checkpoint.get("model"), Mapping):
         checkpoint = checkpoint["model"]
     state = {k: v for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
@@ -151,8 +142,7 @@ def model_state_dict(checkpoint: Mapping[str, Any], path: str | Path) -> dict[st
 def find_resume_checkpoint(
     dirname: str | Path, report: Callable[[str], None] = logger.warning
 ) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in ``dirname`` that loads completely, with its content; corrupt or
-    truncated newer files are reported through ``report`` and skipped."""
+    """The newest checkpoint in ``dirname`` that loads, with its content; newer broken ones go to ``report``."""
     for _, path in reversed(list_checkpoints(dirname)):
         try:
             return path, load_checkpoint(path)

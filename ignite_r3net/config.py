@@ -1,6 +1,5 @@
 """The training recipe, saved as ``config.json`` beside every run; its defaults are the reference DDP
-script's recipe. The command line is generated from the fields, so ``--help`` cannot drift from them.
-"""
+script's recipe. The command line is generated from the fields, so ``--help`` cannot drift from them."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a training run: the options, then what start-up resolved
-    (``training/start.py``); frozen, so every function sees the one description of the run."""
+    """Everything that defines a training run: the options, then what start-up resolved (``training.start``)."""
 
     # data
     data: list[str] = option(
@@ -202,14 +200,11 @@ class TrainConfig:
         "saying who is missing) and in every collective",
         rule=_SECONDS,
     )
-    # recorded at start-up, not options: the starting weights, {source, file, sha256}
-    weights: dict[str, str] | None = field(default=None)
-    # what --data and --val-data list, {"data": "12 pairs (sha256 ...)", ...}: alike on every rank
-    listings: dict[str, str] | None = field(default=None)
-    # the run of each --tracker that rank 0 logs into ({"mlflow": {"run_id": ...}})
-    tracking: dict[str, dict] | None = field(default=None)
-    # each --data folder, {folder, pairs, listing} (its ``data.listing_digest``)
-    data_sets: list[dict[str, Any]] | None = field(default=None)
+    # recorded at start-up, not options
+    weights: dict[str, str] | None = field(default=None)  # the starting weights: {source, file, sha256}
+    listings: dict[str, str] | None = field(default=None)  # {"data": "12 pairs (sha256 ...)", ...}, on every rank
+    tracking: dict[str, dict] | None = field(default=None)  # each --tracker's run: {"mlflow": {"run_id": ...}}
+    data_sets: list[dict[str, Any]] | None = field(default=None)  # each --data folder: {folder, pairs, listing}
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder

@@ -20,8 +20,7 @@ IGNITE_INFO_LOGGERS = (
 
 
 def echo(line: str, stream: IO[str] | None = None) -> bool:
-    """Print ``line`` to ``stream`` (stdout), above any progress bar; False when nobody reads it any
-    more (``| head``)."""
+    """Print ``line`` to ``stream`` (stdout) above any bar; False when nobody reads it any more (``| head``)."""
     stream = sys.stdout if stream is None else stream
     tolerant = stream if isinstance(stream, _PipeTolerant) else _PipeTolerant(stream)
     console_print(line, cast(IO[str], tolerant))  # the stream's own interface, through __getattr__
@@ -29,8 +28,7 @@ def echo(line: str, stream: IO[str] | None = None) -> bool:
 
 
 class _PipeTolerant:
-    """A console stream whose closed pipe is no error: the first ``BrokenPipeError`` sends the
-    stream to /dev/null and later writes go there. Everything else is the stream's."""
+    """A console stream whose closed pipe is no error: from the first ``BrokenPipeError`` on it is /dev/null."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -50,8 +48,7 @@ class _PipeTolerant:
             self._closed()
 
     def _closed(self) -> None:
-        """Point the stream at /dev/null, as Python's documentation advises for SIGPIPE: its buffered
-        text and later writes, also the interpreter's flush at exit, then go nowhere."""
+        # as Python's documentation advises for SIGPIPE: buffered text, later writes and the flush at exit go nowhere
         self.pipe_closed = True
         with suppress(OSError, ValueError):  # not a file descriptor (a test's StringIO): nothing to redirect
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -63,8 +60,7 @@ class _PipeTolerant:
 
 
 def tolerate_closed_console() -> None:
-    """Make a closed stdout or stderr pipe (``| head``) harmless in this process: what is written to it
-    afterwards goes nowhere, and the run goes on (``train.log`` keeps the record)."""
+    """Make a closed stdout or stderr pipe (``| head``) harmless in this process: the run goes on."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _PipeTolerant):
@@ -72,8 +68,7 @@ def tolerate_closed_console() -> None:
 
 
 def quiet_library_logs(verbose: bool) -> None:
-    """ignite's launcher and DDP messages at WARNING, or at INFO with ``--verbose``, in this process
-    (each worker's loggers are its own); ``setup_logger`` is ignite's way to set an internal logger's level."""
+    """ignite's launcher and DDP messages at WARNING, or at INFO with ``--verbose``, in this process."""
     from ignite.utils import setup_logger
 
     for name in IGNITE_INFO_LOGGERS:

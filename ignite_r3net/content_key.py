@@ -1,10 +1,5 @@
-"""``ContentKey``: the one way to key a cached or recorded result by what decides it.
-
-A key is a SHA-256 over a kind and a format number, then, in the order fed: JSON values, source
-files (name and bytes), library versions, and data files (path, size and modification time, or
-"missing"). The scan cache, the data checks, the scoring and inference caches, predict's journal,
-the figure cache and the software every rank must share all build theirs here.
-"""
+"""``ContentKey``: the one way to key a cached or recorded result by what decides it (the scan cache, data
+checks, scores, predict's journal, figures, the software every rank must share)."""
 
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ from typing import Any
 
 
 def library_version(name: str) -> str:
-    """The installed version of the distribution ``name``, or "absent"."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -26,8 +20,7 @@ def library_version(name: str) -> str:
 
 
 class ContentKey:
-    """A SHA-256 fed step by step; each ``add_*`` returns the key, so that calls chain:
-    ``ContentKey("scores", 2).add_values({"protocol": "r3net"}).hexdigest(12)``."""
+    """A SHA-256 over a kind and a format number, then what is fed, in order; the ``add_*`` calls chain."""
 
     def __init__(self, kind: str, version: int | str) -> None:
         self._digest = hashlib.sha256(f"{kind} {version}\n".encode())
@@ -45,7 +38,6 @@ class ContentKey:
         return self
 
     def add_libraries(self, names: Iterable[str]) -> ContentKey:
-        """The installed version of each distribution."""
         return self.add_values({name: library_version(name) for name in names})
 
     def add_files(self, paths: Iterable[Path | None]) -> ContentKey:
@@ -59,5 +51,4 @@ class ContentKey:
         return self
 
     def hexdigest(self, length: int | None = None) -> str:
-        """The key as hex, its first ``length`` digits when given."""
         return self._digest.hexdigest()[:length]

@@ -1,7 +1,5 @@
-"""How failures reach the user: every error a user can cause is a ``UserError``, whose first line
-the CLI prints as ``error: ...`` before exiting with its ``exit_code``; anything else is a bug and
-keeps its traceback. ``warning: ...`` and ``note: ...`` lines say what does not stop the work.
-"""
+"""How failures reach the user: every error a user can cause is a ``UserError``, printed as one
+``error: ...`` line with its ``exit_code``; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -10,17 +8,15 @@ from collections.abc import Iterable
 
 
 class UserError(Exception):
-    """An error the user can act on: printed as one line, exit code 2."""
-
     exit_code = 2
 
 
 class OptionError(UserError):
-    """A bad option value, a missing or unusable path, or a combination of options that cannot work."""
+    """A bad option value or path, or options that cannot work together."""
 
 
 class DataError(UserError):
-    """A data set problem; the message lists every problem found, each naming its file."""
+    """Every problem found in a data set, each naming its file."""
 
     def __init__(self, problems: str | list[str]) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
@@ -36,15 +32,13 @@ class CheckpointError(UserError):
 
 
 class ExportError(UserError):
-    """``export`` wrote a file that does not load back or does not give the PyTorch model's maps;
-    the file is removed (exit code 1: not the user's input, but one line saying what failed)."""
+    """``export`` wrote a file that does not give the PyTorch model's maps (and removed it)."""
 
     exit_code = 1
 
 
 class ImagesFailed(UserError):
-    """Some images of a command that goes on past them (``predict``) could not be read: the message
-    lists them (exit code 1; the other images' results were written)."""
+    """Images ``predict`` could not read, listed (the others' results were written)."""
 
     exit_code = 1
 
@@ -54,19 +48,17 @@ class Terminated(KeyboardInterrupt):
 
 
 class RendezvousFailed(UserError):
-    """The processes of a job did not meet: a peer that never came within ``--dist-timeout``, an
-    address that does not resolve, a port already taken (exit code 1)."""
+    """The processes of a job did not meet (a peer missing, an unresolved address, a port taken)."""
 
     exit_code = 1
 
 
 class RanksDisagree(UserError):
-    """The processes of a job were started with different options or software: every one of them
-    refuses, before anything is trained or written (exit code 2)."""
+    """The processes of a job have different options or software: all refuse before any work."""
 
 
 class WorkerFailed(UserError):
-    """A worker of a running job failed: one line naming the rank and the cause (exit code 1)."""
+    """A worker of a running job failed: one line naming the rank and the cause."""
 
     exit_code = 1
 
@@ -77,8 +69,7 @@ _WORKER_WRAPPER = ("Caught ", "Original Traceback")
 
 
 def error_line(e: BaseException, default: str | None = None) -> str:
-    """The first line of ``e``'s message (the original one for a DataLoader worker's error);
-    ``default`` (else the exception's type name) when the message is empty."""
+    """The first line of ``e``'s message (a DataLoader worker's: the original's); empty: ``default`` or the type."""
     text = str(e).strip()
     if not text:
         return type(e).__name__ if default is None else default
@@ -90,8 +81,7 @@ def error_line(e: BaseException, default: str | None = None) -> str:
 
 
 def ending_line(e: BaseException) -> str:
-    """The one console line of a run that ``e`` ended: ``interrupted`` (Ctrl-C), ``terminated``
-    (SIGTERM) or ``error: ...``."""
+    """The console line of a run ``e`` ended: ``interrupted`` (Ctrl-C), ``terminated`` (SIGTERM) or ``error: ...``."""
     if isinstance(e, KeyboardInterrupt):
         return "terminated" if isinstance(e, Terminated) else "interrupted"
     if isinstance(e, UserError):
@@ -101,7 +91,7 @@ def ending_line(e: BaseException) -> str:
 
 
 def load_error_reason(e: BaseException) -> str:
-    """Why ``torch.load(..., weights_only=True)`` (or safetensors) refused a file, in words a user can act on."""
+    """Why ``torch.load(weights_only=True)`` (or safetensors) refused a file, in words a user can act on."""
     if "global" in str(e).lower():  # "Unsupported global: ...", "unsupported GLOBAL ... is blocked"
         return "it contains pickled objects other than tensors (refused: it could run code)"
     if isinstance(e, (PermissionError, IsADirectoryError, FileNotFoundError, MemoryError)):
@@ -112,7 +102,7 @@ def load_error_reason(e: BaseException) -> str:
 
 
 def listing(names: Iterable[object], limit: int = 20) -> str:
-    """Names for a one-line message: the first ``limit``, then ``(+N more)``: ``a, b, c (+7 more)``."""
+    """The first ``limit`` names, then ``(+N more)``: ``a, b, c (+7 more)``."""
     shown = [str(n) for n in names]
     more = len(shown) - limit
     return ", ".join(shown[:limit]) + (f" (+{more} more)" if more > 0 else "")

@@ -1,14 +1,17 @@
-"""Inference as an ignite Engine, shared by validation, ``evaluate`` and ``predict``: each step yields
-the 8-bit maps a saved PNG would hold, at the input's own size, so metrics on the fly equal metrics
-on saved maps. The model sees each image at full resolution (the original's protocol) unless
-``--size`` / ``--max-side`` ask for another size: the image is resized for the model and its
-saliency resized back."""
+"""Inference as an ignite Engine, shared by validation, ``evaluate`` and ``predict``: each step yields the
+8-bit maps a saved PNG would hold, at the input's own size, so metrics on the fly equal those on saved maps.
+Also the loading of exported models (ONNX, TorchScript) that ``predict --model`` runs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import ignite.distributed as idist
@@ -19,19 +22,18 @@ from ignite.metrics import Metric
 from torch import nn
 
 from .data.transforms import normalize_image
+from .errors import OptionError, error_line
 from .progress import Progress
 
 # the autocast dtype of each --amp choice (config.AMP_MODES), in training and inference
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 # a uint8 image batch (N, 3, h, w) to saliency probabilities (N, 1, h, w): a model or an exported file
 SaliencyFunction = Callable[[torch.Tensor], torch.Tensor]
 
 
 def inference_shape(height: int, width: int, size: int | None = None, max_side: int | None = None) -> tuple[int, int]:
-    """The (H, W) the model sees for an image of ``height`` x ``width``: ``size`` x ``size``, or
-    scaled down (aspect kept) so that the longer side is at most ``max_side``, else the image's own."""
+    """The (H, W) the model sees: ``size`` x ``size``, scaled down to ``max_side``, else full resolution."""
     if size is not None:
         return size, size
     longer = max(height, width)
@@ -43,8 +45,7 @@ def inference_shape(height: int, width: int, size: int | None = None, max_side: 
 def saliency_at_input_size(
     run: SaliencyFunction, images: torch.Tensor, size: int | None = None, max_side: int | None = None
 ) -> torch.Tensor:
-    """``run`` on the uint8 batch resized to ``inference_shape`` (bilinear, antialiased, back to uint8:
-    what an exported model takes), its saliency resized back to the batch's size (bilinear)."""
+    """``run`` on the uint8 batch resized to ``inference_shape``, its saliency resized back."""
     height, width = images.shape[-2:]
     shape = inference_shape(height, width, size, max_side)
     if shape == (height, width):
@@ -70,8 +71,7 @@ def predict_maps(
 
 
 def to_8bit_maps(saliency: torch.Tensor) -> torch.Tensor:
-    """Saliency probabilities (N,1,H,W) in 0..1 (a model's or an exported file's) as the 8-bit maps
-    (N,H,W) that are scored and saved: ``round(p * 255)``."""
+    """Saliency (N,1,H,W) in 0..1 as the 8-bit maps (N,H,W) that are scored and saved: ``round(p * 255)``."""
     return (saliency.float().squeeze(1).clamp(0, 1) * 255).round().to(torch.uint8)
 
 
@@ -82,8 +82,7 @@ MapsAndMasks = tuple[list[torch.Tensor], list[torch.Tensor]]
 def create_evaluator(
     model: nn.Module, device: torch.device, amp: str = "off", size: int | None = None, max_side: int | None = None
 ) -> Engine:
-    """An Engine whose output is ``(maps, gts)``, (H,W) uint8 tensors at each image's size; the batch,
-    with the images' ``name``, stays in ``engine.state.batch`` for whoever saves or scores by name."""
+    """An Engine whose output is ``(maps, gts)``, (H,W) uint8 tensors at each image's size."""
 
     def eval_step(engine: Engine, batch: dict[str, Any]) -> MapsAndMasks:
         if any(batch.get("problem", ())):  # a pair the loader could not read, left out (validation)
@@ -115,26 +114,123 @@ def attach_scoring(evaluator: Engine, metric: Metric) -> None:
 
 
 def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progress | None = None) -> dict[str, Any]:
-    """Run ``evaluator`` over this rank's shard of ``loader``; ``metric`` over every rank's images (a
-    collective: an empty shard skips the run but joins ``compute()``'s all-reduce). ``progress``
-    counts this rank's images times the world size (the shards differ by one image at most)."""
+    """``metric`` over every rank's images, ``evaluator`` run on this rank's shard (a collective, also when empty)."""
     metric.reset()
     if len(loader.sampler) > 0:
-        with _counting(evaluator, progress):
+        world = idist.get_world_size()
+        counting: AbstractContextManager[Any] = nullcontext()
+        if progress is not None:
+            count = progress.update
+            counting = evaluator.add_event_handler(
+                Events.ITERATION_COMPLETED, lambda engine: count(len(engine.state.batch["name"]) * world)
+            )
+        with counting:  # the handle removes its handler on exit
             evaluator.run(loader)
     return metric.compute()
 
 
-@contextmanager
-def _counting(evaluator: Engine, progress: Progress | None) -> Iterator[None]:
-    if progress is None:
-        yield
-        return
-    world = idist.get_world_size()
-    handle = evaluator.add_event_handler(
-        Events.ITERATION_COMPLETED, lambda engine: progress.update(len(engine.state.batch["name"]) * world)
-    )
+ONNXRUNTIME_MISSING = "--model FILE.onnx needs onnxruntime: pip install 'ignite_r3net[onnx]'"
+
+
+def is_onnx(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".onnx"
+
+
+def require_onnxruntime() -> ModuleType:
     try:
+        import onnxruntime
+    except ImportError:
+        raise OptionError(ONNXRUNTIME_MISSING) from None
+    return onnxruntime
+
+
+def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> SaliencyFunction:
+    """The exported model in ``path`` (``.onnx``: onnxruntime with ``threads``, else TorchScript)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError(f"--model {path} does not exist")
+    if is_onnx(path):
+        return _load_onnx(path, torch.device(device), threads)
+    return _load_torchscript(path, torch.device(device))
+
+
+def onnx_providers(device: torch.device) -> list[Any]:
+    """onnxruntime's execution providers for ``device``, first choice first (CUDA when installed, then CPU)."""
+    ort = require_onnxruntime()
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+        index = device.index if device.index is not None else torch.cuda.current_device()  # else all on GPU 0
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": index}))
+    return providers
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    """An exported ``.onnx`` model in an onnxruntime session: call it on a uint8 batch."""
+
+    session: Any  # onnxruntime.InferenceSession
+    input_name: str
+    output_name: str
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the model (onnxruntime falls back to the CPU's silently)."""
+        return str(self.session.get_providers()[0])
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        array = images.detach().to("cpu", torch.uint8).contiguous().numpy()
+        saliency = self.session.run([self.output_name], {self.input_name: array})[0]
+        return torch.from_numpy(saliency).to(images.device)
+
+
+def _load_onnx(path: Path, device: torch.device, threads: int | None) -> OnnxModel:
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise here
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(str(path), options, providers=onnx_providers(device))
+    except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
+        raise OptionError(f"cannot load ONNX model {path}: {error_line(e)}") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(uint8)" or len(inputs[0].shape) != 4 or len(outputs) != 1:
+        found = ", ".join(f"{i.name} {i.type} {i.shape}" for i in inputs)
+        raise OptionError(
+            f"--model {path} does not take one uint8 (N, 3, H, W) image batch (its inputs: {found}); "
+            "export it with `python run.py export`"
+        )
+    return OnnxModel(session, inputs[0].name, outputs[0].name)
+
+
+def _load_torchscript(path: Path, device: torch.device) -> SaliencyFunction:
+    try:
+        with quiet_torchscript():
+            module = torch.jit.load(str(path), map_location=device)
+    except Exception as e:  # torch raises RuntimeError and others for files that are not TorchScript
+        raise OptionError(f"cannot load TorchScript model {path}: {_torchscript_load_reason(e)}") from None
+    module.eval()
+
+    @torch.no_grad()
+    def run(images: torch.Tensor) -> torch.Tensor:
+        return module(images.to(device))
+
+    return run
+
+
+def _torchscript_load_reason(e: BaseException) -> str:
+    text = str(e)
+    if "constants.pkl" in text or "data.pkl" in text:  # a zip written by torch.save, not by torch.jit.save
+        return "it is a PyTorch file but not TorchScript (a checkpoint goes with --checkpoint)"
+    if "central directory" in text or "zip archive" in text:
+        return "it is not a readable TorchScript file (corrupt, truncated, or another format)"
+    return error_line(e)
+
+
+@contextlib.contextmanager
+def quiet_torchscript() -> Iterator[None]:
+    """Silence torch's deprecation warning on ``torch.jit`` (still what libtorch C++ and mobile apps load)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.* is deprecated", category=FutureWarning)
         yield
-    finally:
-        handle.remove()

@@ -1,7 +1,5 @@
-"""How far long work has come, on the console: one bar with rate, elapsed time and ETA on a terminal,
-a plain line every ``PLAIN_STEP`` percent where stderr is a file (a SLURM log), nothing with
-``--no-progress``. Every command's progress goes through ``Progress``, shown on one rank only.
-"""
+"""How far long work has come, on the console: a bar with rate, elapsed time and ETA on a terminal, a
+plain line every ``PLAIN_STEP`` percent where stderr is a file (a SLURM log), nothing with ``--no-progress``."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ def format_duration(seconds: float) -> str:
 
 
 class Clock:
-    """Rate and time left from the units done since the clock started: the average over the whole
-    stretch, so pauses that recur (validation, checkpoints) are part of the estimate."""
+    """Rate and time left, averaged since the start so that recurring pauses (validation) count."""
 
     def __init__(self, done: int = 0) -> None:
         self.start, self.done_at_start = time.monotonic(), done
@@ -39,8 +36,7 @@ class Clock:
 
     def rate(self, done: int) -> float | None:
         """Units per second, or None before the first unit."""
-        elapsed = self.elapsed()
-        finished = done - self.done_at_start
+        elapsed, finished = self.elapsed(), done - self.done_at_start
         return finished / elapsed if finished > 0 and elapsed > 0 else None
 
     def eta(self, done: int, total: int) -> float | None:
@@ -50,11 +46,8 @@ class Clock:
 
 
 class Progress:
-    """A bar over ``total`` units of ``unit`` that starts at ``initial`` (a resumed run's iteration),
-    ``desc`` its first word. The rate is shown in ``rate_unit`` (``image`` for iterations of a
-    global batch, with ``per_unit`` images per iteration). ``enabled=False`` shows nothing
-    (``--no-progress``, a rank other than 0); a ``transient`` bar (validation's) is erased when done
-    and never written to a file."""
+    """A bar over ``total`` units from ``initial``, its rate in ``rate_unit`` (``per_unit`` per unit); a
+    ``transient`` bar is erased when done and never written to a file."""
 
     def __init__(
         self,
@@ -78,7 +71,6 @@ class Progress:
         self._next_percent = 101 if not enabled or terminal or transient else self._after(self.n)
 
     def _after(self, n: int) -> int:
-        """The first multiple of ``PLAIN_STEP`` percent above ``n`` units."""
         percent = 100 * n / self.total if self.total else 100
         return min(100, (math.floor(percent / PLAIN_STEP) + 1) * PLAIN_STEP)
 
@@ -104,26 +96,21 @@ class Progress:
             self._bar.update(n)
         elif self.total and 100 * self.n >= self._next_percent * self.total:
             self._next_percent = self._after(self.n) if self.n < self.total else 101
-            self._print_line()
-
-    def _print_line(self) -> None:
-        done = min(self.n, self.total)
-        line = f"{self.desc}: {done}/{self.total} {self.unit}s ({100 * done // self.total}%), {self.status()}"
-        print(line, file=self.stream, flush=True)
+            done = min(self.n, self.total)
+            line = f"{self.desc}: {done}/{self.total} {self.unit}s ({100 * done // self.total}%), {self.status()}"
+            print(line, file=self.stream, flush=True)
 
     def complete(self) -> None:
-        """The whole work done (this rank's share is, and the others' are about to be)."""
+        """All done (this rank's share is, and the others' are about to be)."""
         if self.n < self.total:
             self.update(self.total - self.n)
 
     def counted(self, items: Iterable[T], step: int = 1) -> Iterator[T]:
-        """``items``, with ``step`` more units done after each."""
         for item in items:
             yield item
             self.update(step)
 
     def close(self) -> None:
-        """End the bar (kept on the screen unless ``transient``)."""
         if self._bar is not None:
             self._bar.set_postfix_str(self.status(), refresh=False)
             self._bar.close()

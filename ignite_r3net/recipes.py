@@ -1,6 +1,5 @@
 """Training recipes by name (``train --recipe NAME``): the option values a published training script
-used, with where they come from. Torch-free: ``config.py`` lists them in ``--help``.
-"""
+used, with where they come from. Torch-free: ``config.py`` lists them in ``--help``."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named set of ``TrainConfig`` values; ``global_batch``, when set, is the batch over all processes
-    that the recipe keeps on any number of them (else ``values["batch_size"]`` is per process)."""
+    """A named set of ``TrainConfig`` values; ``global_batch``: the batch over all processes, kept on any number."""
 
     name: str
     source: str
@@ -20,7 +18,6 @@ class Recipe:
     global_batch: int | None = None
 
     def summary(self) -> str:
-        """What ``--help`` says the recipe sets."""
         batch = f"batch {self.values.get('batch_size')} per process"
         if self.global_batch is not None:
             batch = f"batch {self.global_batch} over all processes"
@@ -47,19 +44,12 @@ _ORIGINAL_VALUES = {
     "amp": "off",
 }
 
-R3NET_PAPER = Recipe(
-    name="r3net-paper",
-    source="the original R3Net code's train.py (one GPU)",
-    values=_ORIGINAL_VALUES,
-    global_batch=14,
-)
+R3NET_PAPER = Recipe("r3net-paper", "the original R3Net code's train.py (one GPU)", _ORIGINAL_VALUES, global_batch=14)
 
 # the reference DDP script: 'iter_num': 8000 and batch_size = 12 per GPU, otherwise train.py's
 # values; TrainConfig's defaults are this recipe
 REFERENCE_DDP = Recipe(
-    name="reference-ddp",
-    source="the reference DDP script (the defaults)",
-    values={**_ORIGINAL_VALUES, "iters": 8000, "batch_size": 12},
+    "reference-ddp", "the reference DDP script (the defaults)", {**_ORIGINAL_VALUES, "iters": 8000, "batch_size": 12}
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (REFERENCE_DDP, R3NET_PAPER)}
@@ -67,7 +57,6 @@ DEFAULT_RECIPE = REFERENCE_DDP.name
 
 
 def recipes_help() -> str:
-    """The ``--recipe`` help text: what each recipe sets."""
     listed = "; ".join(r.summary() for r in RECIPES.values())
     return (
         "the training recipe, by name; options given on the command line replace its values, and "
@@ -83,5 +72,5 @@ def split_global_batch(global_batch: int, world_size: int) -> int | None:
 
 
 def possible_world_sizes(global_batch: int) -> list[int]:
-    """The numbers of processes that can share ``global_batch`` (``split_global_batch``)."""
+    """The numbers of processes that can share ``global_batch``."""
     return [n for n in range(1, global_batch + 1) if split_global_batch(global_batch, n) is not None]

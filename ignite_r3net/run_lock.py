@@ -1,16 +1,7 @@
-"""One run per output folder: a lock file that a job holds for as long as it lives.
-
-``OUTPUT_DIR/.run.lock`` is created atomically (``O_CREAT | O_EXCL``, which local filesystems and
-NFSv3+ honour) by the job's leading process and holds ``{host, pid, job, started}``. The holder
-touches it every ``HEARTBEAT_S`` seconds. Another run finds the folder in use unless the lock
-
-* belongs to the same job (``job``: a torchrun restart, another node of the same job),
-* was left on this host by a process that no longer exists (a SIGKILL), or
-* has not been touched for ``STALE_S`` seconds (a holder on another host that died).
-
-In those cases it takes the lock over and says so. The lock is released when the job ends, by
-``release`` or, after a crash, by the next run's takeover.
-"""
+"""One run per output folder: ``OUTPUT_DIR/.run.lock``, created with ``O_CREAT | O_EXCL`` (local
+filesystems and NFSv3+ honour it) by the job's leading process and touched every ``HEARTBEAT_S``.
+Another run takes it over, saying so, only from the same job (a torchrun restart, another node), from a
+process gone from this host (a SIGKILL), or from a holder silent for ``STALE_S`` (dead on another host)."""
 
 from __future__ import annotations
 
@@ -25,11 +16,10 @@ from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
-from .atomic_files import remove_stale_temporaries
+from .atomic_files import check_writable_folder, read_json_object, remove_stale_temporaries
 from .distributed.signals import threads_leave_signals_to_main
 from .distributed.topology import started_by_torchrun
 from .errors import OptionError, UserError, note
-from .output_paths import check_writable_folder
 
 LOCK_NAME = ".run.lock"
 HEARTBEAT_S = 30.0
@@ -37,8 +27,7 @@ STALE_S = 300.0  # a remote holder silent for this long is gone (10 heartbeats m
 
 
 def job_id() -> str:
-    """What identifies this job across its processes, nodes and restarts: SLURM's job and step,
-    torchrun's run id and rendezvous address, else this launching process."""
+    """This job across its processes, nodes and restarts: SLURM's job and step, torchrun's run, else this process."""
     env = os.environ
     if "SLURM_JOB_ID" in env:
         return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
@@ -49,8 +38,7 @@ def job_id() -> str:
 
 
 class RunLock:
-    """The lock on one output folder, held by this process on behalf of its job (``with RunLock(...)``,
-    or ``acquire`` and ``release``)."""
+    """The lock on one output folder, held by this process for its job (``with``, or ``acquire``/``release``)."""
 
     def __init__(self, folder: str | Path, job: str | None = None, option: str = "--output-dir") -> None:
         self.path = Path(folder) / LOCK_NAME
@@ -67,7 +55,7 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock, taking over a stale one; ``OptionError`` naming the holder if it is held."""
         while not self._create():
-            holder = self._read()
+            holder = read_json_object(self.path)
             if holder is None:  # being written by its creator, or empty after a crash mid-write
                 if self._age() > 5:
                     self._take_over(None, "an unreadable lock file")
@@ -92,7 +80,7 @@ class RunLock:
         if self._heartbeat is not None:
             self._heartbeat.join()
             self._heartbeat = None
-        if self._read() == self.record:
+        if read_json_object(self.path) == self.record:
             self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> RunLock:
@@ -113,13 +101,6 @@ class RunLock:
             os.fsync(f.fileno())
         return True
 
-    def _read(self, path: Path | None = None) -> dict[str, Any] | None:
-        try:
-            value = json.loads((path or self.path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
-
     def _age(self) -> float:
         try:
             return time.time() - self.path.stat().st_mtime
@@ -127,7 +108,6 @@ class RunLock:
             return 0.0
 
     def _stale_reason(self, holder: dict[str, Any]) -> str | None:
-        """Why ``holder``'s lock may be taken over, or None while it is held."""
         if holder.get("job") == self.record["job"]:
             return f"an earlier process of this job ({holder.get('host')}, pid {holder.get('pid')})"
         if holder.get("host") == self.record["host"]:
@@ -139,14 +119,14 @@ class RunLock:
         return None
 
     def _take_over(self, holder: dict[str, Any] | None, reason: str) -> None:
-        """Move the stale lock aside so that ``_create`` can race for it fairly: of several runs
-        taking over at once, one renames it and creates the new lock, the others find that one."""
+        # moved aside so that ``_create`` races fairly: of several runs taking over at once, one
+        # renames it and creates the new lock, the others find that one
         aside = self.path.with_name(f"{LOCK_NAME}.stale-{os.getpid()}")
         try:
             os.replace(self.path, aside)
         except FileNotFoundError:
             return  # another run moved it first
-        if holder is not None and self._read(aside) != holder:
+        if holder is not None and read_json_object(aside) != holder:
             # between our read and the rename, another run took it over: put its fresh lock back
             os.replace(aside, self.path)
             return
@@ -160,7 +140,7 @@ class RunLock:
 
 
 def _process_exists(pid: object) -> bool:
-    """Whether ``pid`` is a live process on this host (a zombie, killed but not yet reaped, is not)."""
+    # a zombie, killed but not yet reaped, counts as gone
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -178,10 +158,8 @@ def _process_exists(pid: object) -> bool:
 
 @contextmanager
 def claimed_folder(out: Path, option: str, leader: bool) -> Iterator[None]:
-    """The output folder ``out`` (given as ``option``) of a train or predict job, created and proven
-    writable, held by the job while the block runs: its leading process (``leader``) holds the run
-    lock and removes the temporaries an interrupted job left. A job refused inside the block leaves
-    no empty folder behind; another job's lock is one ``OptionError`` naming its holder."""
+    """The output folder ``out`` of a train or predict job, created, proven writable and (by its ``leader``)
+    locked while the block runs; a job refused inside the block leaves no empty folder behind."""
     created = not out.exists()
     check_writable_folder(out, option)  # the words every command uses for a wrong path
     try:
@@ -198,12 +176,8 @@ def claimed_folder(out: Path, option: str, leader: bool) -> Iterator[None]:
             yield
     except UserError:
         if created:
-            _remove_if_unused(out)
+            with suppress(OSError):
+                for leftover in (".synthetic.lock", LOCK_NAME):
+                    (out / leftover).unlink(missing_ok=True)
+                out.rmdir()  # only if empty: e.g. a generated synthetic set stays for the next attempt
         raise
-
-
-def _remove_if_unused(out: Path) -> None:
-    with suppress(OSError):
-        for leftover in (".synthetic.lock", LOCK_NAME):
-            (out / leftover).unlink(missing_ok=True)
-        out.rmdir()  # only if empty: e.g. a generated synthetic set stays for the next attempt

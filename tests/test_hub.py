@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 from ignite_r3net import cli
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.export import hub_folder
-from ignite_r3net.export.model_card import model_card, read_results
+from ignite_r3net.export import writer
+from ignite_r3net.export.writer import model_card, read_results
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.start import resolve_initial_weights
 
@@ -251,10 +251,10 @@ def test_an_export_replaces_only_an_export_and_fails_whole(
     def broken(*args: object) -> None:
         raise RuntimeError("disk gone")
 
-    monkeypatch.setattr(hub_folder, "_check_folder", broken)
+    monkeypatch.setattr(writer, "_check_folder", broken)
     with pytest.raises(RuntimeError):
-        options = hub_folder.ExportOptions(checkpoint=str(run_checkpoint), format="hub", output=str(out))
-        hub_folder.write_hub_folder(options)
+        options = writer.ExportOptions(checkpoint=str(run_checkpoint), format="hub", output=str(out))
+        writer.write_hub_folder(options)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier export, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "out"]  # no temporary folder left
 

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from ignite_r3net import cli
+from ignite_r3net.atomic_files import check_writable_file, check_writable_folder
 from ignite_r3net.errors import OptionError
-from ignite_r3net.output_paths import check_writable_file, check_writable_folder
 
 
 @pytest.fixture

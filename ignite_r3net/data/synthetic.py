@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..atomic_files import atomic_output, write_bytes
+from ..atomic_files import atomic_output, write_text
 
 _FORMAT = 1  # bump when the generator changes so old sets are regenerated
 _MANIFEST = "manifest.json"
@@ -205,7 +205,7 @@ def make_synthetic_dataset(
             image, mask = _render(rng, (lo, hi))
             _write_image(folder / f"syn_{i:05d}.jpg", image, format="JPEG", quality=90)
             _write_image(folder / f"syn_{i:05d}.png", mask, format="PNG")
-    write_bytes(json.dumps({"params": params}, indent=1).encode(), out_dir / _MANIFEST)
+    write_text(json.dumps({"params": params}, indent=1), out_dir / _MANIFEST)
     return train_dir, val_dir
 
 

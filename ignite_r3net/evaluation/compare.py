@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_json, write_text
+from ..atomic_files import check_writable_folder, write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import list_pairs
 from ..data.registry import resolve_names
@@ -23,7 +23,6 @@ from ..metrics.keys import protocol_fields
 from ..model.backbone_weights import is_hub_source, sha256_of
 from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
-from ..output_paths import check_writable_folder
 from . import scoring
 from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .crf import require_crf

@@ -14,7 +14,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
-from ..atomic_files import write_json, write_text
+from ..atomic_files import check_writable_file, check_writable_folder, write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.loader import SaliencyEvalSet, build_eval_loader
@@ -31,7 +31,6 @@ from ..model.trained_model import TrainedWeights, build_model, read_trained_weig
 from ..numerics import inference_numerics
 from ..options import EvaluateOptions
 from ..options.fields import values_by_flag
-from ..output_paths import check_writable_file, check_writable_folder
 from ..progress import Progress
 from .comparison_table import evaluation_csv
 from .crf import crf_refine, require_crf

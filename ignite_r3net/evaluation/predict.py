@@ -13,17 +13,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..atomic_files import check_writable_folder
 from ..console import echo
 from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..distributed.launch import launch
 from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
-from ..exported_model import is_onnx, load_exported, require_onnxruntime
+from ..inference import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
 from ..options.fields import option_fields, values_by_flag
-from ..output_paths import check_writable_folder
 from ..run_lock import claimed_folder
 from .crf import require_crf
 from .maps import output_path

@@ -34,8 +34,15 @@ from ..distributed.ranks import (
     refuse_unless_ranks_agree,
 )
 from ..errors import DataError
-from ..exported_model import OnnxModel, is_onnx, load_exported, onnx_providers
-from ..inference import predict_maps, saliency_at_input_size, to_8bit_maps
+from ..inference import (
+    OnnxModel,
+    is_onnx,
+    load_exported,
+    onnx_providers,
+    predict_maps,
+    saliency_at_input_size,
+    to_8bit_maps,
+)
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from ..numerics import inference_numerics

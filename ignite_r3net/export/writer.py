@@ -1,51 +1,72 @@
-"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without
-this package (``--format hub``: ``hub_folder``). The file holds :class:`SaliencyGraph`, uint8 RGB
-``(N, 3, H, W)`` in, float ``(N, 1, H, W)`` in 0..1 out, batch, height and width dynamic.
-
-* ONNX: ``torch.onnx.export(dynamo=True)``, torch's supported exporter (the TorchScript-based one is
-  deprecated); opset 18 is the oldest it writes natively (down-converting to 17 fails for R3Net).
-* TorchScript: ``torch.jit.trace``; R3Net's sizes all come from tensor shapes, which the tracer
-  records as shape operations, so the trace holds at every input size (tested).
-
-The file is written under a temporary name, loaded back standalone, compared with the PyTorch model
-at another batch and size than the traced one, and only then renamed: a failed export leaves no file.
-"""
+"""``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without this
+package (read back by ``load_exported``, for ``predict --model``), or (``--format hub``) as a folder with its
+model card for ``hf upload``, which every command reads as ``--checkpoint hf-hub:ORG/NAME``. Either is
+checked against PyTorch before it is renamed into place."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from .. import __version__
-from ..atomic_files import atomic_output
+from ..atomic_files import (
+    atomic_folder,
+    atomic_output,
+    check_writable_file,
+    check_writable_folder,
+    read_json_object,
+    write_json,
+    write_text,
+)
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError
-from ..exported_model import INPUT_NAME, METADATA_FILE, OUTPUT_NAME, contract, load_exported, quiet_torchscript
-from ..model.trained_model import build_model, read_trained_weights
+from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
+from ..inference import load_exported, quiet_torchscript
+from ..model.backbone_weights import HF_PREFIX, is_hub_source
+from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
-from ..output_paths import check_writable_file
+from ..options.fields import load_json
 from .formats import SUFFIXES
-from .hub_folder import write_hub_folder
 
+INPUT_NAME = "image"
+OUTPUT_NAME = "saliency"
+METADATA_FILE = "ignite_r3net.json"  # the TorchScript ``_extra_files`` entry holding the contract
 ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 TOLERANCE = 1e-4  # largest difference to the PyTorch model accepted when checking the written file
+HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
+CARD = "README.md"
 
 # Example input for tracing, and another batch and size for checking the file: height != width (or
 # the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
 _TRACE_SHAPE = (2, 3, 64, 96)
 _CHECK_SHAPE = (1, 3, 45, 71)
 
+DEFAULT_LICENSE = "mit"  # this package's; the user states the weights' own with --license
+TAGS = ("saliency-detection", "salient-object-detection", "image-segmentation", "r3net", "pytorch-ignite")
+PIPELINE_TAG = "image-segmentation"  # the Hub's task closest to a per-pixel saliency map
+_METRIC_NAMES = {"mae": "MAE ↓", "maxF": "max F ↑", "Sm": "S ↑", "maxE": "max E ↑", "wF": "weighted F ↑"}
+_RECIPE = ("data", "val_data", "iters", "batch_size", "lr", "lr_power", "momentum", "weight_decay", "crop", "rotate")
+_CITATION = """@inproceedings{deng2018r3net,
+  title     = {R3Net: Recurrent Residual Refinement Network for Saliency Detection},
+  author    = {Deng, Zijun and Hu, Xiaowei and Zhu, Lei and Xu, Xuemiao and Qin, Jing and Han, Guoqiang
+               and Heng, Pheng-Ann},
+  booktitle = {Proceedings of the 27th International Joint Conference on Artificial Intelligence (IJCAI)},
+  pages     = {684--690},
+  year      = {2018}
+}"""
+
 
 class SaliencyGraph(nn.Module):
-    """R3Net in eval mode with its preprocessing: uint8 RGB ``(N, 3, H, W)`` to saliency ``(N, 1, H, W)``
-    in 0..1. ``normalize_image``'s normalisation, bit for bit, in buffers that follow the module to
-    its device: ``x * (1 / (255 std)) + (-mean / std)`` in float32."""
+    """R3Net in eval mode with ``normalize_image``'s normalisation, bit for bit: uint8 RGB in, saliency out."""
 
     scale: torch.Tensor
     shift: torch.Tensor
@@ -63,10 +84,23 @@ class SaliencyGraph(nn.Module):
         return self.model(image.to(torch.float32) * self.scale + self.shift)
 
 
+def contract(weights: TrainedWeights) -> dict[str, str]:
+    """The metadata of every exported file: what goes in, what comes out, where the weights came from."""
+    return {
+        "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
+        "backbone": weights.backbone,
+        "source": str(weights.source) if is_hub_source(str(weights.source)) else Path(weights.source).name,
+        "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
+        "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
+        "preprocessing": "inside the graph: x / 255, minus mean (0.485, 0.456, 0.406), divided by "
+        "std (0.229, 0.224, 0.225)",
+        "map": "the 8-bit map that predict writes is round(saliency * 255)",
+        "exported_by": f"ignite_r3net {__version__}, torch {torch.__version__}",
+    }
+
+
 def export_model(options: ExportOptions) -> Path:
-    """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path.
-    Raises ``OptionError`` (a wrong option or output name, a missing extra), ``CheckpointError``
-    (unreadable checkpoint, unwritable file) or ``ExportError`` (the file does not give the maps)."""
+    """Export ``options.checkpoint`` to ``options.output`` as ``options.format``; returns the path."""
     options.validate()
     if options.format == "hub":
         return write_hub_folder(options)
@@ -75,7 +109,7 @@ def export_model(options: ExportOptions) -> Path:
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights.backbone, weights.source, f"ignite_r3net {__version__}, torch {torch.__version__}")
+    metadata = contract(weights)
     example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
@@ -95,7 +129,6 @@ def export_model(options: ExportOptions) -> Path:
 
 
 def _check_output(options: ExportOptions) -> Path:
-    """``--output``: a file name with the format's suffix, in a folder, not the checkpoint itself."""
     out = Path(options.output)
     suffix = SUFFIXES[options.format]
     if out.is_dir():
@@ -112,8 +145,8 @@ def _check_output(options: ExportOptions) -> Path:
 
 
 def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str], opset: int) -> None:
-    # height and width from 33: at 32 or less the backbone's last map is 1x1 and torch.export would
-    # want that case traced separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
+    # height and width from 33: at 32 or less the backbone's last map is 1x1, which torch.export would
+    # trace separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
     dim = torch.export.Dim
     dynamic_shapes = {"image": {0: dim("batch"), 2: dim("height", min=33), 3: dim("width", min=33)}}
     with warnings.catch_warnings():
@@ -134,14 +167,14 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
 
 
 def _write_torchscript(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str]) -> None:
-    with quiet_torchscript(), torch.no_grad():
+    with quiet_torchscript(), torch.no_grad():  # R3Net's sizes all come from shapes: the trace holds at any size
         traced = torch.jit.trace(graph, (example,), check_trace=False)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(metadata, indent=2)})
 
 
 @torch.no_grad()
 def _check_written(path: Path, graph: SaliencyGraph) -> float:
-    """The largest difference to ``graph`` of ``path`` loaded standalone; ``ExportError`` beyond ``TOLERANCE``."""
+    """The largest difference to ``graph`` of ``path`` loaded standalone, at another size than the traced one."""
     image = torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     try:
         exported = load_exported(path)
@@ -157,3 +190,183 @@ def _check_written(path: Path, graph: SaliencyGraph) -> float:
             f"at {tuple(image.shape)}; nothing was written"
         )
     return difference
+
+
+def write_hub_folder(options: ExportOptions) -> Path:
+    """Write the Hub folder of ``options.checkpoint`` to ``options.output``; returns its path."""
+    out = Path(options.output)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--output {out} is a file; --format hub writes a folder")
+    if out.is_dir() and any(out.iterdir()) and "ignite_r3net" not in (read_json_object(out / HUB_CONFIG) or {}):
+        raise OptionError(
+            f"--output {out} holds files of its own; give a new or empty folder (an earlier hub export is replaced)"
+        )
+    check_writable_folder(out, "--output")  # atomic_folder makes the parent when it writes
+    results = read_results(options.results) if options.results else None
+    weights = read_trained_weights(options.checkpoint, options.backbone)
+    model = build_model(weights, "cpu")
+    training, starting = _run_record(Path(weights.path))
+    meta = contract(weights)
+    config = {
+        "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
+        "architecture": "R3Net",
+        "backbone": weights.backbone,
+        "contract": meta,
+        "checkpoint": {"source": meta["source"], "sha256": weights.sha256()},  # a Hub id, or the file's name
+        "starting_weights": starting,
+        "training": training,
+    }
+    card_options = {"license": options.license, "trained_on": options.trained_on, "repo_id": options.repo_id}
+    with atomic_folder(out) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp / HUB_WEIGHTS))
+        write_json(config, tmp / HUB_CONFIG)
+        write_text(model_card(config, results, card_options), tmp / CARD)
+        _check_folder(tmp, model, weights.backbone)
+    print(
+        f"wrote {out} (hub: {HUB_WEIGHTS}, {HUB_CONFIG}, {CARD}; backbone {weights.backbone}; read back and "
+        f"checked); upload it with: hf upload {options.repo_id or 'ORG/NAME'} {out}"
+    )
+    return out
+
+
+def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(training recipe, starting weights) from the config.json of a run, or a Hub folder, beside ``checkpoint``."""
+    record = read_json_object(checkpoint.parent / HUB_CONFIG) or {}
+    if "ignite_r3net" in record:  # re-exporting a Hub folder
+        return record.get("training"), record.get("starting_weights")
+    if "iters" not in record or "backbone" not in record:  # none, or not a training run's
+        return None, None
+    weights = record.get("weights")
+    if not isinstance(weights, dict):
+        return record, None
+    # the file's name, not this machine's path to it
+    return record, {**weights, "file": Path(str(weights.get("file", ""))).name}
+
+
+@torch.no_grad()
+def _check_folder(folder: Path, model: nn.Module, backbone: str) -> None:
+    """Read ``folder`` back as every command will; its weights and an output must be ``model``'s."""
+    back = read_trained_weights(folder / HUB_WEIGHTS)
+    if back.backbone != backbone:
+        raise ExportError(f"the exported folder reads as backbone {back.backbone}, not {backbone}")
+    reloaded = build_model(back, "cpu")
+    got, expected = reloaded.state_dict(), model.state_dict()
+    if got.keys() != expected.keys() or not all(torch.equal(v, expected[k]) for k, v in got.items()):
+        raise ExportError("the exported model.safetensors does not hold the checkpoint's weights; nothing was written")
+    image = torch.rand(_CHECK_SHAPE, generator=torch.Generator().manual_seed(1))
+    if not torch.equal(reloaded(image), model(image)):
+        raise ExportError("the exported folder's model gives other maps than the checkpoint's; nothing was written")
+
+
+def read_results(path: str | Path) -> tuple[str, Results]:
+    """``(kind, {dataset: {method: row}})`` from the results.json of ``evaluate --json`` or ``compare``."""
+    what = f"--results {path}"
+    data = load_json(path, what)
+    if not isinstance(data, dict) or not data or not all(isinstance(v, dict) for v in data.values()):
+        raise OptionError(f"{what}: expected the results.json of 'evaluate --json' or 'compare'")
+    kind, results = "compare", data
+    if all(_is_number(row.get("mae")) for row in data.values()):  # evaluate: one row per data set
+        kind = "evaluate"
+        results = {d: {"this model": {**row, "count": row.get("images", 0)}} for d, row in data.items()}
+    for dataset, methods in results.items():
+        for method, row in methods.items():
+            lacking = [m for m in DEFAULT_METRICS if not isinstance(row, Mapping) or not _is_number(row.get(m))]
+            if lacking:
+                raise OptionError(f"{what}: {method} on {dataset} has no {', '.join(lacking)}: not our results.json")
+    return kind, results
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, options: Mapping[str, Any]) -> str:
+    """The README.md of a hub export with this ``config.json``; ``options``: license, trained_on, repo_id."""
+    repo = options.get("repo_id") or "ORG/NAME"
+    parts = [
+        _metadata(config, options),
+        f"# R3Net ({config['backbone']}) for salient object detection\n\n"
+        "R3Net (Deng et al., *R3Net: Recurrent Residual Refinement Network for Saliency Detection*, IJCAI 2018) "
+        "predicts a saliency map: for every pixel, the probability that it belongs to the most noticeable "
+        f"object. Exported with `ignite_r3net` {config['ignite_r3net']['version']}.",
+        _usage(repo),
+        _files(config),
+        _training(config),
+    ]
+    if results is not None:
+        parts.append(_evaluation(*results))
+    parts.append(f"## Citation\n\n```bibtex\n{_CITATION}\n```")
+    return "\n\n".join(parts) + "\n"
+
+
+def _metadata(config: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """YAML front matter; every value a JSON string, which YAML reads as it is."""
+    license_id = json.dumps(options.get("license") or DEFAULT_LICENSE)
+    lines = ["---", "library_name: ignite_r3net", f"license: {license_id}", f"pipeline_tag: {PIPELINE_TAG}"]
+    lines += ["tags:"] + [f"- {json.dumps(tag)}" for tag in (*TAGS, config["backbone"])]
+    if options.get("trained_on"):
+        lines += ["datasets:"] + [f"- {json.dumps(name)}" for name in options["trained_on"]]
+    start = (config.get("starting_weights") or {}).get("source", "")
+    if is_hub_source(start):  # the backbone's ImageNet weights on the Hub: the model this one grew from
+        lines.append(f"base_model: {json.dumps(start[len(HF_PREFIX) :].partition('@')[0])}")
+    return "\n".join([*lines, "---"])
+
+
+def _usage(repo: str) -> str:
+    return (
+        "## Use\n\n"
+        "With `ignite_r3net` installed (`pip install -e .` in its checkout):\n\n"
+        "```bash\n"
+        f"python run.py predict --checkpoint hf-hub:{repo} --input photos --output maps\n"
+        f"python run.py predict --checkpoint hf-hub:{repo} --input photos --output cutouts --cutout\n"
+        f"python run.py evaluate --checkpoint hf-hub:{repo} --data DUTS-TE\n"
+        "```\n\n"
+        "`hf-hub:ORG/NAME@REVISION` pins a revision (a branch, tag or commit). `python run.py export "
+        f"--checkpoint hf-hub:{repo} --format onnx --output r3net.onnx` gives the model as one ONNX file "
+        "for use without this package."
+    )
+
+
+def _files(config: Mapping[str, Any]) -> str:
+    contract, checkpoint = config["contract"], config["checkpoint"]
+    return (
+        "## Files\n\n"
+        "| | |\n|---|---|\n"
+        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}` |\n"
+        "| `config.json` | backbone, input contract, training recipe, starting weights, sha256 of the source |\n"
+        f"| input | {contract['input']} |\n"
+        f"| output | {contract['output']} |\n"
+        f"| preprocessing | {contract['preprocessing'].removeprefix('inside the graph: ')} (`predict` does it; "
+        "ONNX and TorchScript exports hold it in their graph) |\n"
+        f"| exported from | `{checkpoint['source']}`, sha256 `{checkpoint['sha256']}` |"
+    )
+
+
+def _training(config: Mapping[str, Any]) -> str:
+    recipe, start = config.get("training"), config.get("starting_weights")
+    if not recipe:
+        return "## Training\n\nThe checkpoint came without its run's config.json: the recipe is not recorded."
+    rows = [f"| `{key}` | `{json.dumps(recipe[key])}` |" for key in _RECIPE if key in recipe]
+    if start:
+        rows.append(f"| starting weights | `{start.get('source')}`, sha256 `{start.get('sha256')}` |")
+    intro = "The run's options (all of them are in `config.json`, under `training`):"
+    return "\n".join(["## Training", "", intro, "", "| option | value |", "|---|---|", *rows])
+
+
+def _evaluation(kind: str, results: Results) -> str:
+    datasets = list(results)
+    if kind == "compare":
+        methods = list(dict.fromkeys(m for d in datasets for m in results[d]))
+        table = table_markdown(build_table(results, datasets, methods, list(DEFAULT_METRICS), 3))
+        intro = "From `compare` (best value of each column bold, second-best underlined):"
+    else:
+        header = "| Data set | images | " + " | ".join(_METRIC_NAMES[m] for m in DEFAULT_METRICS) + " |"
+        rows = [
+            f"| {d} | {int(results[d]['this model']['count'])} | "
+            + " | ".join(f"{results[d]['this model'][m]:.3f}" for m in DEFAULT_METRICS)
+            + " |"
+            for d in datasets
+        ]
+        table = "\n".join([header, "|---|--:" + "|--:" * len(DEFAULT_METRICS) + "|", *rows])
+        intro = "From `evaluate` (each image at its full resolution):"
+    return f"## Evaluation\n\n{intro}\n\n{table.rstrip()}"
