@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..atomic_files import atomic_output, write_text
+from ..atomic_files import atomic_output, read_json_object, write_text
 
 _FORMAT = 1  # bump when the generator changes so old sets are regenerated
 _MANIFEST = "manifest.json"
@@ -169,10 +169,7 @@ def _write_image(path: Path, array: np.ndarray, **save: Any) -> None:
 
 
 def _complete(out_dir: Path, params: dict) -> bool:
-    try:
-        manifest = json.loads((out_dir / _MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
+    manifest = read_json_object(out_dir / _MANIFEST) or {}
     return manifest.get("params") == params and all(
         (out_dir / split / name).is_file() for split in _SPLITS for name in _names(params[f"n_{split}"])
     )

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any
 import ignite.distributed as idist
 
 from .. import __version__
-from ..atomic_files import write_json
+from ..atomic_files import read_json_object, write_json
 from ..content_key import ContentKey
 from ..data.decode import load_mask
 from ..distributed.launch import launch
@@ -58,21 +57,13 @@ def inference_key(checkpoint: Path, data: Iterable[tuple[Path, Path]], options: 
 
 def read_entry(cache_dir: Path, key: str) -> dict[str, Any] | None:
     """The cached entry for ``key``, or None (absent, unreadable, or of another format)."""
-    try:
-        entry = json.loads((cache_dir / f"{key}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT or entry.get("key") != key:
-        return None
-    return entry
+    entry = read_json_object(cache_dir / f"{key}.json")
+    return entry if entry and entry.get("format") == CACHE_FORMAT and entry.get("key") == key else None
 
 
 def recorded_key(record: Path) -> str | None:
     """The ``key`` of a JSON record (a maps folder's ``MANIFEST``, a figure's record), or None."""
-    try:
-        return json.loads(record.read_text(encoding="utf-8")).get("key")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return (read_json_object(record) or {}).get("key")
 
 
 def write_manifest(maps_dir: Path, key: str, checkpoint: Path, images: int) -> None:

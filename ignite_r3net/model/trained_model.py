@@ -4,7 +4,6 @@ else inferred from the shapes; checked on the meta device, so a mismatch is one 
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..atomic_files import read_json_object
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..errors import OptionError, error_line
 from .backbone_weights import fetch_hub_file, is_hub_source, sha256_of
@@ -65,10 +65,7 @@ def read_trained_weights(source: str | Path, backbone: str | None = None) -> Tra
 
 def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:
     """The backbone in the ``config.json`` beside ``path``, else the one the shapes match, else None."""
-    try:
-        name = json.loads((Path(path).parent / "config.json").read_text(encoding="utf-8")).get("backbone")
-    except (OSError, ValueError, AttributeError):
-        name = None
+    name = (read_json_object(Path(path).parent / "config.json") or {}).get("backbone")
     return name if isinstance(name, str) and name else infer_backbone(state)
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,14 +53,6 @@ class RunRecipe:
             for name, value in self.values.items()
             if name in saved and not same.get(name, operator.eq)(saved[name], value)
         }
-
-
-def read_record(output_dir: str, name: str) -> dict[str, Any]:
-    """The JSON object a resumed run left in ``output_dir/name``; empty when there is none to read."""
-    try:
-        return dict(json.loads((Path(output_dir) / name).read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return {}
 
 
 def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from filelock import FileLock
 
+from ..atomic_files import read_json_object
 from ..checkpoint_io import list_checkpoints, load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
@@ -36,7 +37,7 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
-from .resume import RESUME_FIXED, check_resume_compatible, read_record, resolve_resume
+from .resume import RESUME_FIXED, check_resume_compatible, resolve_resume
 from .trackers import prepare_trackers
 from .train_log import record_ending
 
@@ -222,7 +223,7 @@ def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str
     """``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random),
     fetched and checked against ``config.weights`` (``--config``'s); a resumed run keeps its first start's."""
     if resumed:
-        return read_record(config.output_dir, "config.json").get("weights")
+        return (read_json_object(Path(config.output_dir) / "config.json") or {}).get("weights")
     weights: Weights | None
     if config.init_from:
         weights = _init_from_weights(config, config.init_from)

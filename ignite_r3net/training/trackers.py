@@ -12,12 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_json
+from ..atomic_files import read_json_object, write_json
 from ..config import TrainConfig
 from ..distributed.signals import threads_leave_signals_to_main
 from ..distributed.topology import environment
 from ..errors import OptionError, error_line
-from .resume import read_record
 
 RECORD = "tracking.json"
 PROJECT = "ignite_r3net"  # the MLflow experiment, W&B project and ClearML project unless set otherwise
@@ -28,7 +27,7 @@ def prepare_trackers(config: TrainConfig) -> dict[str, dict] | None:
     """Check every ``--tracker`` and open its run; returns ``config.tracking`` (also in ``tracking.json``)."""
     if not config.tracker:
         return None
-    recorded = read_record(config.output_dir, RECORD) if config.resume else {}
+    recorded = (read_json_object(Path(config.output_dir) / RECORD) or {}) if config.resume else {}
     with threads_leave_signals_to_main():  # MLflow starts a telemetry thread in this process
         tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
     write_json(tracking, Path(config.output_dir) / RECORD)
