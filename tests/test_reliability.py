@@ -396,13 +396,19 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
         # ignored the signal would run its 500 iterations, or hang, past it
         _, err = proc.communicate(timeout=60)
         seconds = time.monotonic() - signalled
+        # a process that closed its pipes may still be exiting (not yet a zombie) on a loaded machine:
+        # what counts is that none is left within the 5 s the job has
+        left = group_pids(proc.pid)
+        while left and time.monotonic() - signalled < 5:
+            time.sleep(0.1)
+            left = group_pids(proc.pid)
     finally:
         if group_pids(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err[-2000:]
     assert err.strip().splitlines()[-1] == said
     assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Exception ignored" not in err, err[-3000:]
-    assert not group_pids(proc.pid), "a rank or DataLoader worker was left running"
+    assert not left, f"a rank or DataLoader worker was left running: {left}"
     assert seconds < 5, f"the job took {seconds:.1f} s to end"
     assert max(log_iterations(out / "train.log")) < 500
     assert log_lines(out / "train.log")[-1] == said, "train.log ends with the console's line"
