@@ -205,6 +205,8 @@ class TrainConfig:
     listings: dict[str, str] | None = field(default=None)  # {"data": "12 pairs (sha256 ...)", ...}, on every rank
     tracking: dict[str, dict] | None = field(default=None)  # each --tracker's run: {"mlflow": {"run_id": ...}}
     data_sets: list[dict[str, Any]] | None = field(default=None)  # each --data folder: {folder, pairs, listing}
+    # a --recipe's batch over all processes (r3net-paper: 14); planned_run shares it out as batch_size
+    global_batch: int | None = field(default=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder

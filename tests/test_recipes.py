@@ -13,7 +13,7 @@ from ignite_r3net import cli
 from ignite_r3net.cli import given_options
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
-from ignite_r3net.training.recipe_config import config_from_options
+from ignite_r3net.training.recipe_config import batch_per_process, config_from_options
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 
 # zijundeng/R3Net train.py (commit 93b8a34): args = {'iter_num': 6000, 'train_batch_size': 14,
@@ -64,19 +64,36 @@ def test_the_recipe_name_and_every_value_land_in_config_json():
     assert {k: saved[k] for k in ORIGINAL_TRAIN_PY} == {**ORIGINAL_TRAIN_PY, "iters": 20}
 
 
+def _shared(*argv: str, world_size: int) -> int:
+    """The images per process start-up chooses once the launch layout is known (``planned_run``)."""
+    return batch_per_process(_config(*argv), world_size)
+
+
 def test_the_global_batch_of_14_is_split_among_processes(capsys):
-    assert _config("--recipe", "r3net-paper", "--nproc", "2").batch_size == 7
+    assert _shared("--recipe", "r3net-paper", world_size=1) == 14
+    assert _shared("--recipe", "r3net-paper", "--nproc", "2", world_size=2) == 7
     assert "global batch of 14 images split as 2 processes x 7" in capsys.readouterr().err
-    assert _config("--recipe", "r3net-paper", "--nproc", "7").batch_size == 2
+    assert _shared("--recipe", "r3net-paper", "--nproc", "7", world_size=7) == 2
 
 
 def test_a_split_that_cannot_keep_the_global_batch_is_refused_in_one_line():
     with pytest.raises(OptionError) as refused:
-        _config("--recipe", "r3net-paper", "--nproc", "4")
+        _shared("--recipe", "r3net-paper", "--nproc", "4", world_size=4)
     message = str(refused.value)
     assert len(message.splitlines()) == 1
     assert "global batch of 14" in message and "possible: 1, 2, 7 processes" in message
-    assert _config("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4").batch_size == 4
+    assert _shared("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4", world_size=4) == 4
+
+
+def test_train_shares_the_global_batch_among_the_launch_layouts_processes(tmp_path, capsys):
+    """``train`` itself splits by the world size of its launch (two nodes of 2 here), after the options are
+    checked: a wrong option is named before the split is refused. Nothing starts either time."""
+    two_nodes = ["train", "--recipe", "r3net-paper", "--nproc", "2", "--nnodes", "2", "--output-dir", str(tmp_path)]
+    assert cli.main([*two_nodes, "--device", "cpu", "--pretrained", "none"]) == 2
+    assert "14 images, which 4 processes cannot share equally" in capsys.readouterr().err
+    assert cli.main([*two_nodes, "--node-rank", "5"]) == 2
+    assert "--node-rank must be in [0, 1], got 5" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_help_lists_what_each_recipe_sets(capsys):
@@ -101,5 +118,6 @@ def test_resume_refuses_another_recipe():
 
 def test_a_saved_recipe_keeps_its_batch_size_unless_the_recipe_is_given_anew():
     saved = json.loads(_config("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4").to_json())
-    assert config_from_options({}, base=saved).batch_size == 4
-    assert config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved).batch_size == 7
+    assert batch_per_process(config_from_options({}, base=saved), 2) == 4
+    anew = config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved)
+    assert batch_per_process(anew, 2) == 7

@@ -1,5 +1,5 @@
 """The training config a command line describes: the ``--recipe``'s values (or a saved run's, ``--config``)
-under the options given, a recipe's global batch shared among the job's processes."""
+under the options given; and a recipe's global batch shared among the job's processes (at start-up)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 from ..config import TrainConfig
 from ..data.synthetic import synthetic_paths
-from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, note
 from ..model.backbones import BACKBONES
 from ..options.fields import is_option, read_options
@@ -21,8 +20,8 @@ _CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
 
 def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> TrainConfig:
     """``base`` (default: the defaults) under the recipe ``given`` names (the default one when ``base`` is
-    empty), under ``given``. A recipe's global batch (``r3net-paper``: 14) is shared by the processes unless
-    ``--batch-size`` is given; ``OptionError`` when they cannot share it equally."""
+    empty), under ``given``. A recipe's global batch (``r3net-paper``: 14) is recorded as ``global_batch``
+    unless ``--batch-size`` is given; ``batch_per_process`` splits it once the launch layout is known."""
     values = dict(base or {})
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
@@ -31,24 +30,34 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     if recipe is not None:
         values.update(recipe.values, recipe=name)
     values.update(given)
-    config = TrainConfig(**values)
-    if recipe is None or recipe.global_batch is None or "batch_size" in given:
-        return config
-    global_batch, world = recipe.global_batch, LaunchSpec.of(config).world_size
-    per_process = split_global_batch(global_batch, world)
+    # only a recipe named here shares its batch: a saved run's batch_size is per process already
+    values["global_batch"] = None
+    if recipe is not None and recipe.global_batch is not None and "batch_size" not in given:
+        # one process's share until the launch layout is known
+        values.update(global_batch=recipe.global_batch, batch_size=recipe.global_batch)
+    return TrainConfig(**values)
+
+
+def batch_per_process(config: TrainConfig, world_size: int) -> int:
+    """``config``'s ``global_batch`` split among ``world_size`` processes (without one: its ``batch_size``).
+    ``OptionError`` when they cannot share it equally with at least 2 images each."""
+    global_batch = config.global_batch
+    if global_batch is None:
+        return config.batch_size
+    per_process = split_global_batch(global_batch, world_size)
     if per_process is None:
         possible = ", ".join(str(n) for n in possible_world_sizes(global_batch))
         raise OptionError(
             f"--recipe {config.recipe} keeps the original global batch of {global_batch} images, which "
-            f"{world} processes cannot share equally with at least 2 each (possible: {possible} processes); "
-            f"or give --batch-size N (images per process) for a global batch of N x {world}"
+            f"{world_size} processes cannot share equally with at least 2 each (possible: {possible} processes); "
+            f"or give --batch-size N (images per process) for a global batch of N x {world_size}"
         )
-    if world > 1:
+    if world_size > 1:
         note(
             f"--recipe {config.recipe}: the global batch of {global_batch} images split as "
-            f"{world} processes x {per_process} (--batch-size {per_process})"
+            f"{world_size} processes x {per_process} (--batch-size {per_process})"
         )
-    return dataclasses.replace(config, batch_size=per_process)
+    return per_process
 
 
 def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:

@@ -37,6 +37,7 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
+from .recipe_config import batch_per_process
 from .resume import RESUME_FIXED, check_resume_compatible, resolve_resume
 from .trackers import prepare_trackers
 from .train_log import record_ending
@@ -104,6 +105,7 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
         set_deterministic_environment()
     spec = LaunchSpec.of(config)
     check_slurm(spec)
+    config = dataclasses.replace(config, batch_size=batch_per_process(config, spec.world_size))
     check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
