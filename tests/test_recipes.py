@@ -62,6 +62,7 @@ def test_the_recipe_name_and_every_value_land_in_config_json():
     saved = json.loads(_config("--recipe", "r3net-paper", "--iters", "20").to_json())
     assert saved["recipe"] == "r3net-paper"
     assert {k: saved[k] for k in ORIGINAL_TRAIN_PY} == {**ORIGINAL_TRAIN_PY, "iters": 20}
+    assert saved["global_batch"] == 14  # shared among the processes at start-up
 
 
 def _shared(*argv: str, world_size: int) -> int:
