@@ -122,3 +122,7 @@ def test_a_saved_recipe_keeps_its_batch_size_unless_the_recipe_is_given_anew():
     assert batch_per_process(config_from_options({}, base=saved), 2) == 4
     anew = config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved)
     assert batch_per_process(anew, 2) == 7
+    # a run on 2 processes saved 7 per process beside the global 14: read back, 7 stays 7 on any number
+    split = json.loads(_config("--recipe", "r3net-paper", "--nproc", "2", "--batch-size", "7").to_json())
+    split["global_batch"] = 14
+    assert batch_per_process(config_from_options({"nproc": 1}, base=split), 1) == 7
