@@ -16,7 +16,13 @@ from ignite_r3net.inference import attach_scoring, create_evaluator, score_shard
 from ignite_r3net.metrics.saliency import SaliencyMetrics
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.train_log import TrainLog
-from ignite_r3net.training.validation import GRID_TILE, _best_checkpointer, attach_validation, side_output_grid
+from ignite_r3net.training.validation import (
+    GRID_TILE,
+    _best_checkpointer,
+    attach_validation,
+    side_output_grid,
+    write_pr_curve,
+)
 
 
 def _validated(best, trainer: Engine, evaluator: Engine, iteration: int, max_f: float) -> None:
@@ -115,3 +121,33 @@ def test_every_rank_scores_its_images_with_rank0_batchnorm_statistics(tmp_path, 
             assert values[key] == pytest.approx(value, abs=1e-9), key
     logged = (tmp_path / "out" / "train.log").read_text()
     assert f"[val iter 0] mae {expected['mae']:.4f} maxF {expected['maxF']:.4f}" in logged
+
+
+class _OnGpu(torch.Tensor):
+    """Stands for a CUDA tensor on a machine without one: NumPy refuses it as it refuses CUDA tensors
+    (``Tensor.__array__`` calls ``numpy()``), ``cpu()`` copies it to a plain CPU tensor."""
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() first.")
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor).clone()
+
+
+def test_the_pr_curve_of_a_metric_on_the_gpu_reaches_tensorboard(tmp_path):
+    """On a GPU the validation metric's curves are CUDA tensors; TensorBoard's raw PR curve stacks its
+    tensors with NumPy, so every one of them (the zero counts too) must be a CPU tensor."""
+    import numpy as np
+    from ignite.handlers.tensorboard_logger import TensorboardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    precision = torch.linspace(1.0, 0.5, 256, dtype=torch.float64).as_subclass(_OnGpu)
+    recall = torch.linspace(0.0, 1.0, 256, dtype=torch.float64).as_subclass(_OnGpu)
+    with pytest.raises(TypeError, match="cuda"):  # what a CUDA tensor does, or this test could not fail
+        np.stack([torch.zeros_like(precision)])
+    tb = TensorboardLogger(log_dir=str(tmp_path))
+    write_pr_curve(tb, precision, recall, 3)
+    tb.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    events.Reload()
+    assert [e.step for e in events.Tensors("val/pr_curve")] == [3]

@@ -67,10 +67,7 @@ def attach_validation(
         precision, recall = metric.pr_curve()  # a collective: every rank
         log.write(f"[val iter {iteration}] " + " ".join(f"{k} {values[k]:.4f}" for k in METRIC_KEYS if k in values))
         if tb is not None:  # the scalars go through tracker_loggers, as for every tracker
-            zeros = torch.zeros_like(precision)
-            # ascending thresholds, as TensorBoard expects; per-image mean curves have no counts to show
-            curve = (zeros, zeros, zeros, zeros, precision.cpu(), recall.cpu(), iteration)
-            tb.writer.add_pr_curve_raw("val/pr_curve", *curve, num_thresholds=precision.numel())
+            write_pr_curve(tb, precision, recall, iteration)
             tb.writer.add_image("val/side_outputs", side_output_grid(plain, val_loader.dataset), iteration)
         if iteration == 0:
             untrained.update(values)
@@ -125,6 +122,16 @@ def use_rank0_buffers(model: nn.Module) -> None:
 
 
 @torch.no_grad()
+def write_pr_curve(tb: Any, precision: torch.Tensor, recall: torch.Tensor, iteration: int) -> None:
+    """The mean precision-recall curve (ascending thresholds, as TensorBoard expects) as ``val/pr_curve``;
+    per-image mean curves have no counts to show."""
+    # add_pr_curve_raw hands every tensor to np.stack, which refuses CUDA tensors: all on the CPU
+    precision, recall = precision.cpu(), recall.cpu()
+    zeros = torch.zeros_like(precision)
+    curve = (zeros, zeros, zeros, zeros, precision, recall, iteration)
+    tb.writer.add_pr_curve_raw("val/pr_curve", *curve, num_thresholds=precision.numel())
+
+
 def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
     """One row per validation image: image, ground truth and the 7 side outputs (sigmoid), ``tile`` square."""
     device = next(model.parameters()).device
