@@ -19,6 +19,7 @@ file is rewritten whole each time, so a run stopped at a time limit keeps what i
   iterations after ``--warmup`` ones, and the peak GPU memory of those timed iterations;
 * ``deterministic_resume``: ``train --deterministic`` for 6 iterations, and the same run stopped
   at iteration 3 and resumed with ``--resume auto``: every tensor of both final checkpoints equal;
+  both validate (metrics and TensorBoard's curves and images made on the GPU);
 * ``evaluate`` and ``predict``: the maps of that GPU-trained checkpoint made on the GPU and on the
   CPU (``CUDA_VISIBLE_DEVICES=""``), with ``--tf32 off`` (must be within one gray level) and, on
   the GPU, with ``--tf32 on`` too (reported);
@@ -383,14 +384,17 @@ def _failure(proc: subprocess.CompletedProcess, what: str) -> dict[str, Any] | N
     return {"error": f"{what} exited with {proc.returncode}: {lines[-1] if lines else ''}", "output": lines[-20:]}
 
 
-def deterministic_resume(sizes: Sizes, data: Path, work: Path, on_cpu: bool, timeout: float) -> dict[str, Any]:
+def deterministic_resume(
+    sizes: Sizes, data: Path, val: Path, work: Path, on_cpu: bool, timeout: float
+) -> dict[str, Any]:
     """``train --deterministic`` for 6 iterations, and again stopped at 3 and resumed: every tensor
-    of the two ``checkpoint_6.pt`` equal. The first run's checkpoint is the GPU-trained model of
-    the later checks."""
+    of the two ``checkpoint_6.pt`` equal. Both validate on ``val`` (the metrics and TensorBoard's
+    curves and images from the GPU). The first run's checkpoint is the GPU-trained model of the
+    later checks."""
     args = [
-        "--data", str(data), "--pretrained", "none", "--backbone", sizes.backbone, "--crop", str(sizes.crop),
-        "--batch-size", str(sizes.batch_size), "--iters", "6", "--checkpoint-every", "3", "--deterministic",
-        "--workers", str(sizes.workers), "--no-progress",
+        "--data", str(data), "--val-data", str(val), "--pretrained", "none", "--backbone", sizes.backbone,
+        "--crop", str(sizes.crop), "--batch-size", str(sizes.batch_size), "--iters", "6", "--checkpoint-every", "3",
+        "--deterministic", "--workers", str(sizes.workers), "--no-progress",
     ]  # fmt: skip
     whole, resumed = work / "whole", work / "resumed"
     start = time.perf_counter()
@@ -406,7 +410,8 @@ def deterministic_resume(sizes: Sizes, data: Path, work: Path, on_cpu: bool, tim
         return failed
     a, b = (_tensors(load_checkpoint(d / "checkpoint_6.pt")) for d in (whole, resumed))
     differ = sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or not torch.equal(a[k], b[k]))
-    value: dict[str, Any] = {"tensors": len(a), "differ": len(differ), "train_s": seconds}
+    validations = (whole / "train.log").read_text().count("[val iter ")  # lines start with their time
+    value: dict[str, Any] = {"tensors": len(a), "differ": len(differ), "validations": validations, "train_s": seconds}
     if differ:
         value["error"] = f"{len(differ)} of {len(a)} tensors differ after the resume, e.g. {differ[:3]}"
     return value
@@ -499,7 +504,7 @@ def run_checks(
         ("unwrapped", lambda: unwrapped(device, sizes)),
         ("no_host_sync", lambda: no_host_sync(device, sizes, train, work / "sync")),
         *[(f"speed_{m}", lambda m=m: train_speed(device, sizes, m)) for m in sizes.modes if m != "compile"],
-        ("deterministic_resume", lambda: deterministic_resume(sizes, train, work / "resume", on_cpu, left())),
+        ("deterministic_resume", lambda: deterministic_resume(sizes, train, val, work / "resume", on_cpu, left())),
         ("evaluate", lambda: maps_match("evaluate", checkpoint, val, work, on_cpu, left())),
         ("predict", lambda: maps_match("predict", checkpoint, val, work, on_cpu, left())),
         ("export_onnx", lambda: export_onnx(checkpoint, work, on_cpu, left())),

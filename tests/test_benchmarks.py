@@ -188,6 +188,7 @@ def test_gpu_check_runs_every_check_on_the_cpu(tmp_path: Path) -> None:
     assert [k for k in report if k in gpu_check.CHECKS] == expected
     assert not [k for k, v in report.items() if isinstance(v, dict) and ("error" in v or "skipped" in v)]
     assert report["deterministic_resume"]["differ"] == 0 and report["deterministic_resume"]["tensors"] > 100
+    assert report["deterministic_resume"]["validations"] == 3  # at 0, 3 and 6: the GPU's validation path ran
     assert report["evaluate"]["max_gray_levels_gpu_vs_cpu"] == 0 == report["predict"]["max_gray_levels_gpu_vs_cpu"]
     assert report["export_onnx"]["megabytes"] > 1
     assert "deterministic_resume: tensors" in proc.stdout
