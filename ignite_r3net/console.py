@@ -30,9 +30,9 @@ def echo(line: str, stream: IO[str] | None = None) -> bool:
 class _PipeTolerant:
     """A console stream whose closed pipe is no error: from the first ``BrokenPipeError`` on it is /dev/null."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], closed: bool = False) -> None:
         self._stream = stream
-        self.pipe_closed = False
+        self.pipe_closed = closed
 
     def write(self, text: str) -> int:
         try:
@@ -60,11 +60,28 @@ class _PipeTolerant:
 
 
 def tolerate_closed_console() -> None:
-    """Make a closed stdout or stderr pipe (``| head``) harmless in this process: the run goes on."""
-    for name in ("stdout", "stderr"):
+    """Make a closed stdout or stderr harmless in this process, the run goes on: a pipe that closes (``| head``)
+    or a stream closed from the start (``>&-``, which Python shows as ``sys.stdout is None``)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, _PipeTolerant):
+        if stream is None:
+            setattr(sys, name, _PipeTolerant(_null_stream(fd), closed=True))
+        elif not isinstance(stream, _PipeTolerant):
             setattr(sys, name, _PipeTolerant(stream))
+
+
+def _null_stream(fd: int) -> IO[str]:
+    """/dev/null as the text stream of the closed descriptor ``fd``, and on ``fd`` itself while it is free: else the
+    next file opened would take its number, and the processes started later would write into that file."""
+    try:
+        os.fstat(fd)
+    except OSError:  # free: /dev/null takes its place
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        return open(fd, "w", closefd=False)  # the console of the process, open until it ends
+    return open(os.devnull, "w")  # another file has the number already: left alone
 
 
 def quiet_library_logs(verbose: bool) -> None:

@@ -1,17 +1,18 @@
 """The console is optional and quiet, train.log is complete: a closed stdout or stderr pipe
-(``| head``, ``2>&1 | head``) never ends a run; ignite's messages about its internals and the
-configuration stay off the console unless ``--verbose``."""
+(``| head``, ``2>&1 | head``) or a stdout closed from the start (``>&-``) never ends a run; ignite's
+messages about its internals and the configuration stay off the console unless ``--verbose``."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import sys
 
 import ignite.distributed as idist
 import pytest
 import torch
-from helpers import TINY_TRAIN, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
+from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.console import echo, quiet_library_logs, tolerate_closed_console
@@ -32,7 +33,7 @@ def test_a_closed_console_pipe_ends_the_echo_not_the_log(tmp_path, monkeypatch):
     console.close()  # its unwritten text goes nowhere, without a second BrokenPipeError
     assert log_lines(tmp_path / "train.log") == [
         "configuration: {}",
-        "note: the console was closed (a pipe ended); this log goes on here",
+        "note: the console was closed; this log goes on here",
         "[iter 1]",
     ]
 
@@ -70,8 +71,39 @@ def test_training_piped_into_head_goes_on_to_the_end(tmp_path, piped):
     assert proc.returncode == 0, (err or (out / "train.log").read_text())[-3000:]
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err[-3000:]
     assert sorted(log_iterations(out / "train.log")) == [1, 2, 3, 4]
-    assert "note: the console was closed (a pipe ended); this log goes on here" in log_lines(out / "train.log")
+    assert "note: the console was closed; this log goes on here" in log_lines(out / "train.log")
     assert (out / "checkpoint_4.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_stdout_closed_from_the_start_is_no_error(tmp_path):
+    """``python run.py --nproc 2 ... >&-`` then ``predict ... >&-``: Python starts with ``sys.stdout`` None, and the
+    spawned ranks inherit the closed descriptor. The run trains to the end and train.log says the console was
+    closed; predict writes every map; neither prints a traceback."""
+    train, val = make_tiny_dataset(tmp_path / "data", n=8, n_val=2)
+    out = tmp_path / "out"
+
+    def closed_stdout(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(REPO / "run.py"), *args],
+            preexec_fn=lambda: os.close(1),  # what `>&-` does
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            env=cpu_env(),
+            text=True,
+            timeout=200,
+        )
+
+    trained = closed_stdout("--nproc", "2", "--data", str(train), "--output-dir", str(out), "--iters", "2",
+                            "--master-port", str(free_port()), "--no-progress", *TINY_TRAIN)  # fmt: skip
+    assert trained.returncode == 0 and "Traceback" not in trained.stderr, trained.stderr[-3000:]
+    assert sorted(log_iterations(out / "train.log")) == [1, 2]
+    assert "note: the console was closed; this log goes on here" in log_lines(out / "train.log")
+    maps = tmp_path / "maps"
+    predicted = closed_stdout("predict", "--checkpoint", str(out / "checkpoint_2.pt"), "--input", str(val),
+                              "--output", str(maps), "--workers", "0")  # fmt: skip
+    assert predicted.returncode == 0 and "Traceback" not in predicted.stderr, predicted.stderr[-3000:]
+    assert len(list(maps.glob("*.png"))) == len(list(val.glob("*.jpg"))) == 2
 
 
 def _launcher_messages(capfd) -> str:

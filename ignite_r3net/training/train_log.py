@@ -54,7 +54,7 @@ class TrainLog:
     def _echo(self, line: str) -> None:
         if self.console and not echo(line):
             self.console = False
-            self.write("note: the console was closed (a pipe ended); this log goes on here", console=False)
+            self.write("note: the console was closed; this log goes on here", console=False)
 
     @rank_zero_only
     def close(self) -> None:
