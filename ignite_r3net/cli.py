@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from .config import TrainConfig
 from .console import echo, tolerate_closed_console
@@ -28,10 +28,18 @@ T = TypeVar("T")
 Subparsers = argparse._SubParsersAction
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose refusals are one ``error:`` line (exit 2) like every other check's, not the usage first;
+    its sub-commands' parsers are of this class too (``add_subparsers``' default)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} ({self.prog} --help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog=name if name == "ignite-r3net" else "python run.py",
         description="Train and evaluate R3Net saliency detection with pytorch-ignite. "
         "Without a command, 'train' is run: `python run.py --nproc 2 ...`.",
