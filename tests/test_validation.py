@@ -70,7 +70,10 @@ def test_side_output_grid_has_image_gt_and_seven_outputs_per_row():
         }
         for _ in range(3)
     ]
+    grad_enabled = []
+    model.backbone.register_forward_hook(lambda *_: grad_enabled.append(torch.is_grad_enabled()))
     grid = side_output_grid(model, dataset, count=4)
+    assert grad_enabled and not any(grad_enabled), "forward passes without autograd: no graph kept"
     pad = 2
     assert grid.shape == (3, pad + 3 * (GRID_TILE + pad), pad + 9 * (GRID_TILE + pad))
     assert 0 <= grid.min() and grid.max() <= 1

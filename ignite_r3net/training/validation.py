@@ -121,7 +121,6 @@ def use_rank0_buffers(model: nn.Module) -> None:
             b.copy_(part.view_as(b))
 
 
-@torch.no_grad()
 def write_pr_curve(tb: Any, precision: torch.Tensor, recall: torch.Tensor, iteration: int) -> None:
     """The mean precision-recall curve (ascending thresholds, as TensorBoard expects) as ``val/pr_curve``;
     per-image mean curves have no counts to show."""
@@ -132,6 +131,7 @@ def write_pr_curve(tb: Any, precision: torch.Tensor, recall: torch.Tensor, itera
     tb.writer.add_pr_curve_raw("val/pr_curve", *curve, num_thresholds=precision.numel())
 
 
+@torch.no_grad()
 def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile: int = GRID_TILE) -> torch.Tensor:
     """One row per validation image: image, ground truth and the 7 side outputs (sigmoid), ``tile`` square."""
     device = next(model.parameters()).device
