@@ -78,8 +78,8 @@ def test_training_piped_into_head_goes_on_to_the_end(tmp_path, piped):
 @pytest.mark.slow
 def test_a_stdout_closed_from_the_start_is_no_error(tmp_path):
     """``python run.py --nproc 2 ... >&-`` then ``predict ... >&-``: Python starts with ``sys.stdout`` None, and the
-    spawned ranks inherit the closed descriptor. The run trains to the end and train.log says the console was
-    closed; predict writes every map; neither prints a traceback."""
+    spawned ranks inherit the launcher's descriptor 1. The run trains to the end and train.log says the console
+    was closed; predict writes every map; neither prints a traceback."""
     train, val = make_tiny_dataset(tmp_path / "data", n=8, n_val=2)
     out = tmp_path / "out"
 
