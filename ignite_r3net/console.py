@@ -59,25 +59,36 @@ class _PipeTolerant:
         return getattr(self._stream, name)
 
 
+# the streams closed when the job started ("stdout,stderr"): the processes it starts later inherit /dev/null there,
+# and learn from this variable that nobody reads them
+CLOSED_AT_START = "IGNITE_R3NET_CLOSED_CONSOLE"
+
+
 def tolerate_closed_console() -> None:
     """Make a closed stdout or stderr harmless in this process, the run goes on: a pipe that closes (``| head``)
     or a stream closed from the start (``>&-``, which Python shows as ``sys.stdout is None``)."""
+    closed = {name for name in os.environ.get(CLOSED_AT_START, "").split(",") if name}
     for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name)
         if stream is None:
-            setattr(sys, name, _PipeTolerant(_null_stream(fd), closed=True))
-        elif not isinstance(stream, _PipeTolerant):
-            setattr(sys, name, _PipeTolerant(stream))
+            stream = _null_stream(fd)
+            closed.add(name)
+        if not isinstance(stream, _PipeTolerant):
+            setattr(sys, name, _PipeTolerant(stream, closed=name in closed))
+    if closed:
+        os.environ[CLOSED_AT_START] = ",".join(sorted(closed))
 
 
 def _null_stream(fd: int) -> IO[str]:
-    """/dev/null as the text stream of the closed descriptor ``fd``, and on ``fd`` itself while it is free: else the
-    next file opened would take its number, and the processes started later would write into that file."""
+    """/dev/null as the text stream of the closed descriptor ``fd``, and on ``fd`` itself while it is free (inherited
+    by the processes started later): else the next file opened would take its number, and they would write into it."""
     try:
         os.fstat(fd)
     except OSError:  # free: /dev/null takes its place
         null = os.open(os.devnull, os.O_WRONLY)
-        if null != fd:
+        if null == fd:
+            os.set_inheritable(fd, True)  # os.open's descriptors are not (PEP 446); dup2's are
+        else:
             os.dup2(null, fd)
             os.close(null)
         return open(fd, "w", closefd=False)  # the console of the process, open until it ends
