@@ -334,6 +334,22 @@ def save_spread_r3net(path: Path, seed: int = 1) -> Path:
     return path
 
 
+def save_rounding_sensitive_r3net(path: Path, seed: int = 1, offset: float = 2.0**16) -> Path:
+    """The spread model (``save_spread_r3net``) made sensitive to float32 rounding by construction, as a
+    briefly trained model is by its BatchNorm statistics: ``offset`` added to the first prediction and taken
+    off again by the first refinement, so that values of that size pass through the refinement block, where
+    float32 keeps only about 3 decimals below them. Any float32 implementation rounds its maps by about a gray
+    level at some pixels (``offset`` 2**16: 0.005 at most from the float64 maps at 45x71)."""
+    import torch
+
+    save_spread_r3net(path, seed)
+    state = torch.load(path, weights_only=True)
+    state["predict0.bias"] += offset
+    state["predict1.6.bias"] -= offset
+    torch.save(state, path)
+    return path
+
+
 class ThreadWorld:
     """Two ranks as two threads of this process, for fast tests of code that calls ignite's
     collectives: ``run(fn0, fn1)`` runs ``fn0`` as rank 0 and ``fn1`` as rank 1 while
