@@ -20,8 +20,8 @@ from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
-from .options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
-from .options.fields import flag_of, is_group, is_option
+from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
+from .options.fields import flag_of, flags_named, is_group, is_option
 from .recipes import R3NET_PAPER
 
 T = TypeVar("T")
@@ -250,6 +250,11 @@ class Command:
         return 0
 
 
+# predict's options that change no pixel besides those naming the model, the images and the folder
+_PREDICT_RUN_OPTIONS = flags_named(
+    PredictOptions, set(PREDICT_NOT_PIXELS) - {"checkpoint", "model", "inputs", "output", "overwrite"}
+)
+
 COMMANDS = (
     Command(
         "evaluate",
@@ -270,9 +275,10 @@ COMMANDS = (
         "checkpoint or with a model written by 'export', on one or --nproc processes (or the ranks of "
         "torchrun or srun). With --cutout, write the image with the map as its alpha channel instead (an "
         "RGBA PNG: a background remover's output). Each file is written atomically; a rerun into the same "
-        "--output skips those it holds from the same model file and options (recorded in OUTPUT/.predict), "
-        "so a stopped run continues. Images that cannot be read are listed at the end (exit code 1); the "
-        "others are written.",
+        "--output skips those it holds from the same model (by content) and the same options that change "
+        "pixels (recorded in OUTPUT/.predict), so a stopped run continues; the options that change no pixel "
+        f"({', '.join(_PREDICT_RUN_OPTIONS)}) may differ, and --tf32 only counts where it acts (on a GPU). "
+        "Images that cannot be read are listed at the end (exit code 1); the others are written.",
         epilog="example (a folder of photos to cutouts): python run.py predict --checkpoint CKPT --input "
         "photos --output cutouts --cutout",
     ),

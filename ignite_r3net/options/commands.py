@@ -207,7 +207,8 @@ class PredictOptions:
     )
     output: str = option(
         help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
-        "already holds from the same model and options (a stopped run continues where it stopped)",
+        "already holds from the same model and the same options that change pixels (a stopped run continues "
+        "where it stopped)",
         metavar="DIR",
     )
     cutout: bool = option(
@@ -251,6 +252,28 @@ class PredictOptions:
                 raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
             if self.inference.amp != "off":
                 raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
+
+# The options of ``predict`` that do not decide a map's pixels, each with why: left out of the key that says
+# whether a map in the output folder was made by the same model and options (``predict_worker.MapRecord``), so
+# that changing one keeps the maps. Every other option is in the key (``evaluation.predict.pixel_options``): an
+# option added later counts until it is listed here.
+PREDICT_NOT_PIXELS: dict[str, str] = {
+    "checkpoint": "the key holds the model file's sha256, not the name it is given by",
+    "model": "the key holds the model file's sha256, not the name it is given by",
+    "inputs": "which images are predicted, not how: each map is looked up by its own file name",
+    "output": "where the maps go: the key is recorded in that folder",
+    "workers": "how many DataLoader processes read the images",
+    "batch_size": "how many images run together: a batch's maps are those of batch 1 (the model is in eval mode)",
+    "overwrite": "redoes every map whatever the key says",
+    "progress": "what the console shows",
+    "verbose": "what the console shows",
+    "nproc": "how many processes share the images: N processes write the maps of one, byte for byte",
+    "backend": "how the processes talk, not what they compute",
+    "master_port": "where the processes meet",
+    "device": "float32 on a CPU or a GPU differs in rounding only; TF32, which moves gray levels, is in the "
+    "key as what it does on this device (``evaluation.predict.pixel_options``)",
+}
 
 
 @dataclass(kw_only=True)
