@@ -29,6 +29,7 @@ AMP_MODES = ("off", "bf16", "fp16")  # the autocast dtype of each: inference.AMP
 _MOMENTUM = Rule(lambda v: 0 <= v < 1, "must be in [0, 1)")
 _SECONDS = Rule(lambda v: v >= 1, "must be at least 1 second")
 _DEGREES = Rule(lambda v: 0 <= v <= 180, "must be between 0 and 180 degrees")
+_OPEN_FRACTION = Rule(lambda v: 0 < v < 1, "must be a fraction between 0 and 1 (both excluded)")
 _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1")
 
 
@@ -49,7 +50,17 @@ class TrainConfig:
     )
     val_data: str | None = option(
         None,
-        "validation data folder; default: the synthetic set's held-out split when --data synthetic, none otherwise",
+        "validation data folder; default: the synthetic set's held-out split when --data synthetic, the pairs "
+        "--val-split holds out when given, none otherwise",
+    )
+    val_split: float | None = option(
+        None,
+        "hold out this fraction (0 < F < 1) of the --data pairs for validation, instead of --val-data: a pair "
+        "is held out when the sha256 of its name (file stem) falls below F, so no pair changes side when "
+        "pairs are added; the held-out names go to OUTPUT_DIR/val_split.txt and config.json, and a resume "
+        "needs the same F; default: none held out",
+        rule=_OPEN_FRACTION,
+        metavar="F",
     )
     data_root: str | None = data_root_option()
     output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/")
@@ -204,13 +215,23 @@ class TrainConfig:
     weights: dict[str, str] | None = field(default=None)  # the starting weights: {source, file, sha256}
     listings: dict[str, str] | None = field(default=None)  # {"data": "12 pairs (sha256 ...)", ...}, on every rank
     tracking: dict[str, dict] | None = field(default=None)  # each --tracker's run: {"mlflow": {"run_id": ...}}
-    data_sets: list[dict[str, Any]] | None = field(default=None)  # each --data folder: {folder, pairs, listing}
+    # each --data folder: {folder, pairs, listing} of its training pairs (and held_out: how many --val-split took)
+    data_sets: list[dict[str, Any]] | None = field(default=None)
+    val_held_out: list[str] | None = field(default=None)  # --val-split's held-out names (file stems), sorted
     # a --recipe's batch over all processes (r3net-paper: 14); planned_run shares it out as batch_size
     global_batch: int | None = field(default=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder
             object.__setattr__(self, "data", [self.data])
+
+    def brief(self) -> dict[str, Any]:
+        """The fields as ``dataclasses.asdict`` gives them, but the held-out names (thousands, for a large data
+        set) as their count: what train.log and the trackers record; config.json holds every name."""
+        values = dataclasses.asdict(self)
+        if self.val_held_out is not None:
+            values["val_held_out"] = f"{len(self.val_held_out)} names (listed in config.json)"
+        return values
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -225,6 +246,16 @@ class TrainConfig:
             raise OptionError(
                 "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
+            )
+        if self.val_split is not None and self.val_data:
+            raise OptionError(
+                "--val-split and --val-data both choose the validation pairs: give one (--val-split holds out "
+                "--data pairs, --val-data is a folder of its own)"
+            )
+        if self.val_split is not None and "synthetic" in self.data:
+            raise OptionError(
+                "--val-split holds out pairs of --data folders; the synthetic set has its own validation pairs "
+                "(validated on by default): give --data folders, or leave --val-split out"
             )
         if not 0 <= self.node_rank < self.nnodes:
             raise OptionError(f"--node-rank must be in [0, {self.nnodes - 1}], got {self.node_rank}")
