@@ -42,7 +42,7 @@ class TrainConfig:
         help="training data: one or more folders in MSRA10K layout (name.jpg + name.png) or DUTS layout "
         "(images/ + masks/ folders), trained on as one set (--data A B, or --data A --data B; pairs "
         "of the same name in two folders are both kept), or 'synthetic' for the generated set written "
-        "to OUTPUT_DIR/synthetic (the default)",
+        "to OUTPUT_DIR/synthetic",
         default_factory=lambda: ["synthetic"],
         nargs="+",
         action="extend",
@@ -52,6 +52,7 @@ class TrainConfig:
         None,
         "validation data folder; default: the synthetic set's held-out split when --data synthetic, the pairs "
         "--val-split holds out when given, none otherwise",
+        metavar="DIR",
     )
     val_split: float | None = option(
         None,
@@ -63,19 +64,22 @@ class TrainConfig:
         metavar="F",
     )
     data_root: str | None = data_root_option()
-    output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/")
+    output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/", metavar="DIR")
     # recipe
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
-    iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)
+    iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT, metavar="N")
     batch_size: int = option(
-        12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT
+        12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT, metavar="N"
     )
     lr: float = option(1e-3, "base learning rate (bias parameters use 2x)", rule=POSITIVE)
     lr_power: float = option(0.9, "poly LR power: lr = base * (1 - it / iters) ** power", rule=POSITIVE)
     momentum: float = option(0.9, "SGD momentum", rule=_MOMENTUM)
     weight_decay: float = option(5e-4, "weight decay of non-bias parameters (bias: none)", rule=NOT_NEGATIVE)
     crop: int = option(
-        300, "random crop size (images with a smaller side are first resized to crop x crop)", rule=POSITIVE_COUNT
+        300,
+        "side of the random square crop in pixels (images with a smaller side are first resized to crop x crop)",
+        rule=POSITIVE_COUNT,
+        metavar="PIXELS",
     )
     rotate: float = option(
         10.0, "random rotation range in degrees: uniform in [-rotate, rotate); 0 disables", rule=_DEGREES
@@ -95,19 +99,34 @@ class TrainConfig:
         "model: any checkpoint_N.pt or best_model_*.pt of ours, an original R3Net release file, or "
         "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); "
         "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
-        "nothing but the weights is taken; --backbone must match them",
+        "nothing but the weights is taken; --backbone must match them; default: none (--pretrained's weights)",
     )
-    seed: int = option(2018, "random seed (model init, sampling, augmentation)")
+    seed: int = option(2018, "random seed (model init, sampling, augmentation)", metavar="N")
     # run control
     workers: int = option(
-        2, "DataLoader worker processes per training process (0 loads in the main process)", rule=NOT_NEGATIVE
+        2,
+        "DataLoader worker processes per training process (0 loads in the main process)",
+        rule=NOT_NEGATIVE,
+        metavar="N",
     )
-    checkpoint_every: int = option(400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT)
-    keep: int = option(3, "number of periodic checkpoints kept on disk", rule=POSITIVE_COUNT)
+    checkpoint_every: int = option(
+        400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT, metavar="N"
+    )
+    keep: int = option(
+        3,
+        "number of periodic checkpoints kept on disk (the best one is kept besides)",
+        rule=POSITIVE_COUNT,
+        metavar="N",
+    )
     log_every: int = option(
-        1, "write a log line (and sync the loss meters across ranks) every N iterations", rule=POSITIVE_COUNT
+        1,
+        "write a log line (and sync the loss meters across ranks) every N iterations",
+        rule=POSITIVE_COUNT,
+        metavar="N",
     )
-    val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
+    val_every: int = option(
+        0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE, metavar="N"
+    )
     val_at_start: bool = option(
         True,
         "validate before the first iteration too (the untrained model, the reference of the final "
@@ -115,13 +134,16 @@ class TrainConfig:
     )
     val_max: int = option(
         0,
-        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data (the "
-        "same pairs at every validation); 0: all",
+        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data's (or "
+        "--val-split's) pairs, the same pairs at every validation; 0: all",
         rule=NOT_NEGATIVE,
         metavar="N",
     )
     resume: str | None = option(
-        None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
+        None,
+        "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir (a fresh run when "
+        "there is none); default: none (a fresh run, refused when --output-dir holds checkpoints)",
+        metavar="FILE",
     )
     tracker: list[str] = option(
         default_factory=list,
@@ -140,8 +162,9 @@ class TrainConfig:
         0.01,
         "share of the training pairs that may turn out unreadable during the run (each is reported "
         "once and replaced by the next readable pair); one more stops the run on every rank. 0.01: "
-        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first",
+        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first; a fraction from 0 to 1",
         rule=_SHARE,
+        metavar="F",
     )
     allow_decode_warnings: bool = option(
         False,
@@ -181,6 +204,7 @@ class TrainConfig:
         "processes to spawn on this node (on GPUs at most one per GPU; see --device); under srun, "
         "per task (with one task per node); under torchrun, leave it out",
         rule=POSITIVE_COUNT,
+        metavar="N",
     )
     backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
     device: str = option(
@@ -190,26 +214,34 @@ class TrainConfig:
         choices=DEVICES,
     )
     nnodes: int = option(
-        1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)", rule=POSITIVE_COUNT
+        1,
+        "number of nodes of a multi-node run started by hand (under srun: from SLURM)",
+        rule=POSITIVE_COUNT,
+        metavar="N",
     )
-    node_rank: int = option(0, "rank of this node in a multi-node run started by hand (under srun: from SLURM)")
+    node_rank: int = option(
+        0, "rank of this node in a multi-node run started by hand, 0 to N-1 (under srun: from SLURM)", metavar="R"
+    )
     master_addr: str | None = option(
         None,
         "address of node 0, where the processes of a job of several nodes (or srun tasks) meet; default: "
         "MASTER_ADDR from the environment, else under srun the first node of SLURM_JOB_NODELIST, else 127.0.0.1 "
         "(a single node: 127.0.0.1; under torchrun: torchrun's, leave it out)",
+        metavar="ADDR",
     )
     master_port: int | None = option(
         None,
         "rendezvous port on node 0; default: MASTER_PORT from the environment, else under srun 15000 + the last "
         "4 digits of SLURM_JOB_ID, else 29500 (a single node: a free port; under torchrun: torchrun's)",
         rule=TCP_PORT,
+        metavar="PORT",
     )
     dist_timeout: int = option(
         600,
         "seconds the processes of a job wait for each other: at the rendezvous (then the job stops with one line "
         "saying who is missing) and in every collective",
         rule=_SECONDS,
+        metavar="SECONDS",
     )
     # recorded at start-up, not options
     weights: dict[str, str] | None = field(default=None)  # the starting weights: {source, file, sha256}

@@ -23,7 +23,7 @@ CHECKPOINT_HELP = (
     "cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)"
 )
 BACKBONE_HELP = (
-    "backbone of the checkpoint; default: config.json beside it (a run's, or the Hub repository's), else "
+    "backbone of the checkpoint; default: the one config.json beside it names (a run's, or the Hub repository's), else "
     "inferred from its weights"
 )
 BACKENDS = ("nccl", "gloo")
@@ -42,7 +42,7 @@ INFERENCE_AMP_MODES = ("off", "bf16")
 TF32_MODES = ("on", "off")
 TRACKERS = ("mlflow", "wandb", "clearml")
 TF32_HELP = (
-    "TensorFloat-32 on Ampere and newer GPUs: on (the default, as torch does for convolutions, which are "
+    "TensorFloat-32 on Ampere and newer GPUs: on (as torch does by default for convolutions, which are "
     "nearly all of R3Net's work): float32 convolutions and matrix products round their inputs to a 10-bit "
     "mantissa and accumulate in float32 on the tensor cores, faster; off: full float32, as on the CPU. No effect "
     "on the CPU, nor on what --amp runs in bf16/fp16"
@@ -63,7 +63,8 @@ def data_root_option() -> str | None:
         None,
         "folder holding the standard data sets, which the data options then take by name (ECSSD, HKU-IS, "
         "PASCAL-S, SOD, DUT-OMRON, DUTS-TE, MSRA10K, DUTS-TR; any alias, case and layout: hkuis, DUT-O, "
-        "pascals, ...); a count other than the published one is a warning",
+        "pascals, ...); a count other than the published one is a warning; default: none (the data options "
+        "are folders)",
         metavar="DIR",
     )
 
@@ -72,10 +73,12 @@ def data_root_option() -> str | None:
 class ProcessOptions:
     """Where the work of a command that spreads it over processes runs."""
 
-    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
+    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT, metavar="N")
     device: str = option("auto", DEVICE_HELP, choices=DEVICES)
     backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
-    master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
+    master_port: int | None = option(
+        None, "rendezvous port of the processes on this host; default: a free port", rule=TCP_PORT, metavar="PORT"
+    )
     verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
 
 
@@ -86,7 +89,7 @@ class InferenceOptions:
     backbone: str | None = option(None, BACKBONE_HELP)
     size: int | None = option(
         None,
-        f"run the model on each image resized to N x N (bilinear, antialiased), as many saliency methods "
+        f"run the model on each image resized to N x N pixels (bilinear, antialiased), as many saliency methods "
         f"test (e.g. 352); {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
@@ -94,7 +97,7 @@ class InferenceOptions:
     )
     max_side: int | None = option(
         None,
-        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N "
+        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N pixels "
         f"(smaller images as they are): for photos much larger than the training crops; {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
@@ -112,7 +115,9 @@ class InferenceOptions:
     tf32: str = option(
         "on", TF32_HELP + "; off gives the maps closest to the CPU's (not for an exported --model)", choices=TF32_MODES
     )
-    workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)
+    workers: int = option(
+        2, "DataLoader worker processes per process (0 loads in the process itself)", rule=NOT_NEGATIVE, metavar="N"
+    )
 
 
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
@@ -126,12 +131,12 @@ class EvaluateOptions:
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
     maps: str | None = option(
-        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source"
+        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source", metavar="DIR"
     )
     data: list[str] | None = option(
         None,
         "data set folders (MSRA10K or DUTS layout), each DIR or NAME=DIR: NAME is its table row and JSON key "
-        "(default: the folder's name); with --checkpoint",
+        "(default: the folder's name); required with --checkpoint",
         nargs="+",
         metavar="[NAME=]DIR",
     )
@@ -139,12 +144,15 @@ class EvaluateOptions:
     gt: str | None = option(
         None,
         "ground-truth masks matched to --maps by file stem: the masks folder, or a data set folder holding "
-        "images and masks (its masks are used)",
+        "images and masks (its masks are used); required with --maps",
         metavar="DIR",
     )
     protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     json_path: str | None = option(
-        None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
+        None,
+        "also write the numbers as JSON keyed by data set name; default: none (printed only)",
+        flag="--json",
+        metavar="FILE",
     )
     per_image: str | None = option(
         None,
@@ -152,11 +160,13 @@ class EvaluateOptions:
         "image alone: mae, adpF and adpE (at its adaptive threshold), Sm, wF, meanF and meanE (the mean of "
         "its F and E curves over the 256 thresholds), maxF and maxE (their maximum; with --protocol r3net, "
         "maxF from its own precision and recall). The data set's score is the mean of its images' column "
-        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem",
+        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem; default: none",
         metavar="FILE.csv",
     )
     inference: InferenceOptions = group(InferenceOptions)
-    save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
+    save_maps: str | None = option(
+        None, "write each map as OUT/<dataset>/<stem>.png; default: none (the maps are scored, not kept)", metavar="OUT"
+    )
     processes: ProcessOptions = group(
         ProcessOptions,
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
@@ -221,7 +231,8 @@ class PredictOptions:
     threshold: float | None = option(
         None,
         "a hard result: 255 where the saliency (the 8-bit map / 255) is at least T, else 0; for the "
-        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps",
+        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps; "
+        "default: none (the 256 gray levels)",
         rule=_FRACTION,
         metavar="T",
     )
@@ -232,6 +243,7 @@ class PredictOptions:
         "400x300 images (larger images in smaller batches); maps equal those of batch 1 within the model's "
         "numerics",
         rule=POSITIVE_COUNT,
+        metavar="N",
     )
     overwrite: bool = option(
         False, "predict every map again, also those the folder already holds from the same model", action="store_true"
@@ -312,7 +324,7 @@ class CompareOptions:
         "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
         "given by a standard name or alias: r3net-paper (the paper's table) and r3net-released-maps (the "
         "authors' released maps scored by a public evaluation); each number's source is in the table's note "
-        "and in the package's evaluation/paper_numbers.json",
+        "and in the package's evaluation/paper_numbers.json; default: none",
         nargs="+",
         choices=REFERENCE_NAMES,
         metavar="NAME",
@@ -323,7 +335,7 @@ class CompareOptions:
         "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
         action="store_true",
     )
-    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS)
+    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS, metavar="N")
     show: int = option(
         6,
         "images in the visual comparison OUT/figures/visual_<dataset>.png and .pdf (one row per image: the "
@@ -337,7 +349,7 @@ class CompareOptions:
     show_stems: list[str] | None = option(
         None,
         "the images of the visual comparison, by file name without extension, in this order (instead of "
-        "--show's choice); each data set's figure shows those among its images",
+        "--show's choice); each data set's figure shows those among its images; default: --show's choice",
         nargs="+",
         metavar="STEM",
     )
@@ -392,7 +404,8 @@ class ExportOptions:
     results: str | None = option(
         None,
         "hub: the evaluation table of the model card, from the results.json of 'evaluate --json' (one "
-        "row per data set) or of 'compare' (every method, as compare's table.md)",
+        "row per data set) or of 'compare' (every method, as compare's table.md); default: none (a card "
+        "without results)",
         metavar="FILE",
     )
     license: str | None = option(
@@ -441,14 +454,15 @@ class ReproduceOptions:
 
     checkpoint: str | None = option(
         None,
-        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]",
+        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]; default: "
+        "none (train, then evaluate the final checkpoint)",
         metavar="CKPT",
     )
     author_maps: str | None = option(
         None,
         "the authors' released saliency maps: a folder with one subfolder per test set (named as the set "
         "or an alias, e.g. ECSSD/, hkuis/), scored by the same code as ours, in a column of its own (tells "
-        "evaluation differences from training differences)",
+        "evaluation differences from training differences); default: none (no such column)",
         metavar="DIR",
     )
     seeds: list[int] | None = option(
@@ -459,10 +473,17 @@ class ReproduceOptions:
         metavar="SEED",
     )
     tolerance_maxf: float = option(
-        0.01, "a max F within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+        0.01,
+        "a max F within this of the reference counts as reproduced (an absolute difference of max F, a score "
+        "from 0 to 1)",
+        rule=NOT_NEGATIVE,
+        metavar="T",
     )
     tolerance_mae: float = option(
-        0.005, "an MAE within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+        0.005,
+        "an MAE within this of the reference counts as reproduced (an absolute difference of MAE, from 0 to 1)",
+        rule=NOT_NEGATIVE,
+        metavar="T",
     )
 
     def validate(self) -> None:
