@@ -378,6 +378,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
             kwargs.setdefault("action", argparse.BooleanOptionalAction)
         else:
             kwargs["type"] = kind
+        if kind is int:
+            kwargs.setdefault("metavar", "N")  # "--iters N", not "--iters ITERS": the help says what N counts
         target: Any = parser
         group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
         if group_name:

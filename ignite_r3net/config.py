@@ -67,9 +67,9 @@ class TrainConfig:
     output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/", metavar="DIR")
     # recipe
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
-    iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT, metavar="N")
+    iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)
     batch_size: int = option(
-        12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT, metavar="N"
+        12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT
     )
     lr: float = option(1e-3, "base learning rate (bias parameters use 2x)", rule=POSITIVE)
     lr_power: float = option(0.9, "poly LR power: lr = base * (1 - it / iters) ** power", rule=POSITIVE)
@@ -101,32 +101,25 @@ class TrainConfig:
         "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
         "nothing but the weights is taken; --backbone must match them; default: none (--pretrained's weights)",
     )
-    seed: int = option(2018, "random seed (model init, sampling, augmentation)", metavar="N")
+    seed: int = option(2018, "random seed (model init, sampling, augmentation)")
     # run control
     workers: int = option(
         2,
         "DataLoader worker processes per training process (0 loads in the main process)",
         rule=NOT_NEGATIVE,
-        metavar="N",
     )
-    checkpoint_every: int = option(
-        400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT, metavar="N"
-    )
+    checkpoint_every: int = option(400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT)
     keep: int = option(
         3,
         "number of periodic checkpoints kept on disk (the best one is kept besides)",
         rule=POSITIVE_COUNT,
-        metavar="N",
     )
     log_every: int = option(
         1,
         "write a log line (and sync the loss meters across ranks) every N iterations",
         rule=POSITIVE_COUNT,
-        metavar="N",
     )
-    val_every: int = option(
-        0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE, metavar="N"
-    )
+    val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
     val_at_start: bool = option(
         True,
         "validate before the first iteration too (the untrained model, the reference of the final "
@@ -137,7 +130,6 @@ class TrainConfig:
         "score at most N validation pairs, evenly spaced through the sorted listing of --val-data's (or "
         "--val-split's) pairs, the same pairs at every validation; 0: all",
         rule=NOT_NEGATIVE,
-        metavar="N",
     )
     resume: str | None = option(
         None,
@@ -204,7 +196,6 @@ class TrainConfig:
         "processes to spawn on this node (on GPUs at most one per GPU; see --device); under srun, "
         "per task (with one task per node); under torchrun, leave it out",
         rule=POSITIVE_COUNT,
-        metavar="N",
     )
     backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
     device: str = option(
@@ -217,7 +208,6 @@ class TrainConfig:
         1,
         "number of nodes of a multi-node run started by hand (under srun: from SLURM)",
         rule=POSITIVE_COUNT,
-        metavar="N",
     )
     node_rank: int = option(
         0, "rank of this node in a multi-node run started by hand, 0 to N-1 (under srun: from SLURM)", metavar="R"

@@ -73,7 +73,7 @@ def data_root_option() -> str | None:
 class ProcessOptions:
     """Where the work of a command that spreads it over processes runs."""
 
-    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT, metavar="N")
+    nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
     device: str = option("auto", DEVICE_HELP, choices=DEVICES)
     backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
     master_port: int | None = option(
@@ -93,7 +93,6 @@ class InferenceOptions:
         f"test (e.g. 352); {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
-        metavar="N",
     )
     max_side: int | None = option(
         None,
@@ -101,7 +100,6 @@ class InferenceOptions:
         f"(smaller images as they are): for photos much larger than the training crops; {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
-        metavar="N",
     )
     crf: bool = option(
         False, "refine maps with a dense CRF (original R3Net parameters); needs the crf extra", action="store_true"
@@ -116,7 +114,7 @@ class InferenceOptions:
         "on", TF32_HELP + "; off gives the maps closest to the CPU's (not for an exported --model)", choices=TF32_MODES
     )
     workers: int = option(
-        2, "DataLoader worker processes per process (0 loads in the process itself)", rule=NOT_NEGATIVE, metavar="N"
+        2, "DataLoader worker processes per process (0 loads in the process itself)", rule=NOT_NEGATIVE
     )
 
 
@@ -243,7 +241,6 @@ class PredictOptions:
         "400x300 images (larger images in smaller batches); maps equal those of batch 1 within the model's "
         "numerics",
         rule=POSITIVE_COUNT,
-        metavar="N",
     )
     overwrite: bool = option(
         False, "predict every map again, also those the folder already holds from the same model", action="store_true"
@@ -335,7 +332,7 @@ class CompareOptions:
         "and not ranked) instead of stopping; a method lacking a whole data set is always just a '-'",
         action="store_true",
     )
-    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS, metavar="N")
+    digits: int = option(3, "decimals in the tables (ranks use the printed values)", rule=_DIGITS)
     show: int = option(
         6,
         "images in the visual comparison OUT/figures/visual_<dataset>.png and .pdf (one row per image: the "
@@ -344,7 +341,6 @@ class CompareOptions:
         "largest), ties broken by name; 0 draws none. A data set given as a masks folder without images "
         "has no image column; a missing map is a grey cell marked 'missing'",
         rule=NOT_NEGATIVE,
-        metavar="N",
     )
     show_stems: list[str] | None = option(
         None,
@@ -397,7 +393,6 @@ class ExportOptions:
         f"ONNX opset, {OPSETS[0]} to {OPSETS[-1]} (default: {DEFAULT_OPSET}, the oldest, which the most "
         "runtimes read); onnx only",
         rule=_OPSET,
-        metavar="N",
     )
     backbone: str | None = option(None, BACKBONE_HELP)
     # the model card of --format hub
