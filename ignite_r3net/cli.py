@@ -20,8 +20,8 @@ from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
-from .options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
-from .options.fields import flag_of, is_group, is_option
+from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
+from .options.fields import flag_of, flags_named, is_group, is_option
 from .recipes import R3NET_PAPER
 
 T = TypeVar("T")
@@ -92,7 +92,8 @@ def add_train(sub: Subparsers) -> None:
         metavar="FILE",
         help="rerun the recipe a run saved in FILE (its config.json): the options given on the command line "
         "replace the saved ones; the saved --resume is not taken, and the starting weights are fetched again "
-        "(with a warning when they differ from the saved run's)",
+        "(with a warning when they differ from the saved run's); default: none (--recipe's values under the "
+        "options given)",
     )
     backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
     add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
@@ -142,7 +143,7 @@ def _recipe_defaults() -> dict[str, str]:
     texts = {
         name: f"{helps[name]} (default: {value}, the recipe's)"
         for name, value in R3NET_PAPER.values.items()
-        if "default" not in helps[name]  # a text that says its default already says this one
+        if "default:" not in helps[name]  # a text that says its default already says this one
     }
     texts["batch_size"] = (
         f"{helps['batch_size']} (default: {R3NET_PAPER.global_batch} / the number of processes: the recipe's "
@@ -165,9 +166,9 @@ def add_data_commands(sub: Subparsers) -> None:
         help="write the generated synthetic saliency data set",
         description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
     )
-    make.add_argument("--out", required=True, help="output folder")
-    make.add_argument("--train", type=int, default=400, help=with_default("number of training pairs", 400))
-    make.add_argument("--val", type=int, default=60, help=with_default("number of validation pairs", 60))
+    make.add_argument("--out", required=True, metavar="DIR", help="output folder (required)")
+    make.add_argument("--train", type=int, default=400, metavar="N", help=with_default("number of training pairs", 400))
+    make.add_argument("--val", type=int, default=60, metavar="N", help=with_default("number of validation pairs", 60))
     make.add_argument(
         "--seed", type=int, default=2018, help=with_default("generator seed (same seed, same files)", 2018)
     )
@@ -180,13 +181,15 @@ def add_data_commands(sub: Subparsers) -> None:
         "~/.cache), keyed by the file's path, size and modification time, so a second scan reads only new "
         "or changed files (--decode decodes every file each time).",
     )
-    check.add_argument("folders", nargs="+", help="data set folders (MSRA10K or DUTS layout)")
+    check.add_argument(
+        "folders", nargs="+", metavar="FOLDER", help="data set folders (MSRA10K or DUTS layout), one or more (required)"
+    )
     check.add_argument(
         "--decode",
         action="store_true",
         help="also decode every image and mask in full, as training does, and name each one that fails or "
         "that libjpeg decodes with warnings (corrupt or truncated data: part of the picture missing or grey); "
-        "slower than the header scan",
+        "slower than the header scan (default: off, the headers only)",
     )
     check.set_defaults(handler=run_check_data)
 
@@ -250,6 +253,11 @@ class Command:
         return 0
 
 
+# predict's options that change no pixel besides those naming the model, the images and the folder
+_PREDICT_RUN_OPTIONS = flags_named(
+    PredictOptions, set(PREDICT_NOT_PIXELS) - {"checkpoint", "model", "inputs", "output", "overwrite"}
+)
+
 COMMANDS = (
     Command(
         "evaluate",
@@ -270,9 +278,10 @@ COMMANDS = (
         "checkpoint or with a model written by 'export', on one or --nproc processes (or the ranks of "
         "torchrun or srun). With --cutout, write the image with the map as its alpha channel instead (an "
         "RGBA PNG: a background remover's output). Each file is written atomically; a rerun into the same "
-        "--output skips those it holds from the same model file and options (recorded in OUTPUT/.predict), "
-        "so a stopped run continues. Images that cannot be read are listed at the end (exit code 1); the "
-        "others are written.",
+        "--output skips those it holds from the same model (by content) and the same options that change "
+        "pixels (recorded in OUTPUT/.predict), so a stopped run continues; the options that change no pixel "
+        f"({', '.join(_PREDICT_RUN_OPTIONS)}) may differ, and --tf32 only counts where it acts (on a GPU). "
+        "Images that cannot be read are listed at the end (exit code 1); the others are written.",
         epilog="example (a folder of photos to cutouts): python run.py predict --checkpoint CKPT --input "
         "photos --output cutouts --cutout",
     ),
@@ -318,11 +327,21 @@ COMMANDS = (
 
 
 def with_default(help_text: str, default: Any) -> str:
-    """``help_text`` ending in ``(default: ...)``, unless the default is None or the text names it (argparse's
-    ``%(default)s`` cannot show a default that ``add_options`` suppresses)."""
-    if default is None or "default" in help_text:
+    """``help_text`` ending in ``(default: ...)``, unless the default is None (the text says what giving no value
+    means) or the text says ``default:`` already (argparse's ``%(default)s`` cannot show a default that
+    ``add_options`` suppresses). A flag's default reads on or off, a list's its values."""
+    if default is None or "default:" in help_text:
         return help_text
-    return f"{help_text} (default: {default})"
+    return f"{help_text} (default: {default_text(default)})"
+
+
+def default_text(default: Any) -> str:
+    """A default as the command line spells it: ``on``/``off`` for a flag, a list's values, ``none`` for ``[]``."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, list):
+        return " ".join(map(str, default)) or "none"
+    return str(default)
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
@@ -331,6 +350,10 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
     exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the namespace."""
     hints = typing.get_type_hints(cls)
     exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
+    one_of: dict[str, list[str]] = {}  # each required group's flags
+    for f in dataclasses.fields(cls):
+        if is_option(f) and f.metadata.get("one_of"):
+            one_of.setdefault(f.metadata["one_of"], []).append(flag_of(f))
     for f in dataclasses.fields(cls):
         if is_group(f):
             add_options(parser, typing.cast(type, f.default_factory), **f.metadata["group"])
@@ -347,10 +370,16 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
             default = make_default() if f.default is dataclasses.MISSING else f.default
             kwargs["default"] = argparse.SUPPRESS
         kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), default)
+        if kwargs.get("required"):
+            kwargs["help"] += " (required)"
+        elif f.metadata.get("one_of"):
+            kwargs["help"] += f" (required: one of {' and '.join(one_of[f.metadata['one_of']])})"
         if kind is bool:
             kwargs.setdefault("action", argparse.BooleanOptionalAction)
         else:
             kwargs["type"] = kind
+        if kind is int:
+            kwargs.setdefault("metavar", "N")  # "--iters N", not "--iters ITERS": the help says what N counts
         target: Any = parser
         group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
         if group_name:

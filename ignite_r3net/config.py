@@ -29,6 +29,7 @@ AMP_MODES = ("off", "bf16", "fp16")  # the autocast dtype of each: inference.AMP
 _MOMENTUM = Rule(lambda v: 0 <= v < 1, "must be in [0, 1)")
 _SECONDS = Rule(lambda v: v >= 1, "must be at least 1 second")
 _DEGREES = Rule(lambda v: 0 <= v <= 180, "must be between 0 and 180 degrees")
+_OPEN_FRACTION = Rule(lambda v: 0 < v < 1, "must be a fraction between 0 and 1 (both excluded)")
 _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1")
 
 
@@ -41,7 +42,7 @@ class TrainConfig:
         help="training data: one or more folders in MSRA10K layout (name.jpg + name.png) or DUTS layout "
         "(images/ + masks/ folders), trained on as one set (--data A B, or --data A --data B; pairs "
         "of the same name in two folders are both kept), or 'synthetic' for the generated set written "
-        "to OUTPUT_DIR/synthetic (the default)",
+        "to OUTPUT_DIR/synthetic",
         default_factory=lambda: ["synthetic"],
         nargs="+",
         action="extend",
@@ -49,10 +50,21 @@ class TrainConfig:
     )
     val_data: str | None = option(
         None,
-        "validation data folder; default: the synthetic set's held-out split when --data synthetic, none otherwise",
+        "validation data folder; default: the synthetic set's held-out split when --data synthetic, the pairs "
+        "--val-split holds out when given, none otherwise",
+        metavar="DIR",
+    )
+    val_split: float | None = option(
+        None,
+        "hold out this fraction (0 < F < 1) of the --data pairs for validation, instead of --val-data: a pair "
+        "is held out when the sha256 of its name (file stem) falls below F, so no pair changes side when "
+        "pairs are added; the held-out names go to OUTPUT_DIR/val_split.txt and config.json, and a resume "
+        "needs the same F; default: none held out",
+        rule=_OPEN_FRACTION,
+        metavar="F",
     )
     data_root: str | None = data_root_option()
-    output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/")
+    output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/", metavar="DIR")
     # recipe
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
     iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)
@@ -64,7 +76,10 @@ class TrainConfig:
     momentum: float = option(0.9, "SGD momentum", rule=_MOMENTUM)
     weight_decay: float = option(5e-4, "weight decay of non-bias parameters (bias: none)", rule=NOT_NEGATIVE)
     crop: int = option(
-        300, "random crop size (images with a smaller side are first resized to crop x crop)", rule=POSITIVE_COUNT
+        300,
+        "side of the random square crop in pixels (images with a smaller side are first resized to crop x crop)",
+        rule=POSITIVE_COUNT,
+        metavar="PIXELS",
     )
     rotate: float = option(
         10.0, "random rotation range in degrees: uniform in [-rotate, rotate); 0 disables", rule=_DEGREES
@@ -84,17 +99,25 @@ class TrainConfig:
         "model: any checkpoint_N.pt or best_model_*.pt of ours, an original R3Net release file, or "
         "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); "
         "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
-        "nothing but the weights is taken; --backbone must match them",
+        "nothing but the weights is taken; --backbone must match them; default: none (--pretrained's weights)",
     )
     seed: int = option(2018, "random seed (model init, sampling, augmentation)")
     # run control
     workers: int = option(
-        2, "DataLoader worker processes per training process (0 loads in the main process)", rule=NOT_NEGATIVE
+        2,
+        "DataLoader worker processes per training process (0 loads in the main process)",
+        rule=NOT_NEGATIVE,
     )
     checkpoint_every: int = option(400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT)
-    keep: int = option(3, "number of periodic checkpoints kept on disk", rule=POSITIVE_COUNT)
+    keep: int = option(
+        3,
+        "number of periodic checkpoints kept on disk (the best one is kept besides)",
+        rule=POSITIVE_COUNT,
+    )
     log_every: int = option(
-        1, "write a log line (and sync the loss meters across ranks) every N iterations", rule=POSITIVE_COUNT
+        1,
+        "write a log line (and sync the loss meters across ranks) every N iterations",
+        rule=POSITIVE_COUNT,
     )
     val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
     val_at_start: bool = option(
@@ -104,13 +127,15 @@ class TrainConfig:
     )
     val_max: int = option(
         0,
-        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data (the "
-        "same pairs at every validation); 0: all",
+        "score at most N validation pairs, evenly spaced through the sorted listing of --val-data's (or "
+        "--val-split's) pairs, the same pairs at every validation; 0: all",
         rule=NOT_NEGATIVE,
-        metavar="N",
     )
     resume: str | None = option(
-        None, "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir"
+        None,
+        "checkpoint file to resume from, or 'auto' for the newest valid one in --output-dir (a fresh run when "
+        "there is none); default: none (a fresh run, refused when --output-dir holds checkpoints)",
+        metavar="FILE",
     )
     tracker: list[str] = option(
         default_factory=list,
@@ -129,8 +154,9 @@ class TrainConfig:
         0.01,
         "share of the training pairs that may turn out unreadable during the run (each is reported "
         "once and replaced by the next readable pair); one more stops the run on every rank. 0.01: "
-        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first",
+        "1%%, e.g. 10 of 1000 pairs; 0: stop at the first; a fraction from 0 to 1",
         rule=_SHARE,
+        metavar="F",
     )
     allow_decode_warnings: bool = option(
         False,
@@ -179,38 +205,55 @@ class TrainConfig:
         choices=DEVICES,
     )
     nnodes: int = option(
-        1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)", rule=POSITIVE_COUNT
+        1,
+        "number of nodes of a multi-node run started by hand (under srun: from SLURM)",
+        rule=POSITIVE_COUNT,
     )
-    node_rank: int = option(0, "rank of this node in a multi-node run started by hand (under srun: from SLURM)")
+    node_rank: int = option(
+        0, "rank of this node in a multi-node run started by hand, 0 to N-1 (under srun: from SLURM)", metavar="R"
+    )
     master_addr: str | None = option(
         None,
         "address of node 0, where the processes of a job of several nodes (or srun tasks) meet; default: "
         "MASTER_ADDR from the environment, else under srun the first node of SLURM_JOB_NODELIST, else 127.0.0.1 "
         "(a single node: 127.0.0.1; under torchrun: torchrun's, leave it out)",
+        metavar="ADDR",
     )
     master_port: int | None = option(
         None,
         "rendezvous port on node 0; default: MASTER_PORT from the environment, else under srun 15000 + the last "
         "4 digits of SLURM_JOB_ID, else 29500 (a single node: a free port; under torchrun: torchrun's)",
         rule=TCP_PORT,
+        metavar="PORT",
     )
     dist_timeout: int = option(
         600,
         "seconds the processes of a job wait for each other: at the rendezvous (then the job stops with one line "
         "saying who is missing) and in every collective",
         rule=_SECONDS,
+        metavar="SECONDS",
     )
     # recorded at start-up, not options
     weights: dict[str, str] | None = field(default=None)  # the starting weights: {source, file, sha256}
     listings: dict[str, str] | None = field(default=None)  # {"data": "12 pairs (sha256 ...)", ...}, on every rank
     tracking: dict[str, dict] | None = field(default=None)  # each --tracker's run: {"mlflow": {"run_id": ...}}
-    data_sets: list[dict[str, Any]] | None = field(default=None)  # each --data folder: {folder, pairs, listing}
+    # each --data folder: {folder, pairs, listing} of its training pairs (and held_out: how many --val-split took)
+    data_sets: list[dict[str, Any]] | None = field(default=None)
+    val_held_out: list[str] | None = field(default=None)  # --val-split's held-out names (file stems), sorted
     # a --recipe's batch over all processes (r3net-paper: 14); planned_run shares it out as batch_size
     global_batch: int | None = field(default=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder
             object.__setattr__(self, "data", [self.data])
+
+    def brief(self) -> dict[str, Any]:
+        """The fields as ``dataclasses.asdict`` gives them, but the held-out names (thousands, for a large data
+        set) as their count: what train.log and the trackers record; config.json holds every name."""
+        values = dataclasses.asdict(self)
+        if self.val_held_out is not None:
+            values["val_held_out"] = f"{len(self.val_held_out)} names (listed in config.json)"
+        return values
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -225,6 +268,16 @@ class TrainConfig:
             raise OptionError(
                 "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
+            )
+        if self.val_split is not None and self.val_data:
+            raise OptionError(
+                "--val-split and --val-data both choose the validation pairs: give one (--val-split holds out "
+                "--data pairs, --val-data is a folder of its own)"
+            )
+        if self.val_split is not None and "synthetic" in self.data:
+            raise OptionError(
+                "--val-split holds out pairs of --data folders; the synthetic set has its own validation pairs "
+                "(validated on by default): give --data folders, or leave --val-split out"
             )
         if not 0 <= self.node_rank < self.nnodes:
             raise OptionError(f"--node-rank must be in [0, {self.nnodes - 1}], got {self.node_rank}")

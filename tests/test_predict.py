@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 from pathlib import Path
@@ -15,7 +16,11 @@ from PIL import Image, ImageOps
 from ignite_r3net import cli
 from ignite_r3net.evaluation import crf
 from ignite_r3net.evaluation.maps import output_path, safe_stem
+from ignite_r3net.evaluation.predict import pixel_options
 from ignite_r3net.model.r3net import R3Net
+from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOptions
+from ignite_r3net.options.commands import PREDICT_NOT_PIXELS
+from ignite_r3net.options.fields import is_group, is_option
 
 
 @pytest.fixture(scope="module")
@@ -385,3 +390,96 @@ def test_one_predict_per_output_folder(tmp_path: Path, checkpoint: Path, capsys:
     assert err.startswith(f"error: --output {out} is in use by another run") and err.endswith("another --output")
     assert not list(out.glob("*.png"))
     assert _predict(checkpoint, out, images) == 0 and not (out / ".run.lock").exists()  # released at the end
+
+
+# the options that change a map's pixels: each is in the rerun key, every other option is in PREDICT_NOT_PIXELS
+PIXEL_OPTIONS = {"cutout", "threshold", "backbone", "size", "max_side", "crf", "amp", "tf32"}
+
+
+def _option_paths(cls: type, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every option of ``cls`` and of its groups, as the path of field names to it."""
+    paths = []
+    for f in dataclasses.fields(cls):
+        if is_group(f):
+            paths += _option_paths(f.default_factory, (*prefix, f.name))  # type: ignore[arg-type]
+        elif is_option(f):
+            paths.append((*prefix, f.name))
+    return paths
+
+
+def _changed(options: object, path: tuple[str, ...]) -> object:
+    """``options`` with the option at ``path`` given another value of its kind."""
+    field_name, *rest = path
+    value = getattr(options, field_name)
+    if rest:
+        return dataclasses.replace(options, **{field_name: _changed(value, tuple(rest))})  # type: ignore[type-var]
+    f = next(f for f in dataclasses.fields(options) if f.name == field_name)  # type: ignore[arg-type]
+    choices = f.metadata["argparse"].get("choices")
+    if isinstance(value, bool):
+        other: object = not value
+    elif choices:
+        other = next(c for c in choices if c != value)
+    elif isinstance(value, list):
+        other = [*value, "another"]
+    elif field_name == "threshold":
+        other = 0.5
+    elif isinstance(value, int) or field_name in ("size", "max_side", "master_port"):
+        other = (value or 0) + 7
+    else:
+        other = f"{value}-another"
+    return dataclasses.replace(options, **{field_name: other})  # type: ignore[type-var]
+
+
+def test_every_predict_option_is_in_the_rerun_key_or_says_why_not() -> None:
+    paths = _option_paths(PredictOptions)
+    names = {path[-1] for path in paths}
+    assert len(names) == len(paths)  # one name per option: the key and PREDICT_NOT_PIXELS go by name
+    unclassified = names - PIXEL_OPTIONS - set(PREDICT_NOT_PIXELS)
+    assert not unclassified, f"say whether these options change the maps' pixels: {sorted(unclassified)}"
+    assert not PIXEL_OPTIONS & set(PREDICT_NOT_PIXELS)
+    assert set(PREDICT_NOT_PIXELS) <= names, "PREDICT_NOT_PIXELS names an option predict does not have"
+    assert all(len(reason) > 20 for reason in PREDICT_NOT_PIXELS.values())
+    # the key computed from the options: changed by a pixel option, by no other (on a GPU, TF32 off)
+    base = PredictOptions(
+        checkpoint="c.pt",
+        inputs=["in"],
+        output="out",
+        inference=InferenceOptions(tf32="off"),
+        processes=ProcessOptions(device="cuda"),
+    )
+    for path in paths:
+        assert (pixel_options(_changed(base, path)) != pixel_options(base)) == (path[-1] in PIXEL_OPTIONS), path
+
+
+def test_tf32_counts_only_where_it_changes_pixels() -> None:
+    def key(device: str, tf32: str, **source: str) -> dict:
+        source = source or {"checkpoint": "c.pt"}
+        inference, processes = InferenceOptions(tf32=tf32), ProcessOptions(device=device)
+        options = PredictOptions(**source, inputs=["i"], output="o", inference=inference, processes=processes)
+        return pixel_options(options)
+
+    assert key("cuda", "on") != key("cuda", "off")  # torch on a GPU: TF32 rounding moves gray levels
+    assert key("cpu", "on") == key("cpu", "off") == key("cuda", "off")  # float32 in every case
+    assert key("cuda", "on", model="m.onnx") == key("cuda", "off", model="m.onnx")  # onnxruntime ignores it
+    assert key("cuda", "on", model="m.pt") != key("cuda", "off", model="m.pt")  # TorchScript: torch's kernels
+
+
+def _file_identities(out: Path) -> dict[str, tuple[int, int]]:
+    """Each map's inode and modification time in ns: a map written again (atomically: a new file) changes both."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(out.glob("*.png"))}
+
+
+def test_a_rerun_with_options_that_change_no_pixel_keeps_every_map(
+    tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    images = _folder_of_images(tmp_path / "in", [(20, 30)] * 3)
+    out = tmp_path / "out"
+    assert _predict(checkpoint, out, images) == 0
+    made = _file_identities(out)
+    assert len(made) == 3
+    capsys.readouterr()
+    for extra in (("--verbose",), ("--no-progress",), ("--tf32", "off"), ("--batch-size", "1", "--workers", "1")):
+        written = _count_writes(monkeypatch)
+        assert _predict(checkpoint, out, images, extra=extra) == 0 and written == [], extra
+        assert "all 3 map(s) already in" in capsys.readouterr().out, extra
+        assert _file_identities(out) == made, extra

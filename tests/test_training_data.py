@@ -136,7 +136,7 @@ def test_a_run_without_validation_says_so_once_on_the_console_and_in_the_log():
     for lines in (header, console):
         notes = [line for line in lines if line.startswith("note: no validation")]
         assert notes == [
-            "note: no validation (no --val-data): no validation scores, and no best_model_*.pt is kept "
+            "note: no validation (no --val-data or --val-split): no validation scores, and no best_model_*.pt is kept "
             "(the checkpoints are)"
         ]
     assert (

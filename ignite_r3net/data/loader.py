@@ -17,6 +17,7 @@ from ..errors import DataError
 from .decode import load_image, load_mask
 from .folder import list_pairs
 from .sampler import EvalShardSampler, ResumableDistributedSampler
+from .split import split_pairs
 from .transforms import JointCropFlip, draw_angle
 
 
@@ -36,13 +37,19 @@ def _load_pair(
 class SaliencyTrainSet(Dataset):
     """Training pairs under ``roots`` by the sampler's ``(index, sample_seed)``: ``dict(image, mask, angle, index,
     bad)``, crop, flip and angle drawn from the seed. A pair that cannot be read (unless ``allow_decode_warnings``:
-    or a JPEG with libjpeg warnings) is replaced by the next readable one; ``bad`` lists (path, problem)."""
+    or a JPEG with libjpeg warnings) is replaced by the next readable one; ``bad`` lists (path, problem). The
+    pairs ``val_split`` holds out for validation (``data.split``) are left out."""
 
     def __init__(
-        self, roots: str | Path | Sequence[str | Path], crop: int, rotate: float, allow_decode_warnings: bool = False
+        self,
+        roots: str | Path | Sequence[str | Path],
+        crop: int,
+        rotate: float,
+        allow_decode_warnings: bool = False,
+        val_split: float | None = None,
     ) -> None:
         self.roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
-        self.pairs = [pair for root in self.roots for pair in list_pairs(root)]
+        self.pairs = split_pairs((pair for root in self.roots for pair in list_pairs(root)), val_split)[0]
         self.crop_flip = JointCropFlip(crop)
         self.rotate = float(rotate)
         self.strict = not allow_decode_warnings
@@ -77,19 +84,19 @@ def collate_train(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class SaliencyEvalSet(Dataset):
-    """Full-resolution pairs: ``dict(image, mask, name, index, problem)``. ``skip_unreadable``: an unreadable pair
-    (``strict``: or a damaged JPEG) is a 1x1 stand-in, ``problem`` saying why; ``warn_damaged``: as ``load_image``."""
+    """Full-resolution pairs of ``root``, or the ``pairs`` given: ``dict(image, mask, name, index, problem)``.
+    ``skip_unreadable``: an unreadable pair (``strict``: or a damaged JPEG) is a 1x1 stand-in, ``problem`` saying
+    why; ``warn_damaged``: as ``load_image``."""
 
     def __init__(
         self,
-        root: str | Path,
+        root: str | Path | Sequence[tuple[Path, Path]],
         max_pairs: int | None = None,
         skip_unreadable: bool = False,
         strict: bool = False,
         warn_damaged: bool = False,
     ) -> None:
-        self.root = Path(root)
-        self.pairs = list_pairs(self.root)
+        self.pairs = list_pairs(root) if isinstance(root, (str, Path)) else list(root)
         self.listed = len(self.pairs)  # the folder's pairs, of which ``max_pairs`` are taken, evenly spread:
         # a fixed subset that samples every part of a data set whose names group its sources
         if max_pairs is not None and max_pairs < self.listed:
@@ -118,7 +125,7 @@ def build_train_loader(
     """Training DataLoader of ``config.data`` (``drop_last``, persistent workers) and its sampler, shard
     ``rank`` of ``num_replicas``: call ``sampler.set_epoch`` before each epoch, and keep the loader from
     ``idist.auto_dataloader`` (it would replace the sampler). Raises DataError for less than a batch per rank."""
-    dataset = SaliencyTrainSet(config.data, config.crop, config.rotate, config.allow_decode_warnings)
+    dataset = SaliencyTrainSet(config.data, config.crop, config.rotate, config.allow_decode_warnings, config.val_split)
     sampler = ResumableDistributedSampler(len(dataset), num_replicas, rank, config.seed, batch_size=config.batch_size)
     if sampler.num_batches == 0:
         raise DataError(
@@ -141,7 +148,7 @@ def build_train_loader(
 
 
 def build_eval_loader(
-    root: str | Path,
+    root: str | Path | Sequence[tuple[Path, Path]],
     num_replicas: int = 1,
     rank: int = 0,
     workers: int = 0,
@@ -151,7 +158,8 @@ def build_eval_loader(
     strict: bool = False,
     warn_damaged: bool = False,
 ) -> DataLoader:
-    """Evaluation DataLoader of batch size 1 on an unpadded strided shard; the rest: see ``SaliencyEvalSet``."""
+    """Evaluation DataLoader of batch size 1 on an unpadded strided shard of ``root``'s pairs (or of the pairs
+    given); the rest: see ``SaliencyEvalSet``."""
     dataset = SaliencyEvalSet(root, max_pairs, skip_unreadable, strict, warn_damaged)
     return DataLoader(
         dataset,

@@ -23,16 +23,13 @@ from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..inference import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
+from ..options.commands import PREDICT_NOT_PIXELS
 from ..options.fields import option_fields, values_by_flag
 from ..run_lock import claimed_folder
 from .crf import require_crf
 from .maps import output_path
 from .predict_worker import RECORD_DIR, MapRecord, PredictJob, predict_worker, run_description, run_key
 
-# options that decide where and how fast the maps are made, not their pixels: left out of the key
-# that says whether a map in the output folder was made by the same model (``MapRecord``)
-_NOT_PIXELS = {"checkpoint", "model", "inputs", "output", "workers", "batch_size", "overwrite", "progress"}
-_NOT_PIXELS |= {"nproc", "backend", "master_port", "device"}  # float32 on a CPU or a GPU: rounding only
 _SHOWN = 20  # failed images listed in the error; all of them go to OUTPUT/.predict/failed.txt
 
 
@@ -55,9 +52,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
         options = replace(options, inference=replace(options.inference, backbone=weights.backbone))
     model_file = options.model if weights is None else weights.path  # a hf-hub: checkpoint's local file
     assert model_file is not None  # validate(): exactly one of --checkpoint and --model
-    # every option but the _NOT_PIXELS ones: an option added later counts until it is listed there
-    pixels = {f.name: value for f, value in option_fields(options) if f.name not in _NOT_PIXELS}
-    description = run_description(model_file, pixels)
+    description = run_description(model_file, pixel_options(options))
     record = MapRecord(out, run_key(description))
     spec = LaunchSpec.on_one_node(options.processes)
     with claimed_folder(out, "--output", spec.is_leader()):
@@ -71,6 +66,17 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     if spec.is_leader() and todo:
         _report(outcome, len(todo), out, "cutout" if options.cutout else "map")
     return outcome
+
+
+def pixel_options(options: PredictOptions) -> dict[str, Any]:
+    """The options that decide the maps' pixels, by field name: all but ``PREDICT_NOT_PIXELS``, with ``--device``
+    resolved (``processes_on_device``). ``tf32`` is the TF32 this run uses: on a GPU, TF32 rounds the convolutions'
+    inputs to a 10-bit mantissa and moves gray levels, so ``--tf32 on`` and ``off`` make other maps there; on the
+    CPU, and in onnxruntime, it does nothing, so a CPU run's maps stay valid for a GPU rerun with ``--tf32 off``."""
+    pixels = {f.name: value for f, value in option_fields(options) if f.name not in PREDICT_NOT_PIXELS}
+    torch_on_gpu = options.processes.device == "cuda" and not (options.model is not None and is_onnx(options.model))
+    pixels["tf32"] = options.inference.tf32 if torch_on_gpu else "off"
+    return pixels
 
 
 def _predict_on_workers(

@@ -23,7 +23,7 @@ CHECKPOINT_HELP = (
     "cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)"
 )
 BACKBONE_HELP = (
-    "backbone of the checkpoint; default: config.json beside it (a run's, or the Hub repository's), else "
+    "backbone of the checkpoint; default: the one config.json beside it names (a run's, or the Hub repository's), else "
     "inferred from its weights"
 )
 BACKENDS = ("nccl", "gloo")
@@ -42,7 +42,7 @@ INFERENCE_AMP_MODES = ("off", "bf16")
 TF32_MODES = ("on", "off")
 TRACKERS = ("mlflow", "wandb", "clearml")
 TF32_HELP = (
-    "TensorFloat-32 on Ampere and newer GPUs: on (the default, as torch does for convolutions, which are "
+    "TensorFloat-32 on Ampere and newer GPUs: on (as torch does by default for convolutions, which are "
     "nearly all of R3Net's work): float32 convolutions and matrix products round their inputs to a 10-bit "
     "mantissa and accumulate in float32 on the tensor cores, faster; off: full float32, as on the CPU. No effect "
     "on the CPU, nor on what --amp runs in bf16/fp16"
@@ -63,7 +63,8 @@ def data_root_option() -> str | None:
         None,
         "folder holding the standard data sets, which the data options then take by name (ECSSD, HKU-IS, "
         "PASCAL-S, SOD, DUT-OMRON, DUTS-TE, MSRA10K, DUTS-TR; any alias, case and layout: hkuis, DUT-O, "
-        "pascals, ...); a count other than the published one is a warning",
+        "pascals, ...); a count other than the published one is a warning; default: none (the data options "
+        "are folders)",
         metavar="DIR",
     )
 
@@ -75,7 +76,9 @@ class ProcessOptions:
     nproc: int = option(1, "processes to spawn (on GPUs: at most one per GPU)", rule=POSITIVE_COUNT)
     device: str = option("auto", DEVICE_HELP, choices=DEVICES)
     backend: str | None = option(None, BACKEND_HELP, choices=BACKENDS)
-    master_port: int | None = option(None, "rendezvous port; default: a free port", rule=TCP_PORT)
+    master_port: int | None = option(
+        None, "rendezvous port of the processes on this host; default: a free port", rule=TCP_PORT, metavar="PORT"
+    )
     verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
 
 
@@ -86,19 +89,17 @@ class InferenceOptions:
     backbone: str | None = option(None, BACKBONE_HELP)
     size: int | None = option(
         None,
-        f"run the model on each image resized to N x N (bilinear, antialiased), as many saliency methods "
+        f"run the model on each image resized to N x N pixels (bilinear, antialiased), as many saliency methods "
         f"test (e.g. 352); {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
-        metavar="N",
     )
     max_side: int | None = option(
         None,
-        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N "
+        f"run the model on each image scaled down, aspect kept, so that its longer side is at most N pixels "
         f"(smaller images as they are): for photos much larger than the training crops; {_RESIZED_BACK}",
         rule=POSITIVE_COUNT,
         exclusive="input size",
-        metavar="N",
     )
     crf: bool = option(
         False, "refine maps with a dense CRF (original R3Net parameters); needs the crf extra", action="store_true"
@@ -112,7 +113,9 @@ class InferenceOptions:
     tf32: str = option(
         "on", TF32_HELP + "; off gives the maps closest to the CPU's (not for an exported --model)", choices=TF32_MODES
     )
-    workers: int = option(2, "DataLoader worker processes per process", rule=NOT_NEGATIVE)
+    workers: int = option(
+        2, "DataLoader worker processes per process (0 loads in the process itself)", rule=NOT_NEGATIVE
+    )
 
 
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
@@ -126,12 +129,12 @@ class EvaluateOptions:
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
     maps: str | None = option(
-        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source"
+        None, "folder of saliency maps (PNG/JPG/BMP, any method's) to score; needs --gt", one_of="source", metavar="DIR"
     )
     data: list[str] | None = option(
         None,
         "data set folders (MSRA10K or DUTS layout), each DIR or NAME=DIR: NAME is its table row and JSON key "
-        "(default: the folder's name); with --checkpoint",
+        "(default: the folder's name); required with --checkpoint",
         nargs="+",
         metavar="[NAME=]DIR",
     )
@@ -139,12 +142,15 @@ class EvaluateOptions:
     gt: str | None = option(
         None,
         "ground-truth masks matched to --maps by file stem: the masks folder, or a data set folder holding "
-        "images and masks (its masks are used)",
+        "images and masks (its masks are used); required with --maps",
         metavar="DIR",
     )
     protocol: str = option("standard", PROTOCOL_HELP, choices=PROTOCOLS)
     json_path: str | None = option(
-        None, "also write the numbers as JSON keyed by data set name", flag="--json", metavar="FILE"
+        None,
+        "also write the numbers as JSON keyed by data set name; default: none (printed only)",
+        flag="--json",
+        metavar="FILE",
     )
     per_image: str | None = option(
         None,
@@ -152,11 +158,13 @@ class EvaluateOptions:
         "image alone: mae, adpF and adpE (at its adaptive threshold), Sm, wF, meanF and meanE (the mean of "
         "its F and E curves over the 256 thresholds), maxF and maxE (their maximum; with --protocol r3net, "
         "maxF from its own precision and recall). The data set's score is the mean of its images' column "
-        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem",
+        "for all but maxF and maxE (the maxima of the mean curves). Rows by data set, then stem; default: none",
         metavar="FILE.csv",
     )
     inference: InferenceOptions = group(InferenceOptions)
-    save_maps: str | None = option(None, "write each map as OUT/<dataset>/<stem>.png", metavar="OUT")
+    save_maps: str | None = option(
+        None, "write each map as OUT/<dataset>/<stem>.png; default: none (the maps are scored, not kept)", metavar="OUT"
+    )
     processes: ProcessOptions = group(
         ProcessOptions,
         nproc="processes to spawn (on GPUs one per GPU, at most as many as the GPUs; on the CPU, see --device, they "
@@ -207,7 +215,8 @@ class PredictOptions:
     )
     output: str = option(
         help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
-        "already holds from the same model and options (a stopped run continues where it stopped)",
+        "already holds from the same model and the same options that change pixels (a stopped run continues "
+        "where it stopped)",
         metavar="DIR",
     )
     cutout: bool = option(
@@ -220,7 +229,8 @@ class PredictOptions:
     threshold: float | None = option(
         None,
         "a hard result: 255 where the saliency (the 8-bit map / 255) is at least T, else 0; for the "
-        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps",
+        "--cutout alpha (fully opaque or fully transparent pixels) or, without --cutout, binary maps; "
+        "default: none (the 256 gray levels)",
         rule=_FRACTION,
         metavar="T",
     )
@@ -251,6 +261,28 @@ class PredictOptions:
                 raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
             if self.inference.amp != "off":
                 raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
+
+# The options of ``predict`` that do not decide a map's pixels, each with why: left out of the key that says
+# whether a map in the output folder was made by the same model and options (``predict_worker.MapRecord``), so
+# that changing one keeps the maps. Every other option is in the key (``evaluation.predict.pixel_options``): an
+# option added later counts until it is listed here.
+PREDICT_NOT_PIXELS: dict[str, str] = {
+    "checkpoint": "the key holds the model file's sha256, not the name it is given by",
+    "model": "the key holds the model file's sha256, not the name it is given by",
+    "inputs": "which images are predicted, not how: each map is looked up by its own file name",
+    "output": "where the maps go: the key is recorded in that folder",
+    "workers": "how many DataLoader processes read the images",
+    "batch_size": "how many images run together: a batch's maps are those of batch 1 (the model is in eval mode)",
+    "overwrite": "redoes every map whatever the key says",
+    "progress": "what the console shows",
+    "verbose": "what the console shows",
+    "nproc": "how many processes share the images: N processes write the maps of one, byte for byte",
+    "backend": "how the processes talk, not what they compute",
+    "master_port": "where the processes meet",
+    "device": "float32 on a CPU or a GPU differs in rounding only; TF32, which moves gray levels, is in the "
+    "key as what it does on this device (``evaluation.predict.pixel_options``)",
+}
 
 
 @dataclass(kw_only=True)
@@ -289,7 +321,7 @@ class CompareOptions:
         "add published numbers as marked rows (‡, not ranked: another code scored them), on the data sets "
         "given by a standard name or alias: r3net-paper (the paper's table) and r3net-released-maps (the "
         "authors' released maps scored by a public evaluation); each number's source is in the table's note "
-        "and in the package's evaluation/paper_numbers.json",
+        "and in the package's evaluation/paper_numbers.json; default: none",
         nargs="+",
         choices=REFERENCE_NAMES,
         metavar="NAME",
@@ -309,12 +341,11 @@ class CompareOptions:
         "largest), ties broken by name; 0 draws none. A data set given as a masks folder without images "
         "has no image column; a missing map is a grey cell marked 'missing'",
         rule=NOT_NEGATIVE,
-        metavar="N",
     )
     show_stems: list[str] | None = option(
         None,
         "the images of the visual comparison, by file name without extension, in this order (instead of "
-        "--show's choice); each data set's figure shows those among its images",
+        "--show's choice); each data set's figure shows those among its images; default: --show's choice",
         nargs="+",
         metavar="STEM",
     )
@@ -362,14 +393,14 @@ class ExportOptions:
         f"ONNX opset, {OPSETS[0]} to {OPSETS[-1]} (default: {DEFAULT_OPSET}, the oldest, which the most "
         "runtimes read); onnx only",
         rule=_OPSET,
-        metavar="N",
     )
     backbone: str | None = option(None, BACKBONE_HELP)
     # the model card of --format hub
     results: str | None = option(
         None,
         "hub: the evaluation table of the model card, from the results.json of 'evaluate --json' (one "
-        "row per data set) or of 'compare' (every method, as compare's table.md)",
+        "row per data set) or of 'compare' (every method, as compare's table.md); default: none (a card "
+        "without results)",
         metavar="FILE",
     )
     license: str | None = option(
@@ -418,14 +449,15 @@ class ReproduceOptions:
 
     checkpoint: str | None = option(
         None,
-        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]",
+        "evaluate this model instead of training one: a checkpoint file or hf-hub:ORG/NAME[@REVISION]; default: "
+        "none (train, then evaluate the final checkpoint)",
         metavar="CKPT",
     )
     author_maps: str | None = option(
         None,
         "the authors' released saliency maps: a folder with one subfolder per test set (named as the set "
         "or an alias, e.g. ECSSD/, hkuis/), scored by the same code as ours, in a column of its own (tells "
-        "evaluation differences from training differences)",
+        "evaluation differences from training differences); default: none (no such column)",
         metavar="DIR",
     )
     seeds: list[int] | None = option(
@@ -436,10 +468,17 @@ class ReproduceOptions:
         metavar="SEED",
     )
     tolerance_maxf: float = option(
-        0.01, "a max F within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+        0.01,
+        "a max F within this of the reference counts as reproduced (an absolute difference of max F, a score "
+        "from 0 to 1)",
+        rule=NOT_NEGATIVE,
+        metavar="T",
     )
     tolerance_mae: float = option(
-        0.005, "an MAE within this of the reference counts as reproduced", rule=NOT_NEGATIVE, metavar="T"
+        0.005,
+        "an MAE within this of the reference counts as reproduced (an absolute difference of MAE, from 0 to 1)",
+        rule=NOT_NEGATIVE,
+        metavar="T",
     )
 
     def validate(self) -> None:

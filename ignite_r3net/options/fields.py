@@ -74,6 +74,17 @@ def flag_named(options_type: type, name: str) -> str:
     return flag_of(found[0]) if found else "--" + name.replace("_", "-")
 
 
+def flags_named(options_type: type, names: Iterable[str]) -> list[str]:
+    """The flags of the options ``names`` of ``options_type`` and of its groups, in the order of its fields."""
+    wanted, flags = set(names), []
+    for f in dataclasses.fields(options_type):
+        if is_group(f):
+            flags += flags_named(typing.cast(type, f.default_factory), wanted)
+        elif is_option(f) and f.name in wanted:
+            flags.append(flag_of(f))
+    return flags
+
+
 def values_by_flag(options: Any, names: Iterable[str]) -> dict[str, str]:
     """``{"--lr": "0.001", ...}``: the options ``names`` by flag, as text (what the ranks compare)."""
     return {flag_named(type(options), name): str(getattr(options, name)) for name in names}

@@ -15,9 +15,11 @@ from ..errors import CheckpointError, OptionError, warn
 from ..options.fields import flag_named
 
 # Options an exact resume must keep: the LR schedule, the optimiser's hyper-parameters (its state dict
-# restores them), what each iteration samples and how it is computed (precision, TF32, determinism).
+# restores them), what each iteration samples and how it is computed (precision, TF32, determinism), and
+# which --data pairs are held out for validation rather than trained on.
 RESUME_FIXED = tuple(
-    "iters lr lr_power momentum weight_decay batch_size crop rotate backbone seed amp recipe tf32 deterministic".split()
+    "iters lr lr_power momentum weight_decay batch_size crop rotate backbone seed amp recipe tf32 deterministic "
+    "val_split".split()
 )
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")

@@ -23,6 +23,7 @@ from ..console import echo, quiet_library_logs
 from ..data.checks import assert_dataset_ok
 from ..data.folder import listing_digest
 from ..data.registry import resolve_names
+from ..data.split import held_out_names, split_pairs, write_held_out_names
 from ..data.synthetic import ensure_synthetic
 from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, use_device
@@ -69,7 +70,7 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
     if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
         set_deterministic_environment()
     refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
-    rank_zero_only(config.save)(os.path.join(config.output_dir, "config.json"))
+    rank_zero_only(_save_records)(config)
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .worker import training
@@ -77,6 +78,13 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
     freeze_long_lived_objects()
     quiet_library_logs(config.verbose)
     training(local_rank, config)
+
+
+def _save_records(config: TrainConfig) -> None:
+    """``config.json`` and, with ``--val-split``, the held-out names (``val_split.txt``) in the output folder."""
+    config.save(os.path.join(config.output_dir, "config.json"))
+    if config.val_held_out is not None:
+        write_held_out_names(config.val_held_out, config.output_dir)
 
 
 def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
@@ -180,7 +188,8 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
 
 def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
     """The ``TrainConfig`` fields ``data``, ``val_data`` (resolved and checked: 'synthetic' generated, its
-    held-out split the default validation), ``data_sets`` and ``listings``; each rank must get a full batch."""
+    held-out split the default validation), ``data_sets``, ``listings`` and ``val_held_out`` (``--val-split``);
+    each rank must get a full batch."""
     data, val_data = config.data, config.val_data
     if config.data_root is not None:
         data = resolve_names(data, config.data_root, "--data")
@@ -202,23 +211,49 @@ def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
         folder: assert_dataset_ok(folder, min_size=None if folder in generated else config.crop, option="--data")
         for folder in folders
     }
+    split = {folder: split_pairs(pairs, config.val_split) for folder, pairs in checked.items()}
+    held_out = [pair for _, held in split.values() for pair in held]
+    if config.val_split is not None:
+        _check_val_split(config.val_split, folders, sum(len(p) for p in checked.values()), len(held_out))
     val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
     # config.json's record of each training folder: the listing ("6 pairs (sha256 ...)") tells a resume
     # the same pairs from others
     data_sets: list[dict[str, Any]] = [
-        {"folder": f, "pairs": len(p), "listing": listing_digest(f, p)} for f, p in checked.items()
+        {"folder": f, "pairs": len(training), "listing": listing_digest(f, training)}
+        | ({"held_out": len(held)} if config.val_split is not None else {})
+        for f, (training, held) in split.items()
     ]
-    pairs = sum(len(p) for p in checked.values())
+    pairs = sum(d["pairs"] for d in data_sets)
     if -(-pairs // world_size) < config.batch_size:  # each rank's shard must fill one batch
+        kept = f" to train on after --val-split {config.val_split}" if config.val_split is not None else ""
         raise OptionError(
-            f"--data {' '.join(folders)} holds {pairs} pairs: too few for --batch-size "
+            f"--data {' '.join(folders)} holds {pairs} pairs{kept}: too few for --batch-size "
             f"{config.batch_size} on {world_size} process(es)"
         )
-    listings = {
-        "data": "; ".join(d["listing"] for d in data_sets),
-        "val_data": listing_digest(val_data, val_pairs) if val_data else "none",
+    if config.val_split is not None:
+        held_listing = "; ".join(listing_digest(f, held) for f, (_, held) in split.items())
+        val_listing = f"--val-split {config.val_split}: {held_listing}"
+    else:
+        val_listing = listing_digest(val_data, val_pairs) if val_data else "none"
+    listings = {"data": "; ".join(d["listing"] for d in data_sets), "val_data": val_listing}
+    return {
+        "data": folders,
+        "val_data": val_data,
+        "data_sets": data_sets,
+        "listings": listings,
+        "val_held_out": held_out_names(held_out) if config.val_split is not None else None,
     }
-    return {"data": folders, "val_data": val_data, "data_sets": data_sets, "listings": listings}
+
+
+def _check_val_split(fraction: float, folders: list[str], pairs: int, held_out: int) -> None:
+    """A split must leave pairs on both sides."""
+    if 0 < held_out < pairs:
+        return
+    side = "no pair for validation: give a larger F" if held_out == 0 else "no pair to train on: give a smaller F"
+    raise OptionError(
+        f"--val-split {fraction} holds out {held_out} of the {pairs} pairs of --data {' '.join(folders)}, "
+        f"leaving {side}, or a validation folder as --val-data"
+    )
 
 
 def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:

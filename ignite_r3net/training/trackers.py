@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import os
@@ -46,7 +45,7 @@ def _require(name: str) -> Any:
 def recipe_params(config: TrainConfig) -> dict[str, str]:
     """The run's configuration as flat string parameters (``weights.sha256``, ...)."""
     params: dict[str, str] = {}
-    for key, value in dataclasses.asdict(config).items():
+    for key, value in config.brief().items():
         if key == "tracking":
             continue
         if isinstance(value, dict):

@@ -3,7 +3,6 @@ console gets a summary line in place of the configuration (unless ``--verbose``)
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import re
@@ -16,6 +15,7 @@ import torch
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..console import echo
+from ..data.split import VAL_SPLIT_FILE
 from ..distributed.ranks import rank_zero_only
 
 LOG_NAME = "train.log"
@@ -67,7 +67,7 @@ def header_lines(
     config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
 ) -> tuple[list[str], list[str]]:
     """The top of a run's (or a resumed run's) part of train.log, and what the console shows of it."""
-    config_line = f"configuration: {json.dumps(dataclasses.asdict(config), sort_keys=True)}"  # one line
+    config_line = f"configuration: {json.dumps(config.brief(), sort_keys=True)}"  # one line
     world = (
         f"world size {world_size}, {config.batch_size} images per process, "
         f"global batch {config.batch_size * world_size}"
@@ -75,15 +75,23 @@ def header_lines(
     weights = [f"initial weights: {_describe(config.weights)}"] if config.weights else []
     notes = _notes(config, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
-    header = [config_line, world, *weights, *notes, *resumed]
     sets = config.data_sets or []
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
     pairs = sum(d["pairs"] for d in sets)
+    held_out = sum(d.get("held_out", 0) for d in sets)
+    split = []  # said at every start: which pairs validate is part of the recipe
+    if config.val_split is not None:
+        listed = Path(config.output_dir) / VAL_SPLIT_FILE
+        total = pairs + held_out
+        split.append(
+            f"--val-split {config.val_split}: {held_out} of {total} pairs held out for validation, listed in {listed}"
+        )
+    header = [config_line, world, *weights, *split, *notes, *resumed]
     summary = (  # the one console line about a run
         f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
         f"global batch {config.batch_size * world_size}, {config.iters} iterations, output {config.output_dir}"
     )
-    console = [summary, *header] if config.verbose else [summary, *notes, *resumed]
+    console = [summary, *header] if config.verbose else [summary, *split, *notes, *resumed]
     return header, console
 
 
@@ -95,9 +103,9 @@ def _notes(config: TrainConfig, device: torch.device) -> list[str]:
             "note: backbone from random weights (--pretrained none); R3Net's recipe starts from ImageNet "
             "weights (--pretrained imagenet, the default)"
         )
-    if not config.val_data:
+    if not config.val_data and config.val_split is None:
         notes.append(
-            "note: no validation (no --val-data): no validation scores, and no best_model_*.pt is kept "
+            "note: no validation (no --val-data or --val-split): no validation scores, and no best_model_*.pt is kept "
             "(the checkpoints are)"
         )
         if config.val_max:

@@ -14,6 +14,7 @@ from ignite.utils import manual_seed
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
+from ..data.split import held_out_pairs
 from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
@@ -41,7 +42,7 @@ def training(local_rank: int, config: TrainConfig) -> None:
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
-    val_loader = _build_val_loader(config.val_data, config) if config.val_data else None
+    val_loader = _build_val_loader(config) if config.val_data or config.val_split else None
     trainer, to_save = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler, val_loader)
 
     resumed_from = _restore(to_save, config)
@@ -60,11 +61,14 @@ def training(local_rank: int, config: TrainConfig) -> None:
             stop_workers(each)
 
 
-def _build_val_loader(val_data: str, config: TrainConfig) -> Any:
+def _build_val_loader(config: TrainConfig) -> Any:
+    """The validation pairs: ``--val-data``'s, or those ``--val-split`` holds out of ``--data``."""
+    pairs = config.val_data if config.val_split is None else held_out_pairs(config.data, config.val_split)
+    assert pairs is not None  # training() builds no validation without --val-data or --val-split
     # persistent: a validation does not fork its workers again, and they are stopped at the end of
     # the run rather than by the garbage collector (see ``stop_workers``)
     return build_eval_loader(
-        val_data,
+        pairs,
         num_replicas=idist.get_world_size(),
         rank=idist.get_rank(),
         workers=min(config.workers, 2),
@@ -78,8 +82,9 @@ def _build_val_loader(val_data: str, config: TrainConfig) -> Any:
 
 def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: TrainLog) -> None:
     if len(dataset) < dataset.listed:
+        source = config.val_data if config.val_split is None else f"--val-split {config.val_split}"
         log.write(
-            f"validation: {len(dataset)} of the {dataset.listed} pairs of {config.val_data} (--val-max "
+            f"validation: {len(dataset)} of the {dataset.listed} pairs of {source} (--val-max "
             f"{config.val_max}), evenly spaced, the same ones at every validation"
         )
 
