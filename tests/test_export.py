@@ -133,10 +133,10 @@ def test_predict_through_exported_files_matches_checkpoint(
 def test_files_run_without_this_package(
     tmp_path: Path, spread_checkpoint: Path, exported_onnx: Path, exported_torchscript: Path
 ) -> None:
-    """The README's snippet, with ``ignite_r3net`` made unimportable, writes predict's map; the
+    """docs/deployment.md's snippet, with ``ignite_r3net`` made unimportable, writes predict's map; the
     TorchScript file loads with torch alone."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Use the model elsewhere", 1)[1]
+    page = (REPO / "docs" / "deployment.md").read_text(encoding="utf-8")
+    section = page.split("## Use the model elsewhere", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     (tmp_path / "r3net.onnx").symlink_to(exported_onnx)
     _save_image(tmp_path / "photo.jpg", 47, 62, seed=2)
