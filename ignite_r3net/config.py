@@ -88,7 +88,7 @@ class TrainConfig:
     pretrained: str = option(
         "imagenet",
         "backbone weights to start from: 'imagenet' (the backbone's ImageNet-1k weights, listed in "
-        "the README; downloaded once per node into the torch or Hugging Face cache), 'none' "
+        "docs/training.md; downloaded once per node into the torch or Hugging Face cache), 'none' "
         "(random), a file (.pth/.pt/.bin/.safetensors: torchvision, timm or the original "
         "resnext_101_32x4d.pth layout), a torchvision weights name (IMAGENET1K_V1, IMAGENET1K_V2, "
         "DEFAULT) or hf-hub:ORG/NAME (e.g. hf-hub:timm/resnext101_32x4d.gluon_in1k); default: imagenet",

@@ -16,7 +16,7 @@ class BackboneSpec:
     width_per_group: int = 64
     # name in torchvision's model registry, for its weights; None: torchvision publishes none
     torchvision_name: str | None = None
-    # ``--pretrained imagenet``: the documented ImageNet-1k weights (README lists them with licences)
+    # ``--pretrained imagenet``: the documented ImageNet-1k weights (docs/training.md lists them with licences)
     imagenet: str = "IMAGENET1K_V1"
 
 
