@@ -22,6 +22,7 @@ from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
 from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.fields import flag_of, flags_named, is_group, is_option
+from .options.serve import ServeOptions
 from .recipes import R3NET_PAPER
 
 T = TypeVar("T")
@@ -231,6 +232,12 @@ def run_export(options: ExportOptions) -> None:
     export_model(options)
 
 
+def run_serve(options: ServeOptions) -> None:
+    from .serve.server import serve
+
+    serve(options)
+
+
 @dataclass(frozen=True)
 class Command:
     """A command whose flags come from its options dataclass and that runs ``run`` with them (each
@@ -319,6 +326,21 @@ COMMANDS = (
         "hf-hub:ORG/NAME.",
         epilog="example: python run.py export --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --format hub "
         "--output r3net-duts --results comparison/results.json --trained-on DUTS-TR --repo-id me/r3net-duts",
+    ),
+    Command(
+        "serve",
+        ServeOptions,
+        run_serve,
+        help="answer HTTP requests with saliency maps and cutouts, with a demo page (needs the serve extra)",
+        description="Serve the model over HTTP (FastAPI on uvicorn; pip install 'ignite_r3net[serve]'): POST "
+        "/predict takes an image (multipart field 'image') and answers a PNG, the map predict writes for it "
+        "(?output=map, the default) or the cutout (?output=cutout), with ?threshold=T, ?max_side=N and ?crf=true "
+        "as predict's options; GET /healthz says the model, device and provider; GET / is a demo page (choose or "
+        "drop a photo, see its map and cutout). A bad upload is answered 4xx with one line of JSON, a full queue "
+        "503; each request is one log line (status, bytes, milliseconds). SIGTERM or Ctrl-C answers the requests "
+        "in flight, then stops.",
+        epilog="example: python run.py serve --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --port 8000, "
+        "then curl -F image=@photo.jpg 'http://127.0.0.1:8000/predict?output=cutout' -o cutout.png",
     ),
 )
 

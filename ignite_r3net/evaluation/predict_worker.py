@@ -17,6 +17,7 @@ import ignite.distributed as idist
 import numpy as np
 import torch
 from PIL import Image
+from torch import nn
 
 from .. import __version__
 from ..atomic_files import atomic_output, write_json
@@ -36,6 +37,7 @@ from ..distributed.ranks import (
 from ..errors import DataError
 from ..inference import (
     OnnxModel,
+    SaliencyFunction,
     is_onnx,
     load_exported,
     onnx_providers,
@@ -57,6 +59,8 @@ REFERENCE_PIXELS = 400 * 300
 Size = tuple[int, int]  # (height, width)
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
+# a uint8 batch (N, 3, H, W) on the device, ``--size`` and ``--max-side`` to 8-bit maps (N, H, W)
+SizedMapFunction = Callable[[torch.Tensor, int | None, int | None], torch.Tensor]
 RECORD_DIR = ".predict"
 
 
@@ -139,10 +143,21 @@ def map_function(
         run = load_exported(options.model, device, threads)
         if isinstance(run, OnnxModel):
             _say_onnx_provider(run.provider, device, threads)
-        return lambda images: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
-    assert options.checkpoint is not None
-    model = build_model(weights or read_trained_weights(options.checkpoint, options.inference.backbone), device)
-    return lambda images: predict_maps(model, images, options.inference.amp, size, max_side)
+        sized = sized_map_function(run)
+    else:
+        assert options.checkpoint is not None
+        weights = weights or read_trained_weights(options.checkpoint, options.inference.backbone)
+        sized = sized_map_function(build_model(weights, device), options.inference.amp)
+    return lambda images: sized(images, size, max_side)
+
+
+def sized_map_function(run: nn.Module | SaliencyFunction, amp: str = "off") -> SizedMapFunction:
+    """The 8-bit maps of a model (R3Net in eval mode, run under ``amp``) or of an exported file's function, at
+    ``inference_shape(size, max_side)``: what ``predict`` writes, before ``--crf`` and ``--threshold``."""
+    if isinstance(run, nn.Module):
+        model = run
+        return lambda images, size, max_side: predict_maps(model, images, amp, size, max_side)
+    return lambda images, size, max_side: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
 
 
 @rank_zero_only
@@ -188,10 +203,7 @@ def _predict_batches(
 
 def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
     """One image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically."""
-    if options.inference.crf:
-        saliency = crf_refine(image, saliency)
-    if options.threshold is not None:  # in float64, a threshold of k / 255 keeps exactly the values from k up
-        saliency = torch.where(saliency.to(torch.float64) / 255.0 >= options.threshold, 255, 0).to(torch.uint8)
+    saliency = finished_map(image, saliency, options.inference.crf, options.threshold)
     if options.cutout:
         save_cutout(path, image, saliency)
     else:
@@ -200,12 +212,26 @@ def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: to
 
 def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
     """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG, atomically."""
+    with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
+        cutout_image(image, alpha).save(tmp, format="PNG")
+
+
+def finished_map(image: torch.Tensor, saliency: torch.Tensor, crf: bool, threshold: float | None) -> torch.Tensor:
+    """The map ``predict`` writes for ``image``: ``saliency`` (uint8 ``(H, W)``) refined by the CRF (``crf``), then
+    made hard (255 where the saliency is at least ``threshold``, else 0) when a threshold is given."""
+    if crf:
+        saliency = crf_refine(image, saliency)
+    if threshold is not None:  # in float64, a threshold of k / 255 keeps exactly the values from k up
+        saliency = torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
+    return saliency
+
+
+def cutout_image(image: torch.Tensor, alpha: torch.Tensor) -> Image.Image:
+    """``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as its alpha channel: an RGBA image."""
     if image.shape[1:] != alpha.shape:
         raise ValueError(f"image {tuple(image.shape)} and map {tuple(alpha.shape)} differ in size")
     rgb = image.detach().to("cpu", torch.uint8).permute(1, 2, 0).numpy()
-    rgba = np.dstack([rgb, alpha.detach().to("cpu", torch.uint8).numpy()])
-    with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
-        Image.fromarray(rgba, mode="RGBA").save(tmp, format="PNG")
+    return Image.fromarray(np.dstack([rgb, alpha.detach().to("cpu", torch.uint8).numpy()]), mode="RGBA")
 
 
 class BatchFiles(torch.utils.data.Dataset):

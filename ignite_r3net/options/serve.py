@@ -1,0 +1,101 @@
+"""The options of ``serve``: which model answers, where it listens, how requests are batched and what is refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import OptionError
+from .commands import BACKBONE_HELP, CHECKPOINT_HELP, DEVICES, INFERENCE_AMP_MODES, TF32_HELP, TF32_MODES
+from .fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Rule, check_fields, option
+
+_PORT = Rule(lambda v: 0 <= v <= 65535, "must be a TCP port (1-65535), or 0 for a free one")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(kw_only=True)
+class ServeOptions:
+    """Everything ``serve`` is asked to do: the model, the address, the batching and the limits."""
+
+    checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
+    model: str | None = option(
+        None,
+        "a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), any other name is "
+        "loaded as TorchScript; same maps as --checkpoint",
+        one_of="source",
+        metavar="FILE",
+    )
+    backbone: str | None = option(None, BACKBONE_HELP)
+    host: str = option(
+        "127.0.0.1",
+        "address to listen on: 127.0.0.1 answers this machine only; another (0.0.0.0: every interface) lets other "
+        "machines in, without any authentication, which the start-up line says",
+        metavar="ADDR",
+    )
+    port: int = option(8000, "TCP port to listen on (0: a free port, printed at start)", rule=_PORT)
+    device: str = option(
+        "auto",
+        "where the model runs: cuda = the first visible GPU, cpu = the CPU (even on a GPU host), auto = cuda when "
+        "a GPU is visible, else cpu",
+        choices=DEVICES,
+    )
+    amp: str = option(
+        "off",
+        "mixed precision inference for --checkpoint: bf16 runs the model in bfloat16 (maps may differ by a gray "
+        "level); off: float32",
+        choices=INFERENCE_AMP_MODES,
+    )
+    tf32: str = option("on", TF32_HELP + "; off gives the maps closest to the CPU's", choices=TF32_MODES)
+    max_batch: int = option(
+        8,
+        "images run together in one forward pass, at most N (and no more pixels than N 400x300 images): requests "
+        "arriving within --max-wait-ms of each other are grouped by image size (and ?max_side=), each group one "
+        "batch, as predict batches; images of other sizes are never padded into one batch, which would change "
+        "their maps; 1 turns batching off",
+        rule=POSITIVE_COUNT,
+    )
+    max_wait_ms: float = option(
+        5.0,
+        "how long the first request of a batch waits for others to join it, in milliseconds (0: only those "
+        "already waiting join)",
+        rule=NOT_NEGATIVE,
+        metavar="MS",
+    )
+    max_upload_mb: float = option(
+        20.0,
+        "largest upload accepted, in megabytes (10^6 bytes); a larger one is answered 413 without being read further",
+        rule=POSITIVE,
+        metavar="MB",
+    )
+    max_pixels: int = option(
+        40_000_000,
+        "largest image accepted, in pixels (width x height, read from the file's header before it is decoded); a "
+        "larger one, such as a decompression bomb (a small file that decodes to gigabytes), is answered 413",
+        rule=POSITIVE_COUNT,
+    )
+    queue_size: int = option(
+        32,
+        "requests taken at once (being read, waiting for the model, running, being encoded); one more is "
+        "answered 503 with Retry-After at once rather than join an unbounded backlog",
+        rule=POSITIVE_COUNT,
+    )
+
+    def validate(self) -> None:
+        check_fields(self)
+        if (self.checkpoint is None) == (self.model is None):
+            raise OptionError("give one of --checkpoint and --model")
+        if self.model is not None:
+            if self.backbone is not None:
+                raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
+            if self.amp != "off":
+                raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1_000_000)
+
+    @property
+    def source(self) -> str:
+        """The model as given: the checkpoint or the exported file."""
+        source = self.checkpoint if self.checkpoint is not None else self.model
+        assert source is not None  # validate(): one of them
+        return source

@@ -1,0 +1,181 @@
+"""The routes of ``serve``: ``POST /predict`` (an image in, a PNG map or cutout out), ``GET /healthz``, ``GET /``
+(the demo page) and its files under ``/static``. Every refusal is a 4xx with one line of JSON, ``{"error": ...}``;
+the server goes on serving."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from PIL import Image
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from ..errors import OptionError, error_line
+from ..evaluation.crf import require_crf
+from ..evaluation.predict_worker import cutout_image, finished_map
+from ..options.serve import ServeOptions
+from .batching import Batcher
+from .model import ServedModel
+from .uploads import Refused, decode_upload, read_limited
+
+STATIC = Path(__file__).resolve().parent / "static"
+FIELD = "image"  # the form field that holds the image
+PARAMETERS = {"output", "threshold", "max_side", "crf"}
+_HOW = f"post the image as multipart/form-data in a field named '{FIELD}' (curl -F {FIELD}=@photo.jpg)"
+
+
+class Counters:
+    """Requests taken now (against ``--queue-size``) and answered so far."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.answered = 0
+
+
+def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
+    """The application serving ``model`` under ``options``' batching and limits."""
+    batcher = Batcher(model.maps, options.max_batch, options.max_wait_ms / 1000)
+    counters = Counters()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="R3Net saliency", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.batcher, app.state.counters = batcher, counters
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _add_error_handlers(app)
+
+    @app.get("/", include_in_schema=False)
+    async def demo_page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": model.source,
+            "backbone": model.backbone,
+            "device": str(model.device),
+            "provider": model.provider,
+            "max_batch": options.max_batch,
+            "max_wait_ms": options.max_wait_ms,
+            "queue_size": options.queue_size,
+            "in_flight": counters.in_flight,
+            "answered": counters.answered,
+            "forward_passes": batcher.forward_passes,
+            "images": batcher.images,
+        }
+
+    @app.post("/predict")
+    async def predict(
+        request: Request,
+        output: Literal["map", "cutout"] = "map",
+        threshold: float | None = Query(None, ge=0, le=1),
+        max_side: int | None = Query(None, ge=1),
+        crf: bool = False,
+    ) -> Response:
+        unknown = sorted(set(request.query_params) - PARAMETERS)
+        if unknown:
+            raise Refused(422, f"unknown parameter {unknown[0]!r} (known: {', '.join(sorted(PARAMETERS))})")
+        if crf:
+            try:
+                require_crf()
+            except OptionError as e:
+                raise Refused(400, f"crf=true: {e} on the server") from None
+        if counters.in_flight >= options.queue_size:
+            raise Refused(503, f"the server is busy ({options.queue_size} requests, its --queue-size); try again")
+        counters.in_flight += 1
+        try:
+            start = time.perf_counter()
+            image = await asyncio.to_thread(decode_upload, await _posted_file(request, options), options.max_pixels)
+            saliency = await batcher.maps_of(image, max_side)
+            png = await asyncio.to_thread(_png, image, saliency, output, crf, threshold)
+            milliseconds = (time.perf_counter() - start) * 1000
+            counters.answered += 1
+        finally:
+            counters.in_flight -= 1
+        headers = {
+            "Server-Timing": f"total;dur={milliseconds:.1f}",
+            "X-Image-Size": f"{image.shape[2]}x{image.shape[1]}",
+        }
+        return Response(png, media_type="image/png", headers=headers)
+
+    return app
+
+
+async def _posted_file(request: Request, options: ServeOptions) -> bytes:
+    """The bytes of the form's image field, the body read no further than ``--max-upload-mb``."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        raise Refused(415, f"expected multipart/form-data, got {content_type or 'no content type'}: {_HOW}")
+    declared = request.headers.get("content-length")
+    body = await read_limited(
+        request.stream(), options.max_upload_bytes, int(declared) if declared and declared.isdigit() else None
+    )
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    form = await Request(request.scope, replay).form(max_files=4, max_fields=16)
+    try:
+        field = form.get(FIELD)
+        if field is None:
+            names = ", ".join(repr(name) for name in form) or "none"
+            raise Refused(422, f"no field '{FIELD}' in the form (its fields: {names}): {_HOW}")
+        if not isinstance(field, UploadFile):
+            raise Refused(422, f"the field '{FIELD}' is text, not a file: {_HOW}")
+        return await field.read()
+    finally:
+        await form.close()
+
+
+def _png(image: torch.Tensor, saliency: torch.Tensor, output: str, crf: bool, threshold: float | None) -> bytes:
+    """``predict``'s map (or cutout) of ``image`` as PNG bytes."""
+    saliency = finished_map(image, saliency, crf, threshold)
+    picture = cutout_image(image, saliency) if output == "cutout" else Image.fromarray(saliency.numpy(), mode="L")
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _refusal(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    request.state.error = message  # for the request's log line
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Refused)
+    async def refused(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, Refused)
+        return _refusal(request, e.status, e.message, {"Retry-After": "1"} if e.status == 503 else None)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, RequestValidationError)
+        first = e.errors()[0]
+        name = ".".join(str(part) for part in first.get("loc", ())[1:]) or "request"
+        given = f" (got {first['input']!r})" if "input" in first else ""
+        return _refusal(request, 422, f"{name}: {first.get('msg', 'invalid')}{given}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, HTTPException)
+        return _refusal(request, e.status_code, str(e.detail), dict(e.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, e: Exception) -> JSONResponse:
+        return _refusal(request, 500, f"internal error: {type(e).__name__}: {error_line(e)}")

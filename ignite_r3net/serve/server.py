@@ -1,0 +1,106 @@
+"""``serve``: the model loaded once, the socket bound (a taken port is one line), uvicorn serving the application
+with one log line per request, and the stop: SIGTERM or Ctrl-C stops taking connections, the requests in flight
+are answered, then the process ends as after any interrupted command (exit 143 or 130)."""
+
+from __future__ import annotations
+
+import socket
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..console import echo
+from ..distributed.process_setup import processes_on_device
+from ..distributed.signals import raise_on_sigterm, restore_sigterm
+from ..errors import OptionError
+from ..numerics import inference_numerics
+from ..options.commands import ProcessOptions
+from ..options.serve import LOOPBACK_HOSTS, ServeOptions
+from .model import ServedModel, load_served_model
+
+SERVE_MISSING = "serve needs FastAPI, uvicorn and python-multipart: pip install 'ignite_r3net[serve]'"
+
+
+def require_serve_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import multipart  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise OptionError(SERVE_MISSING) from None
+
+
+def serve(options: ServeOptions) -> None:
+    """Serve ``options``' model until SIGTERM or Ctrl-C (raised once the requests in flight are answered)."""
+    options.validate()
+    require_serve_extra()
+    import uvicorn
+
+    from .app import create_app
+    from .middleware import RequestLog
+
+    device = torch.device(processes_on_device(ProcessOptions(device=options.device)).device)
+    model = load_served_model(options, device)
+    model.maps(torch.zeros(1, 3, 64, 64, dtype=torch.uint8), None)  # a broken model fails here, not on a request
+    listening = bind(options.host, options.port)
+    app = create_app(model, options)
+    config = uvicorn.Config(RequestLog(app), log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    say_when_stopping(server, app.state.counters)
+    previous = raise_on_sigterm()  # what uvicorn raises again once it has drained the requests
+    try:
+        with inference_numerics(options.tf32 == "on"):
+            echo(startup_line(model, options, listening.getsockname()[1]))
+            if options.host not in LOOPBACK_HOSTS:
+                echo(
+                    f"note: listening on {options.host}: other machines can reach this server; it has no authentication"
+                )
+            server.run(sockets=[listening])
+    finally:
+        restore_sigterm(previous)
+        listening.close()
+        echo(f"stopped after {app.state.counters.answered} answered request(s)")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (IPv4 or IPv6 as ``host`` is); ``OptionError`` when it cannot."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, protocol)
+    except OSError as e:
+        raise OptionError(f"--host {host}: {e.strerror or e}") from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+        listening.listen(2048)
+    except OSError as e:
+        listening.close()
+        raise OptionError(f"--port {port}: cannot listen on {host}:{port}: {e.strerror or e}") from None
+    listening.set_inheritable(True)
+    return listening
+
+
+def startup_line(model: ServedModel, options: ServeOptions, port: int) -> str:
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    return (
+        f"serving {model.describe()} at http://{host}:{port}/ (the demo page; POST /predict, GET /healthz): "
+        f"batches of up to {options.max_batch} image(s) within {options.max_wait_ms:g} ms, uploads up to "
+        f"{options.max_upload_mb:g} MB and {options.max_pixels} pixels, {options.queue_size} requests at once "
+        "(more: 503); Ctrl-C or SIGTERM stops after the requests in flight"
+    )
+
+
+def say_when_stopping(server: Any, counters: Any) -> None:
+    """Make uvicorn's ``server`` say, at the first SIGTERM or Ctrl-C, how many requests it still answers."""
+    handle_exit = server.handle_exit
+
+    def handle_exit_saying(sig: int, frame: FrameType | None) -> None:
+        if not server.should_exit:
+            echo(
+                f"stopping: answering the {counters.in_flight} request(s) in flight, taking no new ones "
+                "(Ctrl-C again stops at once)"
+            )
+        handle_exit(sig, frame)
+
+    server.handle_exit = handle_exit_saying  # uvicorn installs self.handle_exit for the signals
