@@ -4,6 +4,7 @@ are answered, then the process ends as after any interrupted command (exit 143 o
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from types import FrameType
 from typing import Any
@@ -23,12 +24,11 @@ SERVE_MISSING = "serve needs FastAPI, uvicorn and python-multipart: pip install 
 
 
 def require_serve_extra() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import multipart  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise OptionError(SERVE_MISSING) from None
+    # python-multipart is imported as python_multipart since 0.0.13, as multipart before
+    if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")) or not (
+        importlib.util.find_spec("python_multipart") or importlib.util.find_spec("multipart")
+    ):
+        raise OptionError(SERVE_MISSING)
 
 
 def serve(options: ServeOptions) -> None:
@@ -41,9 +41,13 @@ def serve(options: ServeOptions) -> None:
     from .middleware import RequestLog
 
     device = torch.device(processes_on_device(ProcessOptions(device=options.device)).device)
-    model = load_served_model(options, device)
-    model.maps(torch.zeros(1, 3, 64, 64, dtype=torch.uint8), None)  # a broken model fails here, not on a request
-    listening = bind(options.host, options.port)
+    listening = bind(options.host, options.port)  # a taken port is said before the model is read
+    try:
+        model = load_served_model(options, device)
+        model.maps(torch.zeros(1, 3, 64, 64, dtype=torch.uint8), None)  # a broken model fails here, not on a request
+    except BaseException:
+        listening.close()
+        raise
     app = create_app(model, options)
     config = uvicorn.Config(RequestLog(app), log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
