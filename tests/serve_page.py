@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-VIEWPORT = {"width": 1100, "height": 640}
+VIEWPORT = {"width": 1100, "height": 540}
 
 _LOADED = """ids => ids.every(id => {
     const image = document.getElementById(id);
