@@ -5,6 +5,7 @@ are answered, then the process ends as after any interrupted command (exit 143 o
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 from types import FrameType
 from typing import Any
@@ -14,7 +15,7 @@ import torch
 from ..console import echo
 from ..distributed.process_setup import processes_on_device
 from ..distributed.signals import raise_on_sigterm, restore_sigterm
-from ..errors import OptionError
+from ..errors import OptionError, Terminated
 from ..numerics import inference_numerics
 from ..options.commands import ProcessOptions
 from ..options.serve import LOOPBACK_HOSTS, ServeOptions
@@ -51,7 +52,7 @@ def serve(options: ServeOptions) -> None:
     app = create_app(model, options)
     config = uvicorn.Config(RequestLog(app), log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
-    say_when_stopping(server, app.state.counters)
+    signals = say_when_stopping(server, app.state.counters)
     previous = raise_on_sigterm()  # what uvicorn raises again once it has drained the requests
     try:
         with inference_numerics(options.tf32 == "on"):
@@ -61,6 +62,11 @@ def serve(options: ServeOptions) -> None:
                     f"note: listening on {options.host}: other machines can reach this server; it has no authentication"
                 )
             server.run(sockets=[listening])
+        # uvicorn raised the signal again, unless it was ignored (SIGINT in a shell's background job): end as it would
+        if signal.SIGTERM in signals:
+            raise Terminated()
+        if signal.SIGINT in signals:
+            raise KeyboardInterrupt()
     finally:
         restore_sigterm(previous)
         listening.close()
@@ -95,11 +101,13 @@ def startup_line(model: ServedModel, options: ServeOptions, port: int) -> str:
     )
 
 
-def say_when_stopping(server: Any, counters: Any) -> None:
-    """Make uvicorn's ``server`` say, at the first SIGTERM or Ctrl-C, how many requests it still answers."""
-    handle_exit = server.handle_exit
+def say_when_stopping(server: Any, counters: Any) -> list[int]:
+    """Make uvicorn's ``server`` say, at the first SIGTERM or Ctrl-C, how many requests it still answers; returns
+    the list of the signals it receives."""
+    handle_exit, received = server.handle_exit, []
 
     def handle_exit_saying(sig: int, frame: FrameType | None) -> None:
+        received.append(sig)
         if not server.should_exit:
             echo(
                 f"stopping: answering the {counters.in_flight} request(s) in flight, taking no new ones "
@@ -108,3 +116,4 @@ def say_when_stopping(server: Any, counters: Any) -> None:
         handle_exit(sig, frame)
 
     server.handle_exit = handle_exit_saying  # uvicorn installs self.handle_exit for the signals
+    return received
