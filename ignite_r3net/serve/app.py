@@ -75,6 +75,7 @@ def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
             "max_wait_ms": options.max_wait_ms,
             "queue_size": options.queue_size,
             "in_flight": counters.in_flight,
+            "waiting": batcher.waiting,
             "answered": counters.answered,
             "forward_passes": batcher.forward_passes,
             "images": batcher.images,

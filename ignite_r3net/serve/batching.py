@@ -36,6 +36,11 @@ class Batcher:
         # one thread runs the model: batches follow each other on the device, torch uses its own threads inside
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="r3net-model")
 
+    @property
+    def waiting(self) -> int:
+        """The images waiting for the model (not those of the batch it runs)."""
+        return self._queue.qsize() if self._queue is not None else 0
+
     def start(self) -> None:
         """Start collecting (inside the running event loop)."""
         self._queue = asyncio.Queue()
