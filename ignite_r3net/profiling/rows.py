@@ -1,0 +1,58 @@
+"""One row of ``profile``: what was measured (model, device, mode, size, batch) and what it cost, or why the mode
+could not run. Its JSON keys are the schema ``profile --json``, the model card and ``reproduce`` read; they are
+listed in docs/profile.md and only added to."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+MODES = ("inference", "onnx", "train", "max-batch")
+
+
+@dataclass
+class CostRow:
+    """A measured combination (``status`` "ok") or one that could not run (``status`` "unavailable" or
+    "failed", with its ``reason``); figures that were not measured are None."""
+
+    model: str  # the checkpoint source, or "R3Net (<backbone>)" for a bare architecture
+    backbone: str
+    device: str  # "cpu" or "cuda:0"
+    device_name: str
+    mode: str  # one of MODES
+    amp: str  # off, bf16, fp16 ("off" for onnx)
+    channels_last: bool
+    compile: bool
+    height: int
+    width: int
+    batch_size: int
+    parameters: int | None = None
+    params_m: float | None = None
+    gmacs_per_image: float | None = None  # MACs = FLOPs / 2, forward pass of one image
+    latency_ms_median: float | None = None  # per batch
+    latency_ms_p95: float | None = None
+    images_per_s: float | None = None  # batch_size / median latency
+    peak_memory_mib: float | None = None
+    memory_measure: str | None = None  # what peak_memory_mib is, in words
+    warmup: int = 0
+    repeats: int = 0
+    max_batch: int | None = None  # max-batch rows: the largest batch per device that fits
+    status: str = "ok"
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def label(self) -> str:
+        """``inference 300x300 b1 bf16 channels-last`` : which combination the row is."""
+        parts = [self.mode, f"{self.height}x{self.width}", f"b{self.batch_size}"]
+        if self.mode != "onnx":
+            parts.append("fp32" if self.amp == "off" else self.amp)
+        parts += [name for name, on in (("channels-last", self.channels_last), ("compile", self.compile)) if on]
+        return " ".join(parts)
+
+
+ROW_KEYS = tuple(f.name for f in dataclasses.fields(CostRow))
+HEADER_KEYS = ("command", "device", "device_name", "torch", "threads", "load_average", "date", "macs")
