@@ -1,7 +1,7 @@
 """The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``profile``,
 ``reproduce``, ``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError``
-becomes one ``error: ...`` line. The options need no torch and each command imports its code only when it runs, so ``--help``
-answers at once and a process imports only what its command needs."""
+becomes one ``error: ...`` line. The options need no torch and each command imports its code only when it runs, so
+``--help`` answers at once and a process imports only what its command needs."""
 
 from __future__ import annotations
 

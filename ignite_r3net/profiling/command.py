@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions
 from . import measure
 from .max_batch import find_max_batch
-from .report import MACS_NOTE, console_header, console_line
+from .report import MACS_NOTE, console_header, console_line, row_label
 from .rows import CostRow
 
 TRAIN_NEEDS_TWO = (
@@ -54,6 +54,8 @@ class Combination:
     width: int
     batch_size: int
     amp: str = "off"
+    channels_last: bool = False
+    compile: bool = False
 
 
 def profile(options: ProfileOptions) -> list[dict[str, Any]]:
@@ -69,11 +71,12 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
     for line in header_lines(header):
         echo(line)
     plan = list(combinations(options))
+    profiler = Profiler(subject, options)
     rows: list[dict[str, Any]] = []
     echo(console_header())
-    for done, (_, row) in enumerate(measure_rows(subject, plan, options), 1):
-        echo(f"profile: row {done}/{len(plan)} done: {row.label}", sys.stderr)
-        rows.append(row.to_json())
+    for done, combination in enumerate(plan):
+        echo(f"profile: row {done + 1}/{len(plan)}: {row_label(asdict(combination))} ...", sys.stderr)
+        rows.append(profiler.row(combination).to_json())
         echo(console_line(rows[-1]))
         if options.json_path:
             write_json({"header": header, "rows": rows}, options.json_path)
@@ -138,49 +141,54 @@ def combinations(options: ProfileOptions) -> Iterator[Combination]:
     if options.find_max_batch:
         for height, width in options.shapes:
             for amp in options.amp:
-                yield Combination("max-batch", height, width, 0, amp)
+                yield Combination("max-batch", height, width, 0, amp, options.channels_last, options.compile)
         return
     mode = "train" if options.train else "inference"
     for height, width in options.shapes:
         for batch in options.batch_sizes:
             for amp in options.amp:
-                yield Combination(mode, height, width, batch, amp)
+                yield Combination(mode, height, width, batch, amp, options.channels_last, options.compile)
             if options.onnx is not None:
                 yield Combination("onnx", height, width, batch)
 
 
-def measure_rows(
-    subject: Subject, plan: Sequence[Combination], options: ProfileOptions
-) -> Iterator[tuple[Combination, CostRow]]:
-    """Each combination's row, as it is measured (a mode that cannot run gives its reason instead)."""
-    parameters = measure.count_parameters(subject.model)
-    macs: dict[tuple[int, int], int] = {}
-    if options.channels_last:
-        subject.model.to(memory_format=torch.channels_last)
-    run_model: Callable[..., Any] = torch.compile(subject.model) if options.compile else subject.model
-    onnx = _onnx_model(options.onnx, subject.device) if options.onnx is not None else None
-    for c in plan:
+class Profiler:
+    """Measures the rows of one model: its parameters, its MACs per size (counted once), the model as run
+    (channels-last, compiled) and the ONNX file, shared by every row."""
+
+    def __init__(self, subject: Subject, options: ProfileOptions) -> None:
+        self.subject, self.options = subject, options
+        self.parameters = measure.count_parameters(subject.model)
+        self.macs: dict[tuple[int, int], int] = {}
+        if options.channels_last:
+            subject.model.to(memory_format=torch.channels_last)
+        self.run_model: Callable[..., Any] = torch.compile(subject.model) if options.compile else subject.model
+        self.onnx = _onnx_model(options.onnx, subject.device) if options.onnx is not None else None
+
+    def row(self, c: Combination) -> CostRow:
+        """``c``'s row, measured, or with the reason it cannot run."""
+        subject, options = self.subject, self.options
         row = CostRow(
             model=subject.name, backbone=subject.backbone, device=str(subject.device), device_name=subject.device_name,
             mode=c.mode, amp=c.amp, channels_last=options.channels_last and c.mode != "onnx",
             compile=options.compile and c.mode != "onnx", height=c.height, width=c.width, batch_size=c.batch_size,
-            parameters=parameters, params_m=parameters / 1e6, warmup=options.warmup, repeats=options.repeats,
+            parameters=self.parameters, params_m=self.parameters / 1e6, warmup=options.warmup, repeats=options.repeats,
         )  # fmt: skip
-        if (c.height, c.width) not in macs:
-            macs[(c.height, c.width)] = measure.macs_per_image(subject.model, c.height, c.width, subject.device)
-        row.gmacs_per_image = macs[(c.height, c.width)] / 1e9
-        reason = _unavailable(c, subject.device, onnx)
+        if (c.height, c.width) not in self.macs:
+            self.macs[(c.height, c.width)] = measure.macs_per_image(subject.model, c.height, c.width, subject.device)
+        row.gmacs_per_image = self.macs[(c.height, c.width)] / 1e9
+        reason = _unavailable(c, subject.device, self.onnx)
         if reason is not None:
             row.status, row.reason = "unavailable", reason
-        else:
-            try:
-                _measure(row, c, subject, run_model, onnx, options)
-            except Exception as e:  # noqa: BLE001 - one mode failing (compile, memory) must not stop the others
-                row.status = "failed"
-                row.reason = f"out of memory: {error_line(e)}" if measure.is_out_of_memory(e) else error_line(e)
-            finally:
-                measure.free_cached_memory(subject.device)
-        yield c, row
+            return row
+        try:
+            _measure(row, c, subject, self.run_model, self.onnx, options)
+        except Exception as e:  # noqa: BLE001 - one mode failing (compile, memory) must not stop the others
+            row.status = "failed"
+            row.reason = f"out of memory: {error_line(e)}" if measure.is_out_of_memory(e) else error_line(e)
+        finally:
+            measure.free_cached_memory(subject.device)
+        return row
 
 
 def _unavailable(c: Combination, device: torch.device, onnx: OnnxModel | str | None) -> str | None:

@@ -29,7 +29,9 @@ def _cell(row: Mapping[str, Any], key: str, fmt: str) -> str:
 
 def row_label(row: Mapping[str, Any]) -> str:
     """``inference 300x300 b1 fp32``: the combination a row (a ``CostRow.to_json()``) measured."""
-    parts = [str(row["mode"]), f"{row['height']}x{row['width']}", f"b{row['batch_size']}"]
+    parts = [str(row["mode"]), f"{row['height']}x{row['width']}"]
+    if row["mode"] != "max-batch":  # its batch is what it finds
+        parts.append(f"b{row['batch_size']}")
     if row["mode"] != "onnx":
         parts.append("fp32" if row["amp"] == "off" else str(row["amp"]))
     parts += [name for name, key in (("channels-last", "channels_last"), ("compile", "compile")) if row.get(key)]

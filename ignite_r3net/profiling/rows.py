@@ -44,15 +44,6 @@ class CostRow:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @property
-    def label(self) -> str:
-        """``inference 300x300 b1 bf16 channels-last`` : which combination the row is."""
-        parts = [self.mode, f"{self.height}x{self.width}", f"b{self.batch_size}"]
-        if self.mode != "onnx":
-            parts.append("fp32" if self.amp == "off" else self.amp)
-        parts += [name for name, on in (("channels-last", self.channels_last), ("compile", self.compile)) if on]
-        return " ".join(parts)
-
 
 ROW_KEYS = tuple(f.name for f in dataclasses.fields(CostRow))
 HEADER_KEYS = ("command", "device", "device_name", "torch", "threads", "load_average", "date", "macs")
