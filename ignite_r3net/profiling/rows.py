@@ -46,4 +46,4 @@ class CostRow:
 
 
 ROW_KEYS = tuple(f.name for f in dataclasses.fields(CostRow))
-HEADER_KEYS = ("command", "device", "device_name", "torch", "threads", "load_average", "date", "macs")
+HEADER_KEYS = ("command", "model", "device", "device_name", "torch", "threads", "load_average", "date", "macs")
