@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..inference import AMP_DTYPES, ONNXRUNTIME_MISSING, OnnxModel, load_exporte
 from ..model.r3net import R3Net
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions
+from ..options.fields import flag_of, option_fields
 from . import measure
 from .max_batch import find_max_batch
 from .report import MACS_NOTE, console_header, console_line, row_label
@@ -67,7 +68,7 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
     if options.onnx is not None and not Path(options.onnx).is_file():
         raise OptionError(f"--onnx {options.onnx} does not exist")
     subject = load_subject(options.checkpoint, options.backbone, device)
-    header = make_header(subject, " ".join(["python run.py profile", *sys.argv[2:]]))
+    header = make_header(subject, command_line(options))
     for line in header_lines(header):
         echo(line)
     plan = list(combinations(options))
@@ -86,6 +87,21 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
     if options.json_path:
         echo(f"wrote {options.json_path}")
     return rows
+
+
+def command_line(options: ProfileOptions) -> str:
+    """The ``profile`` command that asks for ``options``: the options given, defaults left out."""
+    words = ["python run.py profile"]
+    for f, value in option_fields(options):
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
+        if value == default:
+            continue
+        flag = flag_of(f)
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            words += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return " ".join(words)
 
 
 def resolve_device(choice: str) -> torch.device:

@@ -3,7 +3,7 @@ Hub model card and ``reproduce``'s results.md show."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # (title, JSON key, width, format) of each console and Markdown column after the row's label
@@ -70,11 +70,10 @@ def markdown_table(rows: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def measured_with(header: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> str:
-    """One sentence saying how the figures of ``rows`` were measured (for under a Markdown table)."""
+def measured_with(header: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A few sentences saying how the figures of ``rows`` were measured (for above a Markdown table)."""
     measures = sorted({str(r["memory_measure"]) for r in rows if r.get("memory_measure")})
-    first = next(iter(rows), None) if not isinstance(rows, list) else (rows[0] if rows else None)
-    repeats = f" over {first['repeats']} timed runs after {first['warmup']} untimed" if first else ""
+    repeats = f" over {rows[0]['repeats']} timed runs after {rows[0]['warmup']} untimed" if rows else ""
     parts = [
         f"Measured by `profile` on {header.get('device_name')} ({header.get('date')}; torch {header.get('torch')}, "
         f"{header.get('threads')} threads, load average {header.get('load_average')}).",

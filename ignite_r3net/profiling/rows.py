@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from ..errors import OptionError
+from ..options.fields import load_json
 
 MODES = ("inference", "onnx", "train", "max-batch")
 
@@ -47,3 +51,18 @@ class CostRow:
 
 ROW_KEYS = tuple(f.name for f in dataclasses.fields(CostRow))
 HEADER_KEYS = ("command", "model", "device", "device_name", "torch", "threads", "load_average", "date", "macs")
+
+
+def read_report(path: str | Path, flag: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(header, rows)`` of a ``profile --json`` file; ``OptionError`` naming ``flag`` and the file otherwise."""
+    what = f"{flag} {path}"
+    data = load_json(path, what)
+    if not isinstance(data, dict) or not isinstance(data.get("header"), dict) or not isinstance(data.get("rows"), list):
+        raise OptionError(f"{what}: expected the JSON of 'profile --json' (a header and rows)")
+    for number, row in enumerate(data["rows"], 1):
+        lacking = [key for key in ROW_KEYS if not isinstance(row, dict) or key not in row]
+        if lacking:
+            raise OptionError(f"{what}: row {number} has no {', '.join(lacking)}: not the JSON of 'profile --json'")
+    if not data["rows"]:
+        raise OptionError(f"{what}: holds no rows")
+    return data["header"], data["rows"]
