@@ -93,7 +93,7 @@ def command_line(options: ProfileOptions) -> str:
     """The ``profile`` command that asks for ``options``: the options given, defaults left out."""
     words = ["python run.py profile"]
     for f, value in option_fields(options):
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         if value == default:
             continue
         flag = flag_of(f)
