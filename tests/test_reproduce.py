@@ -59,6 +59,11 @@ def test_the_table_holds_every_found_set_both_crf_columns_and_the_references(fir
     assert (out / "results.csv").read_text().splitlines()[0].startswith("data set,pairs,reference,ref maxF,ref MAE")
     config = json.loads((out / "seed-2018" / "config.json").read_text())
     assert config["recipe"] == "r3net-paper" and config["lr"] == 1e-3 and config["iters"] == 2
+    (cost,) = results["cost"]["rows"]  # the trained model's cost beside the table: one 400x300 image
+    assert (cost["height"], cost["width"], cost["batch_size"], cost["device"]) == (400, 300, 1, "cpu")
+    assert cost["status"] == "ok" and cost["latency_ms_median"] > 0 and cost["params_m"] == 18.568414
+    assert "Cost of seed 2018: one 400x300 image. Measured by `profile`" in markdown
+    assert "| inference 400x300 b1 fp32 | 18.57 |" in markdown
 
 
 @pytest.mark.slow
