@@ -66,7 +66,7 @@ from ignite_r3net.data.loader import build_train_loader  # noqa: E402
 from ignite_r3net.data.synthetic import make_synthetic_dataset  # noqa: E402
 from ignite_r3net.model.r3net import R3Net  # noqa: E402
 from ignite_r3net.numerics import configure_training  # noqa: E402
-from ignite_r3net.profiling.measure import device_name, time_runs  # noqa: E402
+from ignite_r3net.profiling.measure import Timing, device_name, time_runs  # noqa: E402
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr  # noqa: E402
 from ignite_r3net.training.step import create_train_step  # noqa: E402
 
@@ -267,24 +267,12 @@ def _first_line(e: BaseException) -> str:
 
 
 def train_speed(device: torch.device, sizes: Sizes, mode: str) -> dict[str, Any]:
-    """images/s of the training step in ``mode`` over ``sizes.iters`` iterations after
-    ``sizes.warmup``, and the peak memory of the timed ones; on pre-loaded batches, the images
-    and masks on the device, the angles pinned on the host as the DataLoader gives them."""
+    """images/s of the training step in ``mode``: the batch over the median of ``sizes.iters`` steps
+    timed after ``sizes.warmup``, and the peak memory of the timed ones; on pre-loaded batches, the
+    images and masks on the device, the angles pinned on the host as the DataLoader gives them."""
     opts = MODES[mode]
-    configure_training(device, deterministic=False, tf32=opts["tf32"])
-    config = TrainConfig(backbone=sizes.backbone, amp=opts["amp"], channels_last=opts["channels_last"])
-    torch.manual_seed(0)
-    model = R3Net(sizes.backbone).to(device)
-    if config.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(model, config)
-    scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
-    trained = torch.compile(model) if opts["compile"] else model
-    step = create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last)
-    batches = iter(itertools.cycle(_batches(4, sizes, device)))
     start = time.perf_counter()
-    # profile's timing: the device synchronised around each step
-    timing = time_runs(lambda: step(None, next(batches)), device, sizes.warmup, sizes.iters)  # type: ignore[arg-type]
+    timing = _time_training(device, sizes, opts)
     seconds = time.perf_counter() - start
     value: dict[str, Any] = {
         "images_per_s": sizes.batch_size / timing.median,
@@ -295,10 +283,24 @@ def train_speed(device: torch.device, sizes: Sizes, mode: str) -> dict[str, Any]
     }
     if device.type == "cuda" and timing.peak_memory is not None:
         value["peak_memory_gib"] = timing.peak_memory / 2**30
-    del step, trained, model, optimizer, batches
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the model and batches of this mode are gone: give their memory back
     return value
+
+
+def _time_training(device: torch.device, sizes: Sizes, opts: dict[str, Any]) -> Timing:
+    """The training step timed by ``profile``'s code (the device synchronised around each step)."""
+    configure_training(device, deterministic=False, tf32=opts["tf32"])
+    config = TrainConfig(backbone=sizes.backbone, amp=opts["amp"], channels_last=opts["channels_last"])
+    torch.manual_seed(0)
+    model = R3Net(sizes.backbone).to(device)
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(model, config)
+    scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
+    trained = torch.compile(model) if opts["compile"] else model
+    step = create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last)
+    batches = itertools.cycle(_batches(4, sizes, device))
+    return time_runs(lambda: step(None, next(batches)), device, sizes.warmup, sizes.iters)  # type: ignore[arg-type]
 
 
 def _batches(n: int, sizes: Sizes, device: torch.device) -> list[dict[str, Any]]:

@@ -81,7 +81,9 @@ def test_a_row_per_mode_and_a_reason_for_each_mode_that_cannot_run(
     on_disk: list[int] = []
     row = Profiler.row
     monkeypatch.setattr(
-        Profiler, "row", lambda self, c: on_disk.append(_rows_on_disk(out)) or row(self, c)  # type: ignore[func-returns-value]
+        Profiler,
+        "row",
+        lambda self, c: on_disk.append(_rows_on_disk(out)) or row(self, c),  # type: ignore[func-returns-value]
     )
     argv = [*TINY, "--batch-size", "2", "--amp", "off", "bf16", "fp16", "--onnx", str(onnx_file), "--json", str(out)]
     code, printed, progress = _profile(argv, capsys)
