@@ -506,7 +506,7 @@ class ProfileOptions:
     """What ``profile`` measures: which model, at which sizes and batches, on which device, in which modes."""
 
     checkpoint: str | None = option(
-        None, CHECKPOINT_HELP + "; or give --backbone alone for the bare architecture", metavar="CKPT"
+        None, CHECKPOINT_HELP + "; default: none (then --backbone alone: the bare architecture)", metavar="CKPT"
     )
     backbone: str | None = option(
         None,
