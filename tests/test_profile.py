@@ -169,7 +169,7 @@ def test_the_json_keys_are_those_the_docs_name(tmp_path: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--size", "32"], "--size takes pairs of height and width, got 1 numbers: 32"),
+        (["--backbone", "resnet18", "--size", "32"], "--size takes pairs of height and width, got 1 numbers: 32"),
         (["--backbone", "resnet18", "--find-max-batch"], "--find-max-batch goes with --train"),
         (["--backbone", "resnet18", "--size", "32", "0"], "--size must be positive integers, got [32, 0]"),
         (["--backbone", "resnet18", "--onnx", "absent.onnx"], "--onnx absent.onnx does not exist"),
