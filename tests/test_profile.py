@@ -68,6 +68,7 @@ def _cpu_autocast_without_float16(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "autocast", autocast)
 
 
+@pytest.mark.slow  # a few R3Net runs: about 5-12 s on an idle 2-core machine
 def test_a_row_per_mode_and_a_reason_for_each_mode_that_cannot_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -121,6 +122,7 @@ def _rows_on_disk(path: Path) -> int:
     return len(json.loads(path.read_text())["rows"]) if path.exists() else 0
 
 
+@pytest.mark.slow  # a few R3Net runs: about 5-12 s on an idle 2-core machine
 def test_training_rows_and_the_max_batch_search_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """--train times the step at batch 2 and says why batch 1 cannot train; --find-max-batch says it needs a GPU."""
     out = tmp_path / "train.json"
@@ -136,6 +138,7 @@ def test_training_rows_and_the_max_batch_search_on_the_cpu(tmp_path: Path, capsy
     assert MAX_BATCH_NEEDS_CUDA in printed
 
 
+@pytest.mark.slow  # a few R3Net runs: about 5-12 s on an idle 2-core machine
 def test_parameters_are_the_models_and_a_checkpoint_is_profiled_as_its_backbone(
     spread_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
