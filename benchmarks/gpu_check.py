@@ -15,8 +15,10 @@ file is rewritten whole each time, so a run stopped at a time limit keeps what i
   ``--log-every 5``: after the first logged iteration, every one between two logged ones runs under
   ``torch.cuda.set_sync_debug_mode("error")``, so any host sync there stops it with its traceback;
 * ``speed_<mode>`` for fp32, tf32, bf16, fp16 (GradScaler), channels_last (bf16) and, last of
-  all, compile (bf16): images/s of the training step (``create_train_step``) over ``--iters``
-  iterations after ``--warmup`` ones, and the peak GPU memory of those timed iterations;
+  all, compile (bf16): images/s of the training step (``create_train_step``), the batch over the
+  median of ``--iters`` steps timed after ``--warmup`` ones, and the peak GPU memory of the timed
+  steps, measured by ``profile``'s code (``ignite_r3net/profiling/measure.py``: the GPU
+  synchronised around each timed step, the CUDA allocator's peak);
 * ``deterministic_resume``: ``train --deterministic`` for 6 iterations, and the same run stopped
   at iteration 3 and resumed with ``--resume auto``: every tensor of both final checkpoints equal;
   both validate (metrics and TensorBoard's curves and images made on the GPU);
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import os
 import platform
 import shutil
@@ -63,6 +66,7 @@ from ignite_r3net.data.loader import build_train_loader  # noqa: E402
 from ignite_r3net.data.synthetic import make_synthetic_dataset  # noqa: E402
 from ignite_r3net.model.r3net import R3Net  # noqa: E402
 from ignite_r3net.numerics import configure_training  # noqa: E402
+from ignite_r3net.profiling.measure import Timing, device_name, time_runs  # noqa: E402
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr  # noqa: E402
 from ignite_r3net.training.step import create_train_step  # noqa: E402
 
@@ -146,7 +150,7 @@ def machine(device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_name(),
+        "cpu": device_name(torch.device("cpu")),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -162,16 +166,6 @@ def machine(device: torch.device) -> dict[str, Any]:
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1), gpus=torch.cuda.device_count())
         info["driver"] = _nvidia_smi("driver_version")
     return info
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _nvidia_smi(field: str) -> str | None:
@@ -273,10 +267,28 @@ def _first_line(e: BaseException) -> str:
 
 
 def train_speed(device: torch.device, sizes: Sizes, mode: str) -> dict[str, Any]:
-    """images/s of the training step in ``mode`` over ``sizes.iters`` iterations after
-    ``sizes.warmup``, and the peak memory of the timed ones; on pre-loaded batches, the images
-    and masks on the device, the angles pinned on the host as the DataLoader gives them."""
+    """images/s of the training step in ``mode``: the batch over the median of ``sizes.iters`` steps
+    timed after ``sizes.warmup``, and the peak memory of the timed ones; on pre-loaded batches, the
+    images and masks on the device, the angles pinned on the host as the DataLoader gives them."""
     opts = MODES[mode]
+    start = time.perf_counter()
+    timing = _time_training(device, sizes, opts)
+    seconds = time.perf_counter() - start
+    value: dict[str, Any] = {
+        "images_per_s": sizes.batch_size / timing.median,
+        "latency_ms_median": 1000 * timing.median,
+        "latency_ms_p95": 1000 * timing.p95,
+        "warmup_s": seconds - sum(timing.seconds),
+        **opts,
+    }
+    if device.type == "cuda" and timing.peak_memory is not None:
+        value["peak_memory_gib"] = timing.peak_memory / 2**30
+        torch.cuda.empty_cache()  # the model and batches of this mode are gone: give their memory back
+    return value
+
+
+def _time_training(device: torch.device, sizes: Sizes, opts: dict[str, Any]) -> Timing:
+    """The training step timed by ``profile``'s code (the device synchronised around each step)."""
     configure_training(device, deterministic=False, tf32=opts["tf32"])
     config = TrainConfig(backbone=sizes.backbone, amp=opts["amp"], channels_last=opts["channels_last"])
     torch.manual_seed(0)
@@ -287,30 +299,8 @@ def train_speed(device: torch.device, sizes: Sizes, mode: str) -> dict[str, Any]
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     trained = torch.compile(model) if opts["compile"] else model
     step = create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last)
-    batches = _batches(4, sizes, device)
-    start = time.perf_counter()
-    for i in range(sizes.warmup):
-        step(None, batches[i % len(batches)])  # type: ignore[arg-type]
-    _synchronize(device)
-    warmup_s = time.perf_counter() - start
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for i in range(sizes.iters):
-        step(None, batches[i % len(batches)])  # type: ignore[arg-type]
-    _synchronize(device)
-    seconds = time.perf_counter() - start
-    value: dict[str, Any] = {
-        "images_per_s": sizes.iters * sizes.batch_size / seconds,
-        "warmup_s": warmup_s,
-        **opts,
-    }
-    if device.type == "cuda":
-        value["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-    del step, trained, model, optimizer, batches
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return value
+    batches = itertools.cycle(_batches(4, sizes, device))
+    return time_runs(lambda: step(None, next(batches)), device, sizes.warmup, sizes.iters)  # type: ignore[arg-type]
 
 
 def _batches(n: int, sizes: Sizes, device: torch.device) -> list[dict[str, Any]]:
@@ -325,11 +315,6 @@ def _batches(n: int, sizes: Sizes, device: torch.device) -> list[dict[str, Any]]
             angle = angle.pin_memory()
         out.append({"image": image.to(device), "mask": mask.to(device), "angle": angle})
     return out
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def gpu_speed(iters: int | None = None, warmup: int | None = None) -> dict[str, Any]:

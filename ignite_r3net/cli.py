@@ -1,7 +1,7 @@
-"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``reproduce``,
-``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError`` becomes one
-``error: ...`` line. The options need no torch and each command imports its code only when it runs, so ``--help``
-answers at once and a process imports only what its command needs."""
+"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``profile``,
+``reproduce``, ``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError``
+becomes one ``error: ...`` line. The options need no torch and each command imports its code only when it runs, so
+``--help`` answers at once and a process imports only what its command needs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .config import TrainConfig
 from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
-from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions
+from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions, ProfileOptions
 from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.fields import flag_of, flags_named, is_group, is_option
 from .options.serve import ServeOptions
@@ -238,6 +238,12 @@ def run_serve(options: ServeOptions) -> None:
     serve(options)
 
 
+def run_profile(options: ProfileOptions) -> None:
+    from .profiling.command import profile
+
+    profile(options)
+
+
 @dataclass(frozen=True)
 class Command:
     """A command whose flags come from its options dataclass and that runs ``run`` with them (each
@@ -341,6 +347,22 @@ COMMANDS = (
         "in flight, then stops.",
         epilog="example: python run.py serve --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --port 8000, "
         "then curl -F image=@photo.jpg 'http://127.0.0.1:8000/predict?output=cutout' -o cutout.png",
+    ),
+    Command(
+        "profile",
+        ProfileOptions,
+        run_profile,
+        help="what a model costs: parameters, GMACs, latency, images/s and peak memory per size, batch and mode",
+        description="Measure a checkpoint (or a bare --backbone) at each --size, --batch-size and --amp mode on one "
+        "device, in inference (and with --onnx an exported file in onnxruntime), in a training step (--train), or "
+        "the largest training batch a GPU holds (--train --find-max-batch). Each row is printed, and written to "
+        "--json, as it is measured: parameters (M), GMACs per image (torch.utils.flop_counter's FLOPs / 2), the "
+        "median and 95th percentile latency per batch over --repeats runs after --warmup, the device synchronised "
+        "around each run, images/s (batch / median), and the peak memory (the CUDA allocator's peak on a GPU; on "
+        "the CPU, the process's peak resident memory above what it held before the row). A mode that cannot run is "
+        "a row saying why. See docs/profile.md.",
+        epilog="example: python run.py profile --backbone resnext101_32x4d --size 400 300 --batch-size 1 8 "
+        "--amp off bf16",
     ),
 )
 

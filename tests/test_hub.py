@@ -235,6 +235,27 @@ def test_compare_results_become_the_cards_table(exported: dict, tmp_path: Path) 
     assert "| Other | <u>0.050</u> | <u>0.901</u> | <u>0.870</u> | <u>0.930</u> | <u>0.860</u> |" in card
 
 
+def test_a_profile_becomes_the_cards_cost_table(run_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    """``export --format hub --profile FILE``: the rows ``profile --json`` measured, as a table with how they were
+    measured; a profile of another backbone is refused."""
+    cost = tmp_path / "cost.json"
+    args = ["--checkpoint", str(run_checkpoint), "--size", "32", "32", "--warmup", "0", "--repeats", "1"]
+    assert cli.main(["profile", *args, "--json", str(cost)]) == 0
+    _export(run_checkpoint, tmp_path / "hub", "--profile", str(cost))
+    card = (tmp_path / "hub" / "README.md").read_text()
+    (row,) = json.loads(cost.read_text())["rows"]
+    assert "## Cost" in card and "FLOPs / 2" in card and "synchronised around each run" in card
+    assert f"| {row['device_name']} | inference 32x32 b1 fp32 | 18.57 | {row['gmacs_per_image']:.2f} |" in card
+    report = json.loads(cost.read_text())
+    report["rows"][0]["backbone"] = "resnet50"
+    cost.write_text(json.dumps(report))
+    common = ["export", "--checkpoint", str(run_checkpoint), "--format", "hub", "--output", str(tmp_path / "h")]
+    capsys.readouterr()
+    assert cli.main([*common, "--profile", str(cost)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --profile {cost} measured backbone resnet50, but the checkpoint's is resnet18\n"
+
+
 def test_an_export_replaces_only_an_export_and_fails_whole(
     run_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,6 +287,8 @@ def test_card_options_and_bad_results_are_one_line(run_checkpoint: Path, tmp_pat
         (["x.onnx", "--format", "onnx", "--results", "r.json"], "error: --results applies to --format hub only"),
         ([str(tmp_path / "h"), "--format", "hub", "--results", str(tmp_path / "bad.json")], "M on ECSSD has no maxF"),
         ([str(tmp_path / "h"), "--format", "hub", "--results", str(tmp_path / "none.json")], "cannot read it"),
+        ([str(tmp_path / "h"), "--format", "hub", "--profile", str(tmp_path / "bad.json")], "expected the JSON of"),
+        (["x.onnx", "--format", "onnx", "--profile", "p.json"], "error: --profile applies to --format hub only"),
     ]
     for args, expected in cases:
         assert cli.main([*common, *args]) == 2

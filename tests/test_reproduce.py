@@ -55,10 +55,15 @@ def test_the_table_holds_every_found_set_both_crf_columns_and_the_references(fir
     markdown = (out / "results.md").read_text()
     assert "| ours maxF | ours MAE | Δ maxF | Δ MAE | within | ours + CRF maxF | ours + CRF MAE |" in markdown
     assert all(f"| {name} | 3 | released maps ‡ | {released[name]['maxF']:.3f} |" in markdown for name in FOUND)
-    assert "Missing (not found in" in markdown and markdown.rstrip().endswith("SOD.")
+    assert "Missing (not found in" in markdown and "SOD.\n" in markdown
     assert (out / "results.csv").read_text().splitlines()[0].startswith("data set,pairs,reference,ref maxF,ref MAE")
     config = json.loads((out / "seed-2018" / "config.json").read_text())
     assert config["recipe"] == "r3net-paper" and config["lr"] == 1e-3 and config["iters"] == 2
+    (cost,) = results["cost"]["rows"]  # the trained model's cost beside the table: one 400x300 image
+    assert (cost["height"], cost["width"], cost["batch_size"], cost["device"]) == (400, 300, 1, "cpu")
+    assert cost["status"] == "ok" and cost["latency_ms_median"] > 0 and cost["params_m"] == 18.568414
+    assert "Cost of seed 2018: one 400x300 image. Measured by `profile`" in markdown
+    assert "| inference 400x300 b1 fp32 | 18.57 |" in markdown
 
 
 @pytest.mark.slow
@@ -159,7 +164,7 @@ def test_help_shows_the_papers_recipe_as_the_defaults(capsys):
 
 
 def test_seeds_each_train_and_evaluate_one_model(tmp_path, monkeypatch, capsys):
-    """The steps' wiring, with training and evaluation stood in for (each has its own tests)."""
+    """The steps' wiring, with training, evaluation and the cost stood in for (each has its own tests)."""
     from ignite_r3net.reproduce import runner
 
     root = make_data_root(tmp_path / "root", n=3, sets=("ECSSD",))
@@ -177,10 +182,14 @@ def test_seeds_each_train_and_evaluate_one_model(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(runner, "train", fake_train)
     monkeypatch.setattr(runner, "evaluate_model", fake_evaluate)
+    costed = []
+    monkeypatch.setattr(runner, "model_cost", lambda *args: costed.append(args) or None)
     given = {"data_root": str(root), "output_dir": str(tmp_path / "out"), "iters": 2}
     results = runner.reproduce(given, ReproduceOptions(seeds=[2018, 2019]))
     assert trained == [2018, 2019]
     assert [m["label"] for m in results["models"]] == ["seed 2018", "seed 2019"]
+    out = tmp_path / "out"
+    assert costed == [(str(out / "seed-2018" / "checkpoint_2.pt"), "auto", out / "evaluations")]  # the first model
     spread = results["sets"]["ECSSD"]["crf"]["r3net"]["maxF"]
     assert spread == pytest.approx({"mean": 0.93, "std": 0.014142135, "min": 0.92, "max": 0.94})
     assert results["missing"] == ["HKU-IS", "PASCAL-S", "SOD", "DUT-OMRON", "DUTS-TE"]

@@ -34,6 +34,8 @@ from ..model.backbone_weights import HF_PREFIX, is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.fields import load_json
+from ..profiling.report import markdown_table, measured_with
+from ..profiling.rows import read_report
 from .fidelity import check_fidelity
 from .formats import SUFFIXES
 
@@ -195,7 +197,10 @@ def write_hub_folder(options: ExportOptions) -> Path:
         )
     check_writable_folder(out, "--output")  # atomic_folder makes the parent when it writes
     results = read_results(options.results) if options.results else None
+    cost = read_report(options.profile, "--profile") if options.profile else None
     weights = read_trained_weights(options.checkpoint, options.backbone)
+    if cost is not None:
+        _check_cost_backbone(cost[1], weights.backbone, options.profile)
     model = build_model(weights, "cpu")
     training, starting = _run_record(Path(weights.path))
     meta = contract(weights)
@@ -212,13 +217,20 @@ def write_hub_folder(options: ExportOptions) -> Path:
     with atomic_folder(out) as tmp:
         save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp / HUB_WEIGHTS))
         write_json(config, tmp / HUB_CONFIG)
-        write_text(model_card(config, results, card_options), tmp / CARD)
+        write_text(model_card(config, results, card_options, cost), tmp / CARD)
         _check_folder(tmp, model, weights.backbone)
     print(
         f"wrote {out} (hub: {HUB_WEIGHTS}, {HUB_CONFIG}, {CARD}; backbone {weights.backbone}; read back and "
         f"checked); upload it with: hf upload {options.repo_id or 'ORG/NAME'} {out}"
     )
     return out
+
+
+def _check_cost_backbone(rows: list[dict[str, Any]], backbone: str, path: str | None) -> None:
+    """The cost table must be of this architecture: a profile of another backbone is refused."""
+    other = sorted({str(r["backbone"]) for r in rows} - {backbone})
+    if other:
+        raise OptionError(f"--profile {path} measured backbone {', '.join(other)}, but the checkpoint's is {backbone}")
 
 
 def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -270,8 +282,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, options: Mapping[str, Any]) -> str:
-    """The README.md of a hub export with this ``config.json``; ``options``: license, trained_on, repo_id."""
+def model_card(
+    config: Mapping[str, Any],
+    results: tuple[str, Results] | None,
+    options: Mapping[str, Any],
+    cost: tuple[dict[str, Any], list[dict[str, Any]]] | None = None,
+) -> str:
+    """The README.md of a hub export with this ``config.json``; ``options``: license, trained_on, repo_id;
+    ``cost``: the header and rows of ``profile --json``."""
     repo = options.get("repo_id") or "ORG/NAME"
     parts = [
         _metadata(config, options),
@@ -285,6 +303,8 @@ def model_card(config: Mapping[str, Any], results: tuple[str, Results] | None, o
     ]
     if results is not None:
         parts.append(_evaluation(*results))
+    if cost is not None:
+        parts.append(_cost(*cost))
     parts.append(f"## Citation\n\n```bibtex\n{_CITATION}\n```")
     return "\n\n".join(parts) + "\n"
 
@@ -360,3 +380,7 @@ def _evaluation(kind: str, results: Results) -> str:
         table = "\n".join([header, "|---|--:" + "|--:" * len(DEFAULT_METRICS) + "|", *rows])
         intro = "From `evaluate` (each image at its full resolution):"
     return f"## Evaluation\n\n{intro}\n\n{table.rstrip()}"
+
+
+def _cost(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    return f"## Cost\n\n{measured_with(header, rows)}\n\n{markdown_table(rows)}"

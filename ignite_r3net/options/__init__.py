@@ -3,6 +3,22 @@ built once from the command line (``cli``), checked once (``validate``) and pass
 function and workers; an option is a dataclass field carrying its help text and rule (``fields``). None of these
 import torch, so ``--help`` answers at once."""
 
-from .commands import CompareOptions, EvaluateOptions, ExportOptions, InferenceOptions, PredictOptions, ProcessOptions
+from .commands import (
+    CompareOptions,
+    EvaluateOptions,
+    ExportOptions,
+    InferenceOptions,
+    PredictOptions,
+    ProcessOptions,
+    ProfileOptions,
+)
 
-__all__ = ["CompareOptions", "EvaluateOptions", "ExportOptions", "InferenceOptions", "PredictOptions", "ProcessOptions"]
+__all__ = [
+    "CompareOptions",
+    "EvaluateOptions",
+    "ExportOptions",
+    "InferenceOptions",
+    "PredictOptions",
+    "ProcessOptions",
+    "ProfileOptions",
+]

@@ -1,5 +1,5 @@
-"""The options of ``evaluate``, ``predict``, ``compare``, ``export`` and ``reproduce`` (besides its training
-options, ``TrainConfig``'s), one dataclass each, and the groups and help texts several commands share (where
+"""The options of ``evaluate``, ``predict``, ``compare``, ``export``, ``profile`` and ``reproduce`` (besides its
+training options, ``TrainConfig``'s), one dataclass each, and the groups and help texts several commands share (where
 the work runs, ``ProcessOptions``; how a checkpoint's maps are made, ``InferenceOptions``). Each ``validate``
 raises ``OptionError`` for values or combinations that are wrong whatever the files."""
 
@@ -11,6 +11,7 @@ from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
 from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
 from ..metrics.keys import METRIC_KEYS, canonical_metric
+from ..model.backbones import BACKBONES
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
 
 _RESIZED_BACK = (
@@ -118,6 +119,7 @@ class InferenceOptions:
     )
 
 
+POSITIVE_COUNT_EACH = Rule(lambda v: all(n >= 1 for n in v), "must be positive integers")
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 _OPSET = Rule(lambda v: v in OPSETS, f"must be between {OPSETS[0]} and {OPSETS[-1]}")
@@ -417,6 +419,12 @@ class ExportOptions:
         nargs="+",
         metavar="NAME",
     )
+    profile: str | None = option(
+        None,
+        "hub: the model card's cost table (parameters, GMACs, latency, images/s, peak memory per row), from the "
+        "JSON of 'profile --json'; default: none (a card without a cost table)",
+        metavar="FILE",
+    )
     repo_id: str | None = option(
         None,
         "hub: the repository the folder will be uploaded to, for the model card's usage lines "
@@ -430,6 +438,7 @@ class ExportOptions:
             raise OptionError("--opset applies to --format onnx only")
         card = {"--results": self.results, "--license": self.license, "--trained-on": self.trained_on}
         card["--repo-id"] = self.repo_id
+        card["--profile"] = self.profile
         given = [flag for flag, value in card.items() if value]
         if given and self.format != "hub":
             raise OptionError(f"{given[0]} applies to --format hub only (it goes into the model card)")
@@ -487,3 +496,98 @@ class ReproduceOptions:
             raise OptionError("--seeds trains one model per seed; --checkpoint skips training: give one")
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise OptionError(f"--seeds: a seed is given twice: {' '.join(map(str, self.seeds))}")
+
+
+PROFILE_AMP_MODES = ("off", "bf16", "fp16")
+
+
+@dataclass(kw_only=True)
+class ProfileOptions:
+    """What ``profile`` measures: which model, at which sizes and batches, on which device, in which modes."""
+
+    checkpoint: str | None = option(
+        None, CHECKPOINT_HELP + "; default: none (then --backbone alone: the bare architecture)", metavar="CKPT"
+    )
+    backbone: str | None = option(
+        None,
+        f"the architecture to profile (random weights: the cost does not depend on them), one of: "
+        f"{', '.join(BACKBONES)}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
+        "one config.json beside it names, else inferred from "
+        "its weights",
+        metavar="NAME",
+    )
+    sizes: list[int] = option(
+        default_factory=lambda: [300, 300, 400, 300],
+        help="input sizes in pixels, height then width, one pair or several (--size 300 300 400 300, or --size "
+        "given again); default: 300 300 (the recipe's training crop) and 400 300 (a typical test image)",
+        flag="--size",
+        nargs="+",
+        action="extend",
+        metavar="H W",
+        rule=POSITIVE_COUNT_EACH,
+    )
+    batch_sizes: list[int] = option(
+        default_factory=lambda: [1],
+        help="images per batch, one or several (--batch-size 1 8); one row per size and batch",
+        flag="--batch-size",
+        nargs="+",
+        metavar="N",
+        rule=POSITIVE_COUNT_EACH,
+    )
+    device: str = option(
+        "auto",
+        "where the model runs: cuda (GPU 0), cpu, or auto = cuda when a GPU is visible, else cpu",
+        choices=DEVICES,
+    )
+    amp: list[str] = option(
+        default_factory=lambda: ["off"],
+        help="precision modes, one row each: off = float32, bf16 / fp16 = autocast to bfloat16 / float16 "
+        "(a mode this device or torch does not run is a row saying why)",
+        nargs="+",
+        choices=PROFILE_AMP_MODES,
+    )
+    channels_last: bool = option(False, "run the model and its input in channels-last memory format")
+    compile: bool = option(
+        False, "run the model through torch.compile (compiled during the warm-up; a failure is a row saying why)"
+    )
+    onnx: str | None = option(
+        None,
+        "also time this file written by 'export --format onnx' with onnxruntime on the same inputs (one row per "
+        "size and batch; its parameters and GMACs are the PyTorch model's); default: none",
+        metavar="FILE",
+    )
+    train: bool = option(
+        False,
+        "time one training step instead of inference: the training augmentation on the device, forward, the 7 "
+        "side-output losses, backward and the SGD step (the recipe's optimizer); needs a batch of 2 or more",
+    )
+    find_max_batch: bool = option(
+        False,
+        "with --train, on a GPU: find the largest batch per GPU whose training step fits in its memory, at each "
+        "--size and --amp (a doubling search, then halving the gap; each try is one real step), and print it",
+    )
+    warmup: int = option(2, "untimed runs before each row's timed ones", rule=NOT_NEGATIVE)
+    repeats: int = option(10, "timed runs per row (median and 95th percentile of their latencies)", rule=POSITIVE_COUNT)
+    json_path: str | None = option(
+        None,
+        "also write the header and every row as JSON, rewritten whole as each row comes; default: none (printed only)",
+        flag="--json",
+        metavar="FILE",
+    )
+
+    def validate(self) -> None:
+        check_fields(self)
+        if self.checkpoint is None and self.backbone is None:
+            raise OptionError("give --checkpoint CKPT or --backbone NAME (the model to profile)")
+        if len(self.sizes) % 2:
+            given = " ".join(map(str, self.sizes))
+            raise OptionError(f"--size takes pairs of height and width, got {len(self.sizes)} numbers: {given}")
+        if self.find_max_batch and not self.train:
+            raise OptionError("--find-max-batch goes with --train (it searches the batch of a training step)")
+        if self.onnx is not None and self.train:
+            raise OptionError("--onnx times inference; it does not go with --train")
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The ``--size`` pairs as (height, width)."""
+        return [(self.sizes[i], self.sizes[i + 1]) for i in range(0, len(self.sizes), 2)]

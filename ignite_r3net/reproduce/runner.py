@@ -24,8 +24,9 @@ from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
-from ..options import EvaluateOptions, InferenceOptions, ProcessOptions
+from ..options import EvaluateOptions, InferenceOptions, ProcessOptions, ProfileOptions
 from ..options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..profiling.report import markdown_table, measured_with
 from ..training.recipe_config import config_from_options
 from ..training.start import train
 
@@ -33,6 +34,8 @@ from ..training.start import train
 VARIANTS = {"no-crf": False, "crf": True}
 METRICS = ("maxF", "mae")
 COLUMNS = {"no-crf": "ours", "crf": "ours + CRF"}
+COST_SIZE = (400, 300)  # the cost beside the table: one image of this height and width, a typical test image
+COST_RUNS = (2, 5)  # its untimed and timed runs
 
 
 @dataclass
@@ -77,7 +80,8 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
         )
     author = score_author_maps(options.author_maps, test_sets, evaluations, progress) if options.author_maps else None
     missing = [name for name in TEST_SETS if name not in test_sets]
-    results = build_results(models, test_sets, missing, author, options, data_root)
+    cost = model_cost(models[0].checkpoint, given.get("device", "auto"), evaluations) if models else None
+    results = build_results(models, test_sets, missing, author, options, data_root, cost)
     write_results(results, out)
     return results
 
@@ -146,6 +150,26 @@ def evaluate_model(
                 write_json(done, cache)  # after each set: an interrupted rerun keeps what is done
         scores[variant] = {name: done[name] for name in test_sets}
     return scores
+
+
+def model_cost(checkpoint: str, device: str, root: Path) -> dict[str, Any]:
+    """The model's cost measured by ``profile`` (one 400x300 image on ``device``, the one training used), kept
+    in ROOT/<sha256>/cost-<device>.json: ``{"header": ..., "rows": [row]}``."""
+    from ..profiling.command import profile, resolve_device
+
+    where = resolve_device(device).type
+    path = root / sha256_of(resolve_checkpoint(checkpoint))[:16] / f"cost-{where}.json"
+    done = _read_json(path)
+    if not isinstance(done.get("rows"), list) or not done["rows"]:
+        height, width = COST_SIZE
+        profile(
+            ProfileOptions(
+                checkpoint=checkpoint, sizes=[height, width], batch_sizes=[1], device=where, json_path=str(path),
+                warmup=COST_RUNS[0], repeats=COST_RUNS[1],
+            )
+        )  # fmt: skip
+        done = _read_json(path)
+    return done
 
 
 def score_author_maps(
@@ -222,8 +246,10 @@ def build_results(
     author: Mapping[str, Mapping[str, Any]] | None,
     options: ReproduceOptions,
     data_root: str,
+    cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything results.json holds: models, references, tolerances, an entry per found and the missing sets."""
+    """Everything results.json holds: models, references, tolerances, an entry per found and the missing sets,
+    and the first model's cost (``profile``'s header and row)."""
     sets: dict[str, Any] = {}
     for name, folder in test_sets.items():
         ref = reference_for(name)
@@ -253,6 +279,7 @@ def build_results(
         },
         "sets": sets,
         "missing": list(missing),
+        "cost": dict(cost) if cost else None,
     }
 
 
@@ -317,6 +344,15 @@ def to_markdown(results: Mapping[str, Any]) -> str:
         )
     if results["missing"]:
         notes.append(f"Missing (not found in {results['data_root']}): {', '.join(results['missing'])}.")
+    cost = results.get("cost")
+    if cost:
+        height, width = COST_SIZE
+        notes += [
+            "",
+            f"Cost of {models[0]['label']}: one {height}x{width} image. {measured_with(cost['header'], cost['rows'])}",
+            "",
+            markdown_table(cost["rows"]),
+        ]
     return "\n".join(lines + notes) + "\n"
 
 
