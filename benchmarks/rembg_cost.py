@@ -76,7 +76,8 @@ def one_set(name: str, images: Path, masks: Path, checkpoint: str, session: Any,
     ours = [(p.stem, Image.open(p)) for p in sorted(full.glob("*.png"))]
     theirs = [(p.stem, rembg.remove(Image.open(p), session=session)) for p in sorted(images.glob("*.png"))]
     widths, heights = zip(*(im.size for _, im in ours))
-    row: dict[str, Any] = {"images": len(ours), "sizes": f"{min(widths)}..{max(widths)} x {min(heights)}..{max(heights)}"}
+    sizes = f"{min(widths)}..{max(widths)} x {min(heights)}..{max(heights)}"
+    row: dict[str, Any] = {"images": len(ours), "sizes": sizes}
     for side, cutouts in (("predict", ours), ("rembg", theirs)):
         maps = alpha_maps(cutouts, out / name / f"maps-{side}")
         row[side] = score(maps, masks, out / name / f"{side}.json")

@@ -86,5 +86,5 @@ def test_for_rembg_is_refused_for_other_formats(
         assert err == "error: --for rembg applies to --format onnx only (rembg runs ONNX files)", err
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["export", "--checkpoint", str(spread_checkpoint), "--format", "onnx", "--for", "u2net", "--output", "m.onnx"])
+        cli.main(["export", "--checkpoint", "m.pt", "--format", "onnx", "--for", "u2net", "--output", "m.onnx"])
     assert exit_info.value.code == 2 and "invalid choice: 'u2net'" in capsys.readouterr().err

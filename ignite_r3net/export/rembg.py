@@ -23,7 +23,7 @@ from ..inference import require_onnxruntime
 
 REMBG_SIDE = 320  # rembg's u2net_custom resizes every image to 320x320
 REMBG_SHAPE = (1, 3, REMBG_SIDE, REMBG_SIDE)
-REMBG_COMMAND = "rembg i -m u2net_custom -x '{\"model_path\": \"FILE.onnx\"}' in.jpg out.png"
+REMBG_COMMAND = 'rembg i -m u2net_custom -x \'{"model_path": "FILE.onnx"}\' in.jpg out.png'
 
 
 class RembgGraph(nn.Module):
@@ -92,4 +92,3 @@ def load_rembg_model(path: str | Path) -> Callable[[torch.Tensor], torch.Tensor]
         return torch.from_numpy(session.run(None, {name: array})[0])
 
     return run
-
