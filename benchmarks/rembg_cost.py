@@ -1,7 +1,8 @@
-"""What rembg's 320x320 resize costs: a checkpoint's cutouts by ``predict --cutout`` (the image's own size)
-beside the same checkpoint's ``export --for rembg`` file run by rembg (``remove`` with a ``u2net_custom``
-session: every image resized to 320x320, aspect not kept, the mask min-max scaled and resized back), both
-alpha channels scored against the ground-truth masks with ``evaluate --maps`` (max F and MAE), side by side.
+"""What rembg's 320x320 resize costs: a checkpoint's cutouts by ``predict --cutout`` at the image's own size
+(and with ``--size 320``: the resize without rembg's min-max scaling) beside the same checkpoint's
+``export --for rembg`` file run by rembg (``remove`` with a ``u2net_custom`` session: every image resized to
+320x320, aspect not kept, the mask min-max scaled and resized back), every alpha channel scored against the
+ground-truth masks with ``evaluate --maps`` (max F and MAE), side by side.
 
     python benchmarks/rembg_cost.py --checkpoint CKPT --data data/quickstart/val --scale 6
 
@@ -67,19 +68,29 @@ def score(maps: Path, masks: Path, json_path: Path) -> dict[str, float]:
     return {m: float(row[m]) for m in METRICS}
 
 
+SIDES = ("predict", "predict-320", "rembg")
+
+
+def predict_cutouts(images: Path, checkpoint: str, out: Path, *options: str) -> list[tuple[str, Image.Image]]:
+    run_py("predict", "--checkpoint", checkpoint, "--input", str(images), "--output", str(out), "--cutout", *options)
+    return [(p.stem, Image.open(p)) for p in sorted(out.glob("*.png"))]
+
+
 def one_set(name: str, images: Path, masks: Path, checkpoint: str, session: Any, out: Path) -> dict[str, Any]:
-    """max F and MAE of predict's full-resolution cutouts and of rembg's on one set of images."""
+    """max F and MAE of predict's cutouts at full resolution and at 320x320 (``--size 320``: the resize
+    without rembg's min-max scaling), and of rembg's, on one set of images."""
     import rembg
 
-    full = out / name / "predict"
-    run_py("predict", "--checkpoint", checkpoint, "--input", str(images), "--output", str(full), "--cutout")
-    ours = [(p.stem, Image.open(p)) for p in sorted(full.glob("*.png"))]
-    theirs = [(p.stem, rembg.remove(Image.open(p), session=session)) for p in sorted(images.glob("*.png"))]
-    widths, heights = zip(*(im.size for _, im in ours))
+    cutouts = {
+        "predict": predict_cutouts(images, checkpoint, out / name / "predict"),
+        "predict-320": predict_cutouts(images, checkpoint, out / name / "predict-320", "--size", "320"),
+        "rembg": [(p.stem, rembg.remove(Image.open(p), session=session)) for p in sorted(images.glob("*.png"))],
+    }
+    widths, heights = zip(*(im.size for _, im in cutouts["predict"]))
     sizes = f"{min(widths)}..{max(widths)} x {min(heights)}..{max(heights)}"
-    row: dict[str, Any] = {"images": len(ours), "sizes": sizes}
-    for side, cutouts in (("predict", ours), ("rembg", theirs)):
-        maps = alpha_maps(cutouts, out / name / f"maps-{side}")
+    row: dict[str, Any] = {"images": len(cutouts["predict"]), "sizes": sizes}
+    for side in SIDES:
+        maps = alpha_maps(cutouts[side], out / name / f"maps-{side}")
         row[side] = score(maps, masks, out / name / f"{side}.json")
     return row
 
@@ -107,10 +118,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if scale > 0 and name not in results:
                 images, masks = copy_set(pairs, out / name / "data", scale)
                 results[name] = one_set(name, images, masks, args.checkpoint, session, out)
-    print("| set | images | width x height | max F predict | max F rembg | MAE predict | MAE rembg |")
-    print("|---|--:|---|--:|--:|--:|--:|")
+    print("| set | images | width x height | max F: predict, --size 320, rembg | MAE: predict, --size 320, rembg |")
+    print("|---|--:|---|---|---|")
     for name, row in results.items():
-        figures = " | ".join(f"{row[side][m]:.4f}" for m in METRICS for side in ("predict", "rembg"))
+        figures = " | ".join(", ".join(f"{row[side][m]:.4f}" for side in SIDES) for m in METRICS)
         print(f"| {name} | {row['images']} | {row['sizes']} | {figures} |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
