@@ -4,3 +4,4 @@ FORMATS = ("onnx", "torchscript", "hub")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}  # the file formats; hub writes a folder
 DEFAULT_OPSET = 18  # the oldest the exporter writes natively (17 fails for R3Net): the most runtimes
 OPSETS = range(18, 24)  # 18..23: torch's exporter writes these
+TARGETS = ("rembg",)  # --for: programs whose own input contract an ONNX file can follow

@@ -8,9 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors.torch import save_file
@@ -38,6 +38,7 @@ from ..profiling.report import markdown_table, measured_with
 from ..profiling.rows import read_report
 from .fidelity import check_fidelity
 from .formats import SUFFIXES
+from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random_rembg_input, rembg_contract
 
 INPUT_NAME = "image"
 OUTPUT_NAME = "saliency"
@@ -111,24 +112,65 @@ def export_model(options: ExportOptions) -> Path:
     if options.format == "onnx" and any(importlib.util.find_spec(m) is None for m in _ONNX_MODULES):
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
-    graph = SaliencyGraph(build_model(weights, "cpu"))
-    metadata = contract(weights)
-    example = torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    plan = _rembg_plan(weights) if options.target == "rembg" else _plan(weights)
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
             if options.format == "onnx":
-                _write_onnx(graph, example, tmp, metadata, options.onnx_opset)
+                _write_onnx(plan.graph, plan.example, tmp, plan.metadata, options.onnx_opset, plan.dynamic_shapes)
             else:
-                _write_torchscript(graph, example, tmp, metadata)
-            difference = _check_written(tmp, graph)
+                _write_torchscript(plan.graph, plan.example, tmp, plan.metadata)
+            difference = _check_written(tmp, plan.graph, plan.load, plan.check_input)
     except OSError as e:
         raise CheckpointError(f"cannot write {out}: {e.strerror or e}") from e
     details = f"opset {options.onnx_opset}, " if options.format == "onnx" else ""
     print(
-        f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; uint8 (N, 3, H, W) -> float "
-        f"(N, 1, H, W); max difference to PyTorch {difference:.1e})"
+        f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; {plan.summary}; max difference to "
+        f"PyTorch {difference:.1e})"
     )
     return out
+
+
+class _ExportPlan(NamedTuple):
+    """What one exported file holds: the graph, its tracing and checking inputs, how to run the written file."""
+
+    graph: nn.Module
+    example: torch.Tensor
+    check_input: torch.Tensor
+    dynamic_shapes: dict[str, dict[int, Any]] | None  # None: the example's shape only
+    load: Callable[[Path], Callable[[torch.Tensor], torch.Tensor]]
+    metadata: dict[str, str]
+    summary: str
+
+
+def _plan(weights: TrainedWeights) -> _ExportPlan:
+    """The file ``predict --model`` reads: uint8 images of any batch and size in, the normalisation inside."""
+    generator = torch.Generator().manual_seed(0)
+    dim = torch.export.Dim
+    # height and width from 33: at 32 or less the backbone's last map is 1x1, which torch.export would
+    # trace separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
+    dynamic_shapes = {"image": {0: dim("batch"), 2: dim("height", min=33), 3: dim("width", min=33)}}
+    return _ExportPlan(
+        graph=SaliencyGraph(build_model(weights, "cpu")),
+        example=torch.randint(0, 256, _TRACE_SHAPE, dtype=torch.uint8, generator=generator),
+        check_input=torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=generator.manual_seed(1)),
+        dynamic_shapes=dynamic_shapes,
+        load=load_exported,
+        metadata=contract(weights),
+        summary="uint8 (N, 3, H, W) -> float (N, 1, H, W)",
+    )
+
+
+def _rembg_plan(weights: TrainedWeights) -> _ExportPlan:
+    """The file rembg's ``u2net_custom`` session runs (``rembg.py``): its normalised 320x320 input, no more."""
+    return _ExportPlan(
+        graph=RembgGraph(build_model(weights, "cpu")),
+        example=random_rembg_input(seed=0),
+        check_input=random_rembg_input(seed=1),
+        dynamic_shapes=None,
+        load=load_rembg_model,
+        metadata=rembg_contract(contract(weights), INPUT_NAME, OUTPUT_NAME),
+        summary=f"for rembg: float32 {REMBG_SHAPE}, normalised by rembg -> float (1, 1, {REMBG_SIDE}, {REMBG_SIDE})",
+    )
 
 
 def _check_output(options: ExportOptions) -> Path:
@@ -147,11 +189,14 @@ def _check_output(options: ExportOptions) -> Path:
     return out
 
 
-def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str], opset: int) -> None:
-    # height and width from 33: at 32 or less the backbone's last map is 1x1, which torch.export would
-    # trace separately; the ONNX graph itself runs at those sizes too (tests: 20x27)
-    dim = torch.export.Dim
-    dynamic_shapes = {"image": {0: dim("batch"), 2: dim("height", min=33), 3: dim("width", min=33)}}
+def _write_onnx(
+    graph: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    metadata: dict[str, str],
+    opset: int,
+    dynamic_shapes: dict[str, dict[int, Any]] | None,
+) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's notes on decompositions: nothing to act on
         program = torch.onnx.export(
@@ -169,18 +214,25 @@ def _write_onnx(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadat
     program.save(str(path), external_data=False)  # one self-contained file (R3Net is far below 2 GB)
 
 
-def _write_torchscript(graph: SaliencyGraph, example: torch.Tensor, path: Path, metadata: dict[str, str]) -> None:
+def _write_torchscript(graph: nn.Module, example: torch.Tensor, path: Path, metadata: dict[str, str]) -> None:
     with quiet_torchscript(), torch.no_grad():  # R3Net's sizes all come from shapes: the trace holds at any size
         traced = torch.jit.trace(graph, (example,), check_trace=False)
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: json.dumps(metadata, indent=2)})
 
 
-def _check_written(path: Path, graph: SaliencyGraph) -> float:
-    """The largest difference to ``graph`` of ``path`` loaded standalone, at another size than the traced one;
-    ``ExportError`` unless its output is ``graph``'s up to float32 rounding (``fidelity.check_fidelity``)."""
-    image = torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+def _check_written(
+    path: Path,
+    graph: nn.Module,
+    load: Callable[[Path], Callable[[torch.Tensor], torch.Tensor]] | None = None,
+    image: torch.Tensor | None = None,
+) -> float:
+    """The largest difference to ``graph`` of ``path`` loaded standalone (by ``load``, default ``load_exported``),
+    on ``image`` (default: a uint8 batch of another size than the traced one); ``ExportError`` unless its output
+    is ``graph``'s up to float32 rounding (``fidelity.check_fidelity``)."""
+    if image is None:
+        image = torch.randint(0, 256, _CHECK_SHAPE, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     try:
-        exported = load_exported(path)
+        exported = (load or load_exported)(path)
     except OptionError as e:
         raise ExportError(f"the exported file does not load: {e}") from None
     return check_fidelity(exported, graph, image)

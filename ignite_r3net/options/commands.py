@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
-from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES
+from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
 from ..metrics.keys import METRIC_KEYS, canonical_metric
 from ..model.backbones import BACKBONES
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
@@ -396,6 +396,16 @@ class ExportOptions:
         "runtimes read); onnx only",
         rule=_OPSET,
     )
+    target: str | None = option(
+        None,
+        "rembg: an ONNX file for rembg's u2net_custom session (rembg i -m u2net_custom -x "
+        '\'{"model_path": "FILE.onnx"}\'): float32 (1, 3, 320, 320) input that rembg resizes and normalises '
+        "with the ImageNet mean and std itself, the saliency probability as its first output, which rembg "
+        "min-max scales; predict --model does not read it; onnx only; default: none (uint8 images of any "
+        "batch and size, normalised inside the graph, for predict --model and onnxruntime)",
+        flag="--for",
+        choices=TARGETS,
+    )
     backbone: str | None = option(None, BACKBONE_HELP)
     # the model card of --format hub
     results: str | None = option(
@@ -436,6 +446,8 @@ class ExportOptions:
         check_fields(self)
         if self.opset is not None and self.format != "onnx":
             raise OptionError("--opset applies to --format onnx only")
+        if self.target is not None and self.format != "onnx":
+            raise OptionError(f"--for {self.target} applies to --format onnx only ({self.target} runs ONNX files)")
         card = {"--results": self.results, "--license": self.license, "--trained-on": self.trained_on}
         card["--repo-id"] = self.repo_id
         card["--profile"] = self.profile
