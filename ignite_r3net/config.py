@@ -295,7 +295,8 @@ class TrainConfig:
                 "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
             )
-        for flag, value in (("--max-batch-per-device", self.max_batch_per_device), ("--global-batch", self.global_batch)):
+        limits = (("--max-batch-per-device", self.max_batch_per_device), ("--global-batch", self.global_batch))
+        for flag, value in limits:
             if value is not None and value < 2:
                 raise OptionError(f"{flag} must be at least 2 (R3Net's BatchNorm needs two images), got {value}")
         if self.val_split is not None and self.val_data:

@@ -114,9 +114,7 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
         )
 
 
-def check_resume_compatible(
-    config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int
-) -> str | None:
+def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> str | None:
     """Refuse a run that does not continue the checkpoint's exactly: ignite and the optimiser would silently
     restore their own schedule, epoch length and hyper-parameters (more iters: a restart at LR zero). Another
     batch layout with the same global batch is accepted: the line saying so is returned (None: the same)."""
