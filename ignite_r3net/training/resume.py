@@ -140,6 +140,8 @@ def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], 
             changed.setdefault(name, (old, new))
     if "data" in changed:
         changed.pop("pairs", None)  # the folders' listing says it
+    if "global_batch" in changed:
+        changed.pop(EPOCH_LENGTH, None)  # it follows from the batch
     if changed:
         listing = "; ".join(
             f"{_option_name(name)} {_value(name, new)} (checkpoint: {_value(name, old)})"
