@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ignite.distributed as idist
@@ -313,3 +316,107 @@ def test_two_processes_to_4_then_one_process_to_8_trains_the_same_global_batches
 
 # the share of the last 4 steps' weight change by which the two layouts may differ (see the test's docstring)
 TOLERANCE = 0.5
+
+
+# ---------------------------------------------------------------------------------- torchrun, elastic
+
+# torchrun's rendezvous settings under which a survivor trains again soonest: the lost node's keep-alive is
+# missed after 1 s x 3, and a new round closes 1 s after its last join (torchrun's defaults: 5 s x 3, 30 s)
+FAST_RDZV = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def test_torchrun_restarts_keep_the_run_lock_by_their_rendezvous_id(monkeypatch):
+    """An elastic restart meets at another address and port: the lock stays the job's by its --rdzv-id."""
+    from ignite_r3net.run_lock import job_id
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r3net-duts")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    first = job_id()
+    monkeypatch.setenv("MASTER_PORT", "41234")
+    assert job_id() == first == "torchrun:r3net-duts"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # no --rdzv-id: the address tells jobs apart
+    assert job_id().endswith(":41234")
+
+
+def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str]) -> subprocess.Popen:
+    """One torchrun agent of ``--nnodes 1:2`` (1 worker), in a process group of its own."""
+    conf = ["--rdzv-conf", rdzv_conf] if rdzv_conf else []
+    torchrun = ["-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "3"]
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, *conf]
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, *torchrun, *rdzv, str(REPO / "run.py"), *args],
+            cwd=REPO,
+            env=cpu_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 8, timeout: float = 300) -> dict:
+    """Two agents train ``--global-batch 4`` (2 x 2); once checkpoint 2 exists, the second agent (not the
+    rendezvous store's host) and its worker are SIGKILLed. Returns the seconds from the kill to the survivor's
+    first iteration trained again and to its end, and what it wrote."""
+    out = folder / "run"
+    args = _train_args(data, out, "--global-batch", "4", "--max-batch-per-device", "2", "--iters", str(iters))
+    args += ["--checkpoint-every", "2", "--resume", "auto", "--dist-timeout", "120"]
+    port = free_port()
+    survivor = _agent(port, "elastic-test", rdzv_conf, folder / "survivor.log", args)
+    time.sleep(1)  # the first agent hosts the c10d store
+    lost = _agent(port, "elastic-test", rdzv_conf, folder / "lost.log", args)
+    try:
+        deadline = time.monotonic() + timeout
+        while not (out / "checkpoint_2.pt").exists():
+            assert time.monotonic() < deadline and survivor.poll() is None, (folder / "survivor.log").read_text()
+            time.sleep(0.05)
+        os.killpg(lost.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        lost.wait()
+        trained_again = None
+        while survivor.poll() is None:
+            assert time.monotonic() < deadline, (folder / "survivor.log").read_text()[-3000:]
+            if trained_again is None and _trained_after_resume(out / "train.log"):
+                trained_again = time.monotonic() - killed
+            time.sleep(0.05)
+        ended = time.monotonic() - killed
+    finally:
+        for agent in (survivor, lost):
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    return {
+        "returncode": survivor.returncode,
+        "trained_again_s": trained_again,
+        "ended_s": ended,
+        "out": out,
+        "log": (folder / "survivor.log").read_text(),
+    }
+
+
+def _trained_after_resume(log: Path) -> bool:
+    """train.log shows an iteration trained after the line of a resume on another layout."""
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    resumed = [i for i, line in enumerate(lines) if "global batch 4 kept" in line]
+    return bool(resumed) and any("[iter " in line for line in lines[resumed[-1] :])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_torchrun_elastic_survives_a_node_killed_without_a_word(data, tmp_path):
+    """``torchrun --nnodes 1:2 --max-restarts 3 ... --resume auto --global-batch 4``: one node (agent and worker)
+    SIGKILLed after checkpoint 2; torchrun restarts the other node's worker as a world of 1, which resumes the
+    newest checkpoint as 1 x 2 x 2 accumulated and ends at --iters."""
+    run = elastic_run(data, tmp_path, FAST_RDZV)
+    print(
+        f"survivor trained again {run['trained_again_s']:.1f} s after the kill and ended after {run['ended_s']:.1f} s"
+    )
+    assert run["returncode"] == 0, run["log"][-3000:]
+    final = torch.load(run["out"] / "checkpoint_8.pt", weights_only=True)
+    assert final["trainer"]["iteration"] == 8
+    assert final["recipe"]["world_size"] == 1 and final["recipe"]["accumulate"] == 2
+    said = "resumed on 1 process x 2 x 2 accumulated (was 2 x 2): global batch 4 kept"
+    assert any(said in line for line in log_lines(run["out"] / "train.log"))
+    assert sorted(log_iterations(run["out"] / "train.log")) == list(range(1, 9))
+    # rendezvous keep-alive and last call of a few seconds, then a resume: well before --dist-timeout (120 s)
+    assert run["trained_again_s"] is not None and run["trained_again_s"] < 60
