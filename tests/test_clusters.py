@@ -354,7 +354,7 @@ def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[
         )
 
 
-def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 8, timeout: float = 300) -> dict:
+def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 24, timeout: float = 300) -> dict:
     """Two agents train ``--global-batch 4`` (2 x 2); once checkpoint 2 exists, the second agent (not the
     rendezvous store's host) and its worker are SIGKILLed. Returns the seconds from the kill to the survivor's
     first iteration trained again and to its end, and what it wrote."""
@@ -370,8 +370,9 @@ def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 8,
         while not (out / "checkpoint_2.pt").exists():
             assert time.monotonic() < deadline and survivor.poll() is None, (folder / "survivor.log").read_text()
             time.sleep(0.05)
-        os.killpg(lost.pid, signal.SIGKILL)
+        _kill_node(lost.pid)
         killed = time.monotonic()
+        killed_after = max(log_iterations(out / "train.log"), default=0)
         lost.wait()
         trained_again = None
         while survivor.poll() is None:
@@ -387,11 +388,36 @@ def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 8,
                 agent.wait()
     return {
         "returncode": survivor.returncode,
+        "killed_after": killed_after,
         "trained_again_s": trained_again,
         "ended_s": ended,
         "out": out,
         "log": (folder / "survivor.log").read_text(),
     }
+
+
+def _kill_node(agent: int) -> None:
+    """SIGKILL an agent and its workers, as a node that vanishes: torchrun starts each worker in a session of
+    its own, so the agent's process group is not enough."""
+    groups = {agent} | {os.getpgid(pid) for pid in _descendants(agent)}
+    for group in groups:
+        os.killpg(group, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _trained_after_resume(log: Path) -> bool:
@@ -412,11 +438,12 @@ def test_torchrun_elastic_survives_a_node_killed_without_a_word(data, tmp_path):
         f"survivor trained again {run['trained_again_s']:.1f} s after the kill and ended after {run['ended_s']:.1f} s"
     )
     assert run["returncode"] == 0, run["log"][-3000:]
-    final = torch.load(run["out"] / "checkpoint_8.pt", weights_only=True)
-    assert final["trainer"]["iteration"] == 8
+    assert run["killed_after"] < 24  # the node was lost mid-run
+    final = torch.load(run["out"] / "checkpoint_24.pt", weights_only=True)
+    assert final["trainer"]["iteration"] == 24
     assert final["recipe"]["world_size"] == 1 and final["recipe"]["accumulate"] == 2
     said = "resumed on 1 process x 2 x 2 accumulated (was 2 x 2): global batch 4 kept"
     assert any(said in line for line in log_lines(run["out"] / "train.log"))
-    assert sorted(log_iterations(run["out"] / "train.log")) == list(range(1, 9))
+    assert sorted(log_iterations(run["out"] / "train.log")) == list(range(1, 25))
     # rendezvous keep-alive and last call of a few seconds, then a resume: well before --dist-timeout (120 s)
     assert run["trained_again_s"] is not None and run["trained_again_s"] < 60
