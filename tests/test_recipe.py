@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.sampler import ResumableDistributedSampler
-from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.data.step_stream import StepStream
+from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.engine import attach_poly_lr
 from ignite_r3net.training.meters import LossMeter
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr

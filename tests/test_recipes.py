@@ -10,10 +10,10 @@ import json
 import pytest
 
 from ignite_r3net import cli
+from ignite_r3net.batch_layout import BatchLayout
 from ignite_r3net.cli import given_options
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
-from ignite_r3net.batch_layout import BatchLayout
 from ignite_r3net.training.recipe_config import batch_layout, batch_per_process, config_from_options
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 

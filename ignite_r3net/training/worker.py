@@ -13,7 +13,7 @@ from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
+from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_stream, stop_workers
 from ..data.split import held_out_pairs
 from ..data.step_stream import StepStream
 from ..distributed.process_setup import set_worker_threads
@@ -35,7 +35,7 @@ def training(local_rank: int, config: TrainConfig, resumed_note: str | None = No
     rank, world_size = idist.get_rank(), idist.get_world_size()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
-    loader, sampler = build_train_loader(config, world_size, rank, pin_memory=device.type == "cuda")
+    stream = build_train_stream(config, world_size, rank, pin_memory=device.type == "cuda")
     model = _build_model(config, device)
     # from here on each rank has its own, reproducible random stream (augmentation does not use
     # it: its draws come from (seed, epoch, position) so that resume is exact)
@@ -45,7 +45,6 @@ def training(local_rank: int, config: TrainConfig, resumed_note: str | None = No
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
     val_loader = _build_val_loader(config) if config.val_data or config.val_split else None
-    stream = StepStream(loader, sampler, config.accumulate, config.batch_size * config.accumulate * world_size)
     trainer, to_save = create_trainer(model, optimizer, lr_scheduler, stream, log, config, device, scaler, val_loader)
 
     resumed_from = _restore(to_save, config, stream)
@@ -53,7 +52,7 @@ def training(local_rank: int, config: TrainConfig, resumed_note: str | None = No
     log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device, resumed_note))
     if val_loader is not None:
         _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
-    loaders = [loader] if val_loader is None else [loader, val_loader]
+    loaders = [stream.loader] if val_loader is None else [stream.loader, val_loader]
     try:
         if resumed_from is None:
             trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
