@@ -4,8 +4,10 @@ rank trains in it), endless across epochs, and where it stands in them (``state_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
+
+from torch.utils.data import DataLoader
 
 from .sampler import ResumableDistributedSampler
 
@@ -17,7 +19,7 @@ class StepStream:
     as many steps as every rank has ``accumulate`` full micro-batches; the rest of an epoch is left out."""
 
     def __init__(
-        self, loader: Iterable[Any], sampler: ResumableDistributedSampler, accumulate: int, global_batch: int
+        self, loader: DataLoader[Any], sampler: ResumableDistributedSampler, accumulate: int, global_batch: int
     ) -> None:
         self.loader, self.sampler, self.accumulate, self.global_batch = loader, sampler, accumulate, global_batch
         self.steps_per_epoch = sampler.num_batches // accumulate
