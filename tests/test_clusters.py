@@ -304,7 +304,8 @@ def test_two_processes_to_4_then_one_process_to_8_trains_the_same_global_batches
         _weights(f) for f in (reference / "checkpoint_4.pt", reference / "checkpoint_8.pt", resumed / "checkpoint_8.pt")
     )
     moved, apart = _distance(a, start), _distance(a, b)
-    print(f"weights moved {moved:.4g} in 4 steps; the two runs end {apart:.4g} apart")
+    with capsys.disabled():
+        print(f"\nweights moved {moved:.4g} in 4 steps; the two runs end {apart:.4g} apart")
     assert apart < TOLERANCE * moved
 
     capsys.readouterr()
@@ -314,8 +315,10 @@ def test_two_processes_to_4_then_one_process_to_8_trains_the_same_global_batches
     assert "global batch (processes x --batch-size x --accumulate) 8 (checkpoint: 4)" in refusal
 
 
-# the share of the last 4 steps' weight change by which the two layouts may differ (see the test's docstring)
-TOLERANCE = 0.5
+# how far apart the two layouts' final weights may be, as a share of how far the last 4 steps moved them: with
+# the same pairs, augmentations and schedule only BatchNorm's batches (4 images, not 2 and 2) and the order of
+# the sums differ; measured 0.16 (18.5 of 113.6, resnet18 at crop 32), bounded at twice that
+TOLERANCE = 0.3
 
 
 # ---------------------------------------------------------------------------------- torchrun, elastic
