@@ -20,10 +20,13 @@ import pytest
 import torch
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset, read_scalars
 from torch import nn
+from torch.utils.data import DataLoader
 
 from ignite_r3net import cli
 from ignite_r3net.batch_layout import BatchLayout, fit, possible_processes
 from ignite_r3net.config import TrainConfig
+from ignite_r3net.data.sampler import ResumableDistributedSampler
+from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.errors import OptionError
 from ignite_r3net.training.recipe_config import batch_layout, config_from_file, config_from_options
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
@@ -100,6 +103,27 @@ def test_another_world_size_with_the_global_batch_kept_is_accepted_with_one_line
     )
     # the same layout: an exact resume, nothing to say
     assert check_resume_compatible(two, checkpoint, 4, 12) is None
+
+
+def test_where_the_padding_changes_the_epoch_the_note_says_so_and_the_next_epoch_starts():
+    """7 pairs: 2 processes x 2 pad them to 8 (2 steps an epoch), 1 process x 4 has 1 full step: a checkpoint
+    after step 1 of an epoch continues with the next epoch, and the line says the epochs differ."""
+    two = TrainConfig(iters=8, batch_size=2, global_batch=4, nproc=2, resume="c.pt")
+    checkpoint = {
+        "recipe": RunRecipe.of(two, 2, 7).state_dict(),
+        "trainer": {"iteration": 3, "epoch_length": 2, "max_iters": 8},
+    }
+    one = TrainConfig(iters=8, batch_size=4, global_batch=4, resume="c.pt")
+    note = check_resume_compatible(one, checkpoint, 1, 7)
+    assert note and note.endswith(
+        "; epochs of 1 iterations (was 2): the padding of the shuffled pairs differs, so the global batches "
+        "differ from the next epoch on"
+    )
+    sampler = ResumableDistributedSampler(7, num_replicas=1, seed=1, batch_size=4)
+    loader = DataLoader(list(range(7)), batch_size=4, sampler=[k for k, _ in sampler.keys(0)], drop_last=True)
+    stream = StepStream(loader, sampler, accumulate=1, global_batch=4)
+    stream.load_state_dict({"epoch": 1, "step": 1, "position": 4, "global_batch": 4})
+    assert (stream.epoch, stream.step) == (2, 0)
 
 
 def test_a_changed_global_batch_is_refused_in_one_line():
