@@ -69,7 +69,35 @@ class TrainConfig:
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
     iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)
     batch_size: int = option(
-        12, "images per process and iteration (global batch = this x world size)", rule=POSITIVE_COUNT
+        12,
+        "images per process and micro-batch (global batch = this x processes x --accumulate); derived when "
+        "only --global-batch is given",
+        rule=POSITIVE_COUNT,
+    )
+    accumulate: int = option(
+        1,
+        "micro-batches whose gradients each optimiser step sums (DDP all-reduces after the last only): an "
+        "iteration is one optimiser step of processes x --batch-size x N images, as --iters, the LR, the log "
+        "and the checkpoints count it; BatchNorm's statistics stay per micro-batch; default: 1",
+        rule=POSITIVE_COUNT,
+    )
+    global_batch: int | None = option(
+        None,
+        "images per optimiser step over all processes (processes x --batch-size x --accumulate), kept on any "
+        "number of processes: given alone, --batch-size and --accumulate are derived (the largest batch per "
+        "process, at most --max-batch-per-device, that divides the process's share); a resume on another "
+        "number of processes is accepted when it is kept; config.json records it; default: the recipe's "
+        "(r3net-paper: 14), else --batch-size x --accumulate x processes",
+        rule=POSITIVE_COUNT,
+        metavar="N",
+    )
+    max_batch_per_device: int | None = option(
+        None,
+        "the largest --batch-size that deriving a --global-batch's layout may choose (what one device's "
+        "memory holds; not guessed from it); default: no limit (accumulation only where the processes "
+        "cannot take their share at once)",
+        rule=POSITIVE_COUNT,
+        metavar="N",
     )
     lr: float = option(1e-3, "base learning rate (bias parameters use 2x)", rule=POSITIVE)
     lr_power: float = option(0.9, "poly LR power: lr = base * (1 - it / iters) ** power", rule=POSITIVE)
@@ -240,8 +268,6 @@ class TrainConfig:
     # each --data folder: {folder, pairs, listing} of its training pairs (and held_out: how many --val-split took)
     data_sets: list[dict[str, Any]] | None = field(default=None)
     val_held_out: list[str] | None = field(default=None)  # --val-split's held-out names (file stems), sorted
-    # a --recipe's batch over all processes (r3net-paper: 14); planned_run shares it out as batch_size
-    global_batch: int | None = field(default=None)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder
@@ -269,6 +295,10 @@ class TrainConfig:
                 "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
             )
+        limits = (("--max-batch-per-device", self.max_batch_per_device), ("--global-batch", self.global_batch))
+        for flag, value in limits:
+            if value is not None and value < 2:
+                raise OptionError(f"{flag} must be at least 2 (R3Net's BatchNorm needs two images), got {value}")
         if self.val_split is not None and self.val_data:
             raise OptionError(
                 "--val-split and --val-data both choose the validation pairs: give one (--val-split holds out "

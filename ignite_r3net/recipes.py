@@ -61,16 +61,6 @@ def recipes_help() -> str:
     return (
         "the training recipe, by name; options given on the command line replace its values, and "
         f"config.json records its name and every value. {listed}. r3net-paper keeps the global "
-        "batch of 14 on N processes (14 / N per process): N must be 1, 2 or 7, or give --batch-size"
+        "batch of 14 on N processes (14 / N per process, in micro-batches with --max-batch-per-device): N must be "
+        "1, 2 or 7, or give --batch-size"
     )
-
-
-def split_global_batch(global_batch: int, world_size: int) -> int | None:
-    """Images per process of ``global_batch`` on ``world_size`` processes; None unless 2 or more each."""
-    per_process, rest = divmod(global_batch, world_size)
-    return per_process if rest == 0 and per_process >= 2 else None
-
-
-def possible_world_sizes(global_batch: int) -> list[int]:
-    """The numbers of processes that can share ``global_batch``."""
-    return [n for n in range(1, global_batch + 1) if split_global_batch(global_batch, n) is not None]

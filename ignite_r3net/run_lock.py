@@ -32,8 +32,13 @@ def job_id() -> str:
     if "SLURM_JOB_ID" in env:
         return f"slurm:{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
     if started_by_torchrun():
+        run_id = env["TORCHELASTIC_RUN_ID"]
+        if run_id != "none":
+            # --rdzv-id: the same over torchrun's restarts, whose new rendezvous rounds (an elastic one after a
+            # lost node) may meet at another address and port
+            return f"torchrun:{run_id}"
         # torchrun's default run id outside --standalone is "none": the rendezvous address tells jobs apart
-        return f"torchrun:{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+        return f"torchrun:{run_id}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
     return f"process:{socket.gethostname()}:{os.getpid()}"
 
 

@@ -112,14 +112,17 @@ def test_a_missing_or_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture,
 @pytest.mark.timeout(240)
 def test_rerun_of_the_reference_run(reference_run, tmp_path: Path) -> None:
     """The reference run's own config.json, rerun on one process for two iterations into a new
-    folder: the new run's config.json is the saved one but for the options given."""
+    folder: the new run's config.json is the saved one but for the options given and the layout of its
+    global batch on one process (2 x 2 processes: 2 x 2 accumulated, at most the saved 2 per process)."""
     out = tmp_path / "rerun"
     given = {"output_dir": str(out), "iters": 2, "nproc": 1}
     args = ["--config", str(reference_run.out / "config.json"), "--output-dir", str(out), "--iters", "2"]
     assert cli.main([*args, "--nproc", "1"]) == 0
     assert (out / "checkpoint_2.pt").is_file()
     saved = json.loads((reference_run.out / "config.json").read_text(encoding="utf-8"))
-    assert json.loads((out / "config.json").read_text(encoding="utf-8")) == {**saved, **given}
+    assert saved["global_batch"] == 4 and (saved["batch_size"], saved["accumulate"]) == (2, 1)
+    layout = {"accumulate": 2, "max_batch_per_device": 2}
+    assert json.loads((out / "config.json").read_text(encoding="utf-8")) == {**saved, **given, **layout}
 
 
 def test_changed_starting_weights_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -17,7 +17,7 @@ from ignite.engine import Events
 from torch.overrides import TorchFunctionMode
 
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.data.loader import build_train_loader
+from ignite_r3net.data.loader import build_train_stream
 from ignite_r3net.data.transforms import DeviceAugment
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training import engine as engine_module
@@ -87,12 +87,12 @@ def test_handlers_read_the_device_only_at_logged_iterations(tmp_path: Path, monk
     sync = BadImages.sync
     monkeypatch.setattr(BadImages, "sync", lambda self: counter_syncs.append(recorder.tag) or sync(self))
 
-    loader, sampler = build_train_loader(config)
+    stream = build_train_stream(config)
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
     parts = engine_module.create_trainer(
-        model, optimizer, build_poly_lr(optimizer, config), sampler, log, config, torch.device("cpu")
+        model, optimizer, build_poly_lr(optimizer, config), stream, log, config, torch.device("cpu")
     )
     recorder = _Recorder()
     trainer = parts.trainer
@@ -108,6 +108,6 @@ def test_handlers_read_the_device_only_at_logged_iterations(tmp_path: Path, monk
         recorder.tag = engine.state.iteration + 1
 
     with recorder:
-        trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
+        trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
     assert {it for it, _ in recorder.reads} == {3, 6, 7}, recorder.reads
     assert counter_syncs == [3, 6, 7]

@@ -19,8 +19,9 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.sampler import ResumableDistributedSampler
+from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.model.r3net import R3Net
-from ignite_r3net.training.engine import attach_poly_lr, attach_sampler_epoch
+from ignite_r3net.training.engine import attach_poly_lr
 from ignite_r3net.training.meters import LossMeter
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import side_output_losses
@@ -207,18 +208,19 @@ def _sampler_run(iters: int, state: dict | None = None) -> tuple[dict[int, list[
     trainer's state after iteration 4 (in the middle of the second epoch)."""
     sampler = ResumableDistributedSampler(12, num_replicas=2, rank=0, seed=2018, batch_size=2)
     loader = DataLoader(_Keys(), batch_size=2, sampler=sampler, drop_last=True)
+    stream = StepStream(loader, sampler, accumulate=1, global_batch=4)
     seen: dict[int, list[int]] = {}
-    trainer = Engine(lambda engine, batch: seen.__setitem__(engine.state.iteration, batch.tolist()))
-    attach_sampler_epoch(trainer, sampler)
+    trainer = Engine(lambda engine, batches: seen.__setitem__(engine.state.iteration, batches[0].tolist()))
     saved: dict = {}
     trainer.add_event_handler(
-        Events.ITERATION_COMPLETED(once=4), lambda e: saved.update(_through_a_checkpoint(e.state_dict()))
+        Events.ITERATION_COMPLETED(once=4),
+        lambda e: saved.update(_through_a_checkpoint({"trainer": e.state_dict(), "sampler": stream.state_dict()})),
     )
     if state is None:
-        trainer.run(loader, max_iters=iters, epoch_length=len(loader))
+        trainer.run(stream, max_iters=iters, epoch_length=len(stream))
     else:
-        Checkpoint.load_objects(to_load={"trainer": trainer}, checkpoint={"trainer": state})
-        trainer.run(loader)
+        Checkpoint.load_objects(to_load={"trainer": trainer, "sampler": stream}, checkpoint=state)
+        trainer.run(stream)
     return seen, saved
 
 
@@ -234,6 +236,7 @@ def test_a_resumed_epoch_continues_at_the_next_batch():
             expected[3 * epoch + b + 1] = order[2 * b : 2 * b + 2]
     uninterrupted, state = _sampler_run(8)
     assert uninterrupted == {i: expected[i] for i in range(1, 9)}
-    assert state["iteration"] == 4
+    assert state["trainer"]["iteration"] == 4
+    assert state["sampler"] == {"epoch": 1, "step": 1, "position": 4, "global_batch": 4}
     resumed, _ = _sampler_run(8, state=state)
     assert resumed == {i: expected[i] for i in range(5, 9)}

@@ -10,10 +10,11 @@ import json
 import pytest
 
 from ignite_r3net import cli
+from ignite_r3net.batch_layout import BatchLayout
 from ignite_r3net.cli import given_options
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
-from ignite_r3net.training.recipe_config import batch_per_process, config_from_options
+from ignite_r3net.training.recipe_config import batch_layout, batch_per_process, config_from_options
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 
 # zijundeng/R3Net train.py (commit 93b8a34): args = {'iter_num': 6000, 'train_batch_size': 14,
@@ -122,7 +123,10 @@ def test_a_saved_recipe_keeps_its_batch_size_unless_the_recipe_is_given_anew():
     assert batch_per_process(config_from_options({}, base=saved), 2) == 4
     anew = config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved)
     assert batch_per_process(anew, 2) == 7
-    # a run on 2 processes saved 7 per process beside the global 14: read back, 7 stays 7 on any number
+    # a run on 2 processes saved 7 per process beside the global 14: read back, the global batch is kept (on 1
+    # process: 14 at once, or 7 x 2 accumulated within --max-batch-per-device 7, as train --config does)
     split = json.loads(_config("--recipe", "r3net-paper", "--nproc", "2", "--batch-size", "7").to_json())
     split["global_batch"] = 14
-    assert batch_per_process(config_from_options({"nproc": 1}, base=split), 1) == 7
+    assert batch_per_process(config_from_options({"nproc": 1}, base=split), 1) == 14
+    split["max_batch_per_device"] = 7
+    assert batch_layout(config_from_options({"nproc": 1}, base=split), 1) == BatchLayout(1, 7, 2)

@@ -18,6 +18,7 @@ from .decode import load_image, load_mask
 from .folder import list_pairs
 from .sampler import EvalShardSampler, ResumableDistributedSampler
 from .split import split_pairs
+from .step_stream import StepStream
 from .transforms import JointCropFlip, draw_angle
 
 
@@ -145,6 +146,15 @@ def build_train_loader(
         collate_fn=collate_train,
     )
     return loader, sampler
+
+
+def build_train_stream(
+    config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
+) -> StepStream:
+    """``build_train_loader``'s micro-batches in optimiser steps of ``config.accumulate`` (``StepStream``)."""
+    loader, sampler = build_train_loader(config, num_replicas, rank, pin_memory)
+    global_batch = config.batch_size * config.accumulate * num_replicas
+    return StepStream(loader, sampler, config.accumulate, global_batch)
 
 
 def build_eval_loader(

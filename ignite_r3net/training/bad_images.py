@@ -71,7 +71,8 @@ def attach_bad_images(
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def note_replaced_pairs(engine: Engine) -> None:
-        bad.note(cast(dict[str, Any], engine.state.batch).get("bad", ()))  # collate_train's batch
+        for batch in cast(list[dict[str, Any]], engine.state.batch):  # the step's micro-batches (collate_train's)
+            bad.note(batch.get("bad", ()))
 
     @trainer.on(sync_iterations)
     def report_bad_images(engine: Engine) -> None:

@@ -1,6 +1,6 @@
 """The training Engine and its handlers: ``create_trainer`` attaches, in the design's order, the poly
 LR, the loss meters, the log line and checkpointing (rank 0 writes), then the rest, one line each:
-sampler epoch, damaged images, progress, validation, TensorBoard and trackers, signals, failures.
+damaged images, progress, validation, TensorBoard and trackers, signals, failures.
 
 Every ``attach_*`` runs on every rank (handlers with collectives need all ranks); rank 0's own work
 (files, TensorBoard, the progress bar) is ``rank_zero_only``. ``sync_iterations`` alone decides which
@@ -21,6 +21,7 @@ from ignite.handlers import Checkpoint, LRScheduler
 
 from ..checkpoint_io import CHECKPOINT_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
+from ..data.step_stream import StepStream
 from ..distributed.ranks import rank_zero_only
 from ..distributed.signals import raise_if_terminated
 from ..progress import Clock, Progress, format_duration
@@ -50,22 +51,26 @@ def create_trainer(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     lr_scheduler: LRScheduler,
-    sampler: Any,
+    stream: StepStream,
     log: TrainLog,
     config: TrainConfig,
     device: torch.device,
     scaler: torch.amp.GradScaler | None = None,
     val_loader: Any = None,
 ) -> TrainerParts:
-    """The training Engine: one batch per iteration, then its handlers in the design's order."""
+    """The training Engine: one optimiser step per iteration (``stream``'s micro-batches), then its handlers in
+    the design's order."""
     # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
     trained = cast(torch.nn.Module, torch.compile(model)) if config.compile else model
-    trainer = Engine(create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last))
+    no_sync = getattr(model, "no_sync", None)  # DDP's: all-reduce once per step, after the last micro-batch
+    step = create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last, no_sync)
+    trainer = Engine(step)
     # the launcher reports a worker's failure in one line; ignite's own error log would repeat it
     trainer.logger.setLevel(logging.CRITICAL)
     meter = LossMeter(device)
-    bad = BadImages(sampler.dataset_len, config.max_bad_images)
-    clock = RunClock(config.batch_size * idist.get_world_size())
+    pairs = stream.sampler.dataset_len
+    bad = BadImages(pairs, config.max_bad_images)
+    clock = RunClock(config.batch_size * config.accumulate * idist.get_world_size())
     to_save: dict[str, Any] = {
         "trainer": trainer,
         "model": model,
@@ -73,7 +78,8 @@ def create_trainer(
         "lr_scheduler": lr_scheduler,
         "loss_meter": meter,
         "bad_images": bad,
-        "recipe": RunRecipe.of(config, idist.get_world_size(), sampler.dataset_len),
+        "sampler": stream,  # the next global position: a resume on another layout continues there
+        "recipe": RunRecipe.of(config, idist.get_world_size(), pairs),
     }
     if scaler is not None:
         to_save["scaler"] = scaler
@@ -84,7 +90,6 @@ def create_trainer(
     attach_train_log(trainer, log, meter, clock, lr_scheduler, config)
     attach_checkpointing(trainer, to_save, config)
 
-    attach_sampler_epoch(trainer, sampler)
     attach_bad_images(trainer, bad, log, sync_iterations(config), config)
     progress = attach_progress_bar(trainer, clock, config)
     tb = open_tensorboard(config)
@@ -146,7 +151,8 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def update_meter(engine: Engine) -> None:
-        meter.update(cast(torch.Tensor, engine.state.output), config.batch_size, engine.state.iteration)
+        images = config.batch_size * config.accumulate  # this rank's in the step
+        meter.update(cast(torch.Tensor, engine.state.output), images, engine.state.iteration)
 
     @trainer.on(sync_iterations(config))
     def sync_meter(engine: Engine) -> None:
@@ -203,15 +209,6 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
             checkpointer(engine)
 
     return checkpointer
-
-
-def attach_sampler_epoch(trainer: Engine, sampler: Any) -> None:
-    """``set_epoch`` (Engine never calls it) before ignite creates the epoch's data iterator, so an
-    epoch resumed half-way skips the batches the checkpoint already trained on."""
-
-    @trainer.on(Events.EPOCH_STARTED)
-    def set_sampler_epoch(engine: Engine) -> None:
-        sampler.set_epoch(engine.state.epoch - 1, skip_batches=_done_in_epoch(engine))
 
 
 def _done_in_epoch(engine: Engine) -> int:

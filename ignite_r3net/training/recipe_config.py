@@ -1,5 +1,5 @@
 """The training config a command line describes: the ``--recipe``'s values (or a saved run's, ``--config``)
-under the options given; and a recipe's global batch shared among the job's processes (at start-up)."""
+under the options given; and its global batch shared among the job's processes (at start-up)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,25 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..batch_layout import MIN_BATCH, BatchLayout, fit, possible_processes
 from ..config import TrainConfig
 from ..data.synthetic import synthetic_paths
 from ..errors import OptionError, note
 from ..model.backbones import BACKBONES
 from ..options.fields import is_option, read_options
-from ..recipes import DEFAULT_RECIPE, RECIPES, possible_world_sizes, split_global_batch
+from ..recipes import DEFAULT_RECIPE, RECIPES
 
 # options that decide the starting weights: given anew, the saved run's record no longer applies
 _CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
+# options that choose the batch layout: given anew, the saved run's layout is not derived again
+_CHOOSE_BATCH = ("recipe", "global_batch", "batch_size", "accumulate", "max_batch_per_device")
 
 
 def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> TrainConfig:
     """``base`` (default: the defaults) under the recipe ``given`` names (the default one when ``base`` is
-    empty), under ``given``. A recipe's global batch (``r3net-paper``: 14) is recorded as ``global_batch``
-    unless ``--batch-size`` is given; ``batch_per_process`` splits it once the launch layout is known."""
+    empty), under ``given``. A global batch (``--global-batch``, a recipe's such as ``r3net-paper``'s 14, or a
+    saved run's) is kept unless ``--batch-size`` is given without it; ``batch_layout`` derives the batch per
+    process and the accumulation from it once the launch layout is known."""
     values = dict(base or {})
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
@@ -30,34 +34,66 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
     if recipe is not None:
         values.update(recipe.values, recipe=name)
     values.update(given)
-    # only a recipe named here shares its batch: a saved run's batch_size is per process already
-    values["global_batch"] = None
-    if recipe is not None and recipe.global_batch is not None and "batch_size" not in given:
-        # one process's share until the launch layout is known
-        values.update(global_batch=recipe.global_batch, batch_size=recipe.global_batch)
+    if "global_batch" not in given:
+        if recipe is not None:
+            values["global_batch"] = recipe.global_batch
+        if "batch_size" in given:  # the batch per process chosen: the global batch follows from it
+            values["global_batch"] = None
+    if values.get("global_batch") is not None and "batch_size" not in given:
+        # a placeholder until the launch layout is known: batch_layout derives it
+        values["batch_size"] = values["global_batch"]
     return TrainConfig(**values)
 
 
-def batch_per_process(config: TrainConfig, world_size: int) -> int:
-    """``config``'s ``global_batch`` split among ``world_size`` processes (without one: its ``batch_size``).
-    ``OptionError`` when they cannot share it equally with at least 2 images each."""
+def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
+    """``config``'s layout on ``world_size`` processes: its ``global_batch`` shared among them (the batch per
+    process and the accumulation derived unless given; the derivation said in one line), or without one its
+    ``batch_size`` and ``accumulate``. ``OptionError`` listing the process counts that can keep the global batch."""
     global_batch = config.global_batch
     if global_batch is None:
-        return config.batch_size
-    per_process = split_global_batch(global_batch, world_size)
-    if per_process is None:
-        possible = ", ".join(str(n) for n in possible_world_sizes(global_batch))
+        return BatchLayout(world_size, config.batch_size, config.accumulate)
+    # batch_size equal to the global batch is config_from_options' placeholder: derive it
+    batch = None if config.batch_size == global_batch else config.batch_size
+    accumulate = None if config.accumulate == 1 else config.accumulate
+    limit = config.max_batch_per_device
+    layout = fit(global_batch, world_size, batch, accumulate, limit)
+    recipe = RECIPES.get(config.recipe)
+    origin = (
+        f"--recipe {config.recipe} keeps the original global batch"
+        if recipe is not None and recipe.global_batch == global_batch
+        else f"--global-batch {global_batch} keeps a global batch"
+    )
+    if layout is None:
+        possible = ", ".join(str(n) for n in possible_processes(global_batch, batch, accumulate, limit)) or "none"
         raise OptionError(
-            f"--recipe {config.recipe} keeps the original global batch of {global_batch} images, which "
-            f"{world_size} processes cannot share equally with at least 2 each (possible: {possible} processes); "
-            f"or give --batch-size N (images per process) for a global batch of N x {world_size}"
+            f"{origin} of {global_batch} images, which {world_size} processes cannot share equally "
+            f"{_constraint(batch, accumulate, limit)} (possible: {possible} processes); or give --batch-size N "
+            f"(images per process) for a global batch of N x {world_size}"
         )
-    if world_size > 1:
+    if world_size > 1 or layout.accumulate > 1:
+        accumulated = f" --accumulate {layout.accumulate}" if layout.accumulate > 1 else ""
+        limited = f", at most --max-batch-per-device {limit}" if limit is not None and batch is None else ""
         note(
-            f"--recipe {config.recipe}: the global batch of {global_batch} images split as "
-            f"{world_size} processes x {per_process} (--batch-size {per_process})"
+            f"{origin.split(' keeps')[0]}: the global batch of {global_batch} images split as "
+            f"{layout.describe()} (--batch-size {layout.batch}{accumulated}{limited})"
         )
-    return per_process
+    return layout
+
+
+def _constraint(batch: int | None, accumulate: int | None, limit: int | None) -> str:
+    if batch is not None and accumulate is not None:
+        return f"as --batch-size {batch} x --accumulate {accumulate}"
+    if batch is not None:
+        return f"in micro-batches of --batch-size {batch}"
+    most = f" and at most {limit} (--max-batch-per-device)" if limit is not None else ""
+    if accumulate is not None:
+        return f"in {accumulate} micro-batches (--accumulate) of at least {MIN_BATCH} each{most}"
+    return f"with at least {MIN_BATCH} each{most}"
+
+
+def batch_per_process(config: TrainConfig, world_size: int) -> int:
+    """The images per process and micro-batch of ``batch_layout``."""
+    return batch_layout(config, world_size).batch
 
 
 def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
@@ -79,4 +115,8 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
             recipe["val_data"] = None
     if not any(name in given for name in _CHOOSE_WEIGHTS):
         recipe["weights"] = saved.get("weights")
+    if recipe.get("global_batch") and not any(name in given for name in _CHOOSE_BATCH):
+        # the saved global batch, shared anew on this launch's processes, at most the saved batch per process
+        recipe["max_batch_per_device"] = recipe.get("max_batch_per_device") or recipe.get("batch_size")
+        recipe["accumulate"] = 1
     return config_from_options(given, base=recipe)

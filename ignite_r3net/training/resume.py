@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..batch_layout import BatchLayout
 from ..checkpoint_io import find_resume_checkpoint, list_checkpoints, load_checkpoint
 from ..config import TrainConfig
 from ..data.sampler import ResumableDistributedSampler
@@ -18,16 +19,19 @@ from ..options.fields import flag_named
 # restores them), what each iteration samples and how it is computed (precision, TF32, determinism), and
 # which --data pairs are held out for validation rather than trained on.
 RESUME_FIXED = tuple(
-    "iters lr lr_power momentum weight_decay batch_size crop rotate backbone seed amp recipe tf32 deterministic "
-    "val_split".split()
+    "iters lr lr_power momentum weight_decay batch_size accumulate global_batch crop rotate backbone seed amp recipe "
+    "tf32 deterministic val_split".split()
 )
+# The batch layout: another one is accepted when the global batch is kept (the same pairs and augmentations
+# in each global batch, not the same bits), refused with the rest otherwise.
+LAYOUT = ("world_size", "batch_size", "accumulate", "global_batch")
 # What ``--resume`` needs in a checkpoint besides the optional ``scaler`` (fp16) and ``recipe``.
 TRAINING_STATE_KEYS = ("trainer", "model", "optimizer", "lr_scheduler", "loss_meter")
 EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 
 
 class RunRecipe:
-    """What a resume must not change (``RESUME_FIXED``, world size, ``config.data_sets``), checkpointed as
+    """What a resume must not change (``RESUME_FIXED``, the batch layout, ``config.data_sets``), checkpointed as
     ``recipe``: compared, never restored (ignite would quietly keep the checkpoint's schedule)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
@@ -110,21 +114,34 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
         )
 
 
-def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> None:
+def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> str | None:
     """Refuse a run that does not continue the checkpoint's exactly: ignite and the optimiser would silently
-    restore their own schedule, epoch length and hyper-parameters (more iters: a restart at LR zero)."""
-    changed = RunRecipe.of(config, world, pairs).differences(checkpoint.get("recipe", {}))
+    restore their own schedule, epoch length and hyper-parameters (more iters: a restart at LR zero). Another
+    batch layout with the same global batch is accepted: the line saying so is returned (None: the same)."""
+    saved = checkpoint.get("recipe", {})
+    changed = RunRecipe.of(config, world, pairs).differences(saved)
+    layout = BatchLayout(world, config.batch_size, config.accumulate)
+    was = saved_layout(saved)
+    moved = was is not None and was != layout
+    kept = moved and was is not None and was.global_batch == layout.global_batch
+    if kept:
+        for name in LAYOUT:
+            changed.pop(name, None)
+    elif moved and was is not None:
+        changed.setdefault("global_batch", (was.global_batch, layout.global_batch))
     # what ignite itself keeps, so also checked for checkpoints without a recipe
     state = checkpoint["trainer"]
-    sampler = ResumableDistributedSampler(pairs, num_replicas=world, batch_size=config.batch_size)
+    steps = steps_per_epoch(pairs, layout)
     for name, old, new in (
         ("iters", state.get("max_iters"), config.iters),
-        (EPOCH_LENGTH, state.get("epoch_length"), sampler.num_batches),
+        (EPOCH_LENGTH, None if kept else state.get("epoch_length"), steps),
     ):
         if old is not None and old != new:
             changed.setdefault(name, (old, new))
     if "data" in changed:
         changed.pop("pairs", None)  # the folders' listing says it
+    if "global_batch" in changed:
+        changed.pop(EPOCH_LENGTH, None)  # it follows from the batch
     if changed:
         listing = "; ".join(
             f"{_option_name(name)} {_value(name, new)} (checkpoint: {_value(name, old)})"
@@ -141,9 +158,39 @@ def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], 
             f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
             f"start a new run in another --output-dir.{extend}"
         )
+    if not kept or was is None:
+        return None
+    note = (
+        f"resumed on {layout.describe()} (was {was.describe(short=True)}): global batch {layout.global_batch} "
+        "kept; not bitwise (BatchNorm batches differ)"
+    )
+    before = state.get("epoch_length")
+    if before is not None and before != steps:
+        note += (
+            f"; epochs of {steps} iterations (was {before}): the padding of the shuffled pairs differs, so the "
+            "global batches differ from the next epoch on"
+        )
+    return note
 
 
-_NOT_OPTIONS = {"world_size": "world size (--nproc x --nnodes)", "pairs": "training pairs in --data"}
+def saved_layout(saved: Mapping[str, Any]) -> BatchLayout | None:
+    """The batch layout a checkpoint's recipe records (None: it records none)."""
+    if "world_size" not in saved or "batch_size" not in saved:
+        return None
+    return BatchLayout(int(saved["world_size"]), int(saved["batch_size"]), int(saved.get("accumulate", 1)))
+
+
+def steps_per_epoch(pairs: int, layout: BatchLayout) -> int:
+    """Optimiser steps per epoch: each rank's full micro-batches (``drop_last``) in groups of ``accumulate``."""
+    sampler = ResumableDistributedSampler(pairs, num_replicas=layout.processes, batch_size=layout.batch)
+    return sampler.num_batches // layout.accumulate
+
+
+_NOT_OPTIONS = {
+    "world_size": "world size (--nproc x --nnodes)",
+    "pairs": "training pairs in --data",
+    "global_batch": "global batch (processes x --batch-size x --accumulate)",
+}
 
 
 def _option_name(name: str) -> str:

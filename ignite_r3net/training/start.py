@@ -38,7 +38,7 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
-from .recipe_config import batch_per_process
+from .recipe_config import batch_layout
 from .resume import RESUME_FIXED, check_resume_compatible, resolve_resume
 from .trackers import prepare_trackers
 from .train_log import record_ending
@@ -77,7 +77,7 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
 
     freeze_long_lived_objects()
     quiet_library_logs(config.verbose)
-    training(local_rank, config)
+    training(local_rank, config, plan.resumed_note)
 
 
 def _save_records(config: TrainConfig) -> None:
@@ -102,6 +102,7 @@ class RunPlan:
     config: TrainConfig
     spec: LaunchSpec
     start: int
+    resumed_note: str | None = None  # a resume on another batch layout: what changed (train.log and the console)
 
 
 @contextmanager
@@ -113,7 +114,10 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
         set_deterministic_environment()
     spec = LaunchSpec.of(config)
     check_slurm(spec)
-    config = dataclasses.replace(config, batch_size=batch_per_process(config, spec.world_size))
+    layout = batch_layout(config, spec.world_size)
+    config = dataclasses.replace(
+        config, batch_size=layout.batch, accumulate=layout.accumulate, global_batch=layout.global_batch
+    )
     check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
@@ -131,15 +135,17 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
         weights = resolve_initial_weights(config, resumed=resume_file is not None)
         data = resolve_data(config, spec.world_size)
         resolved = dataclasses.replace(config, device=device, resume=resume_file, weights=weights, **data)
-        start = 0
+        start, resumed_note = 0, None
         if checkpoint is not None:
             pairs = sum(d["pairs"] for d in resolved.data_sets or [])
-            check_resume_compatible(resolved, checkpoint, spec.world_size, pairs)
+            resumed_note = check_resume_compatible(resolved, checkpoint, spec.world_size, pairs)
             start = int(checkpoint["trainer"].get("iteration", 0))
+            if resumed_note is not None and spec.is_leader():
+                echo(resumed_note)
         # rank 0 logs to the trackers: the job's leading process opens their runs
         if spec.is_leader() and start < config.iters:
             resolved = dataclasses.replace(resolved, tracking=prepare_trackers(resolved))
-        yield RunPlan(resolved, spec, start)
+        yield RunPlan(resolved, spec, start, resumed_note)
 
 
 def check_slurm(spec: LaunchSpec) -> None:
@@ -224,11 +230,13 @@ def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
         for f, (training, held) in split.items()
     ]
     pairs = sum(d["pairs"] for d in data_sets)
-    if -(-pairs // world_size) < config.batch_size:  # each rank's shard must fill one batch
+    # each rank's shard must fill the micro-batches of one optimiser step
+    if -(-pairs // world_size) < config.batch_size * config.accumulate:
         kept = f" to train on after --val-split {config.val_split}" if config.val_split is not None else ""
+        accumulated = f" x --accumulate {config.accumulate}" if config.accumulate > 1 else ""
         raise OptionError(
             f"--data {' '.join(folders)} holds {pairs} pairs{kept}: too few for --batch-size "
-            f"{config.batch_size} on {world_size} process(es)"
+            f"{config.batch_size}{accumulated} on {world_size} process(es)"
         )
     if config.val_split is not None:
         held_listing = "; ".join(listing_digest(f, held) for f, (_, held) in split.items())

@@ -1,8 +1,10 @@
-"""One training iteration: batched device augmentation, forward, 7 BCE losses, backward, SGD step."""
+"""One training iteration (one optimiser step): for each micro-batch, batched device augmentation, forward, 7 BCE
+losses, backward; then the SGD step."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -39,26 +41,41 @@ def create_train_step(
     amp: str = "off",
     scaler: torch.amp.GradScaler | None = None,
     channels_last: bool = False,
-) -> Callable[[Engine, dict[str, Any]], torch.Tensor]:
-    """The Engine's process function: the detached losses (total, loss0..loss6) stay on ``device``."""
+    no_sync: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> Callable[[Engine, list[dict[str, Any]]], torch.Tensor]:
+    """The Engine's process function: one optimiser step over a list of micro-batches (``StepStream``), their
+    gradients summed with the loss scaled by 1 / their number, so that the gradient is that of one batch as
+    large as them all (BatchNorm aside: its statistics are per micro-batch). ``no_sync`` (DDP's): entered for
+    all but the last micro-batch, so that gradients are all-reduced once. Returns the mean detached losses
+    (total, loss0..loss6) on ``device``."""
     amp_dtype = AMP_DTYPES[amp]
     augment = DeviceAugment()
 
-    def train_step(engine: Engine, batch: dict[str, Any]) -> torch.Tensor:
-        model.train()
+    def micro_step(batch: dict[str, Any], scale: float | None) -> torch.Tensor:
         images, masks = prepare_batch(batch, device, augment, channels_last)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             outputs = model(images)
         losses = side_output_losses(outputs, masks)
         total = losses.sum()
+        scaled = total if scale is None else total * scale  # None: one micro-batch, bitwise as before
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        return torch.cat([total.detach().unsqueeze(0), losses.detach()])
+
+    def train_step(engine: Engine, micro_batches: list[dict[str, Any]]) -> torch.Tensor:
+        model.train()
         optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(total).backward()
+        count = len(micro_batches)
+        scale = None if count == 1 else 1.0 / count
+        outputs = []
+        for i, batch in enumerate(micro_batches):
+            last = i == count - 1
+            with nullcontext() if last or no_sync is None else no_sync():
+                outputs.append(micro_step(batch, scale))
+        if scaler is not None:  # its inf checks and unscaling see the summed gradients
             scaler.step(optimizer)
             scaler.update()
         else:
-            total.backward()
             optimizer.step()
-        return torch.cat([total.detach().unsqueeze(0), losses.detach()])
+        return outputs[0] if count == 1 else torch.stack(outputs).mean(dim=0)
 
     return train_step

@@ -12,6 +12,7 @@ from typing import IO
 
 import torch
 
+from ..batch_layout import BatchLayout
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..console import echo
@@ -64,17 +65,26 @@ class TrainLog:
 
 
 def header_lines(
-    config: TrainConfig, world_size: int, resumed_from: Path | None, iteration: int, device: torch.device
+    config: TrainConfig,
+    world_size: int,
+    resumed_from: Path | None,
+    iteration: int,
+    device: torch.device,
+    resumed_note: str | None = None,
 ) -> tuple[list[str], list[str]]:
-    """The top of a run's (or a resumed run's) part of train.log, and what the console shows of it."""
+    """The top of a run's (or a resumed run's) part of train.log, and what the console shows of it
+    (``resumed_note``: the launching process printed it already)."""
     config_line = f"configuration: {json.dumps(config.brief(), sort_keys=True)}"  # one line
+    layout = BatchLayout(world_size, config.batch_size, config.accumulate)
+    accumulated = f" x {layout.accumulate} accumulated micro-batches" if layout.accumulate > 1 else ""
     world = (
-        f"world size {world_size}, {config.batch_size} images per process, "
-        f"global batch {config.batch_size * world_size}"
+        f"world size {world_size}, {config.batch_size} images per process{accumulated}, "
+        f"global batch {layout.global_batch} per optimiser step"
     )
     weights = [f"initial weights: {_describe(config.weights)}"] if config.weights else []
     notes = _notes(config, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
+    layout_note = [resumed_note] if resumed_note else []
     sets = config.data_sets or []
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
     pairs = sum(d["pairs"] for d in sets)
@@ -86,10 +96,12 @@ def header_lines(
         split.append(
             f"--val-split {config.val_split}: {held_out} of {total} pairs held out for validation, listed in {listed}"
         )
-    header = [config_line, world, *weights, *split, *notes, *resumed]
+    header = [config_line, world, *weights, *split, *notes, *resumed, *layout_note]
     summary = (  # the one console line about a run
         f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
-        f"global batch {config.batch_size * world_size}, {config.iters} iterations, output {config.output_dir}"
+        f"global batch {layout.global_batch}{f' ({layout.describe()})' if layout.accumulate > 1 else ''}, "
+        f"{config.iters} iterations, "
+        f"output {config.output_dir}"
     )
     console = [summary, *header] if config.verbose else [summary, *split, *notes, *resumed]
     return header, console

@@ -13,8 +13,9 @@ from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..config import TrainConfig
-from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_loader, stop_workers
+from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_stream, stop_workers
 from ..data.split import held_out_pairs
+from ..data.step_stream import StepStream
 from ..distributed.process_setup import set_worker_threads
 from ..model.backbone_weights import load_backbone_weights
 from ..model.key_layouts import load_model_state
@@ -25,15 +26,16 @@ from .optim import build_optimizer, build_poly_lr
 from .train_log import LOG_NAME, TrainLog, header_lines
 
 
-def training(local_rank: int, config: TrainConfig) -> None:
-    """Train R3Net on this worker (one of ``idist.get_world_size()``)."""
+def training(local_rank: int, config: TrainConfig, resumed_note: str | None = None) -> None:
+    """Train R3Net on this worker (one of ``idist.get_world_size()``); ``resumed_note``: start-up's line about a
+    resume on another batch layout, for train.log."""
     device = idist.device()
     configure_training(device, config.deterministic, config.tf32 == "on")
     set_worker_threads(device)
     rank, world_size = idist.get_rank(), idist.get_world_size()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
-    loader, sampler = build_train_loader(config, world_size, rank, pin_memory=device.type == "cuda")
+    stream = build_train_stream(config, world_size, rank, pin_memory=device.type == "cuda")
     model = _build_model(config, device)
     # from here on each rank has its own, reproducible random stream (augmentation does not use
     # it: its draws come from (seed, epoch, position) so that resume is exact)
@@ -43,19 +45,19 @@ def training(local_rank: int, config: TrainConfig) -> None:
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
     val_loader = _build_val_loader(config) if config.val_data or config.val_split else None
-    trainer, to_save = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device, scaler, val_loader)
+    trainer, to_save = create_trainer(model, optimizer, lr_scheduler, stream, log, config, device, scaler, val_loader)
 
-    resumed_from = _restore(to_save, config)
+    resumed_from = _restore(to_save, config, stream)
     _check_same_start(trainer.state.iteration)
-    log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device))
+    log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device, resumed_note))
     if val_loader is not None:
         _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
-    loaders = [loader] if val_loader is None else [loader, val_loader]
+    loaders = [stream.loader] if val_loader is None else [stream.loader, val_loader]
     try:
         if resumed_from is None:
-            trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
+            trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
         else:
-            trainer.run(loader)
+            trainer.run(stream)
     finally:
         for each in loaders:
             stop_workers(each)
@@ -105,15 +107,23 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     return idist.auto_model(model, sync_bn=False) if idist.get_world_size() > 1 else model
 
 
-def _restore(to_load: dict[str, Any], config: TrainConfig) -> Path | None:
+def _restore(to_load: dict[str, Any], config: TrainConfig, stream: StepStream) -> Path | None:
     """Load ``--resume``'s checkpoint (start-up resolved 'auto' to a file that loads) on the CPU;
-    ``load_state_dict`` moves it to the device."""
+    ``load_state_dict`` moves it to the device. On another batch layout (start-up checked that the global
+    batch is kept) the Engine counts this layout's epochs, and the stream continues at the next global batch."""
     if not config.resume:
         return None
     path = Path(config.resume)
     checkpoint = load_checkpoint(path)
-    # the recipe is only compared (start.planned_run), never loaded
-    Checkpoint.load_objects(to_load={k: v for k, v in to_load.items() if k != "recipe"}, checkpoint=checkpoint)
+    # the recipe is only compared (start.planned_run), never loaded; older checkpoints record no position
+    skipped = {"recipe"} | ({"sampler"} - checkpoint.keys())
+    Checkpoint.load_objects(to_load={k: v for k, v in to_load.items() if k not in skipped}, checkpoint=checkpoint)
+    state = to_load["trainer"].state
+    if "sampler" not in checkpoint:
+        stream.start_at(state.iteration)
+    # ignite's epochs are counted with this layout's length; the stream keeps the data's own epochs
+    state.epoch_length = len(stream)
+    state.epoch = state.iteration // len(stream)
     return path
 
 
