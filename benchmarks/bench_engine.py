@@ -36,6 +36,7 @@ from ignite.engine import Engine, Events
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import SaliencyTrainSet, collate_train
 from ignite_r3net.data.sampler import ResumableDistributedSampler, sample_seed
+from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.data.transforms import DeviceAugment
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.engine import create_trainer
@@ -74,7 +75,9 @@ def _ignite_run(
     log = TrainLog(Path(config.output_dir) / "train.log")
     log.open(["configuration: benchmark"], [])
     # exactly the handlers trainer.training attaches per iteration, checkpointing included
-    trainer, *_ = create_trainer(model, optimizer, lr_scheduler, sampler, log, config, device)
+    # the batches are made already: the stream hands them out one step (one micro-batch) at a time
+    stream = StepStream(batches, sampler, accumulate=1, global_batch=config.batch_size)  # type: ignore[arg-type]
+    trainer, *_ = create_trainer(model, optimizer, lr_scheduler, stream, log, config, device)
 
     marks: dict[int, float] = {}
     in_step = [0.0]
@@ -97,7 +100,7 @@ def _ignite_run(
             marks[it] = time.perf_counter()
 
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        trainer.run(batches, max_iters=config.iters, epoch_length=len(batches))
+        trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
     return marks[config.iters] - marks[warmup], in_step[0]
 
 

@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 from ignite_r3net.atomic_files import write_json  # noqa: E402
 from ignite_r3net.checkpoint_io import load_checkpoint  # noqa: E402
 from ignite_r3net.config import TrainConfig  # noqa: E402
-from ignite_r3net.data.loader import build_train_loader  # noqa: E402
+from ignite_r3net.data.loader import build_train_stream  # noqa: E402
 from ignite_r3net.data.synthetic import make_synthetic_dataset  # noqa: E402
 from ignite_r3net.model.r3net import R3Net  # noqa: E402
 from ignite_r3net.numerics import configure_training  # noqa: E402
@@ -206,12 +206,12 @@ def no_host_sync(device: torch.device, sizes: Sizes, data: Path, work: Path) -> 
     )  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
     configure_training(device, deterministic=False, tf32=True)
-    loader, sampler = build_train_loader(config, pin_memory=device.type == "cuda")
+    stream = build_train_stream(config, pin_memory=device.type == "cuda")
     torch.manual_seed(config.seed)
     model = R3Net(config.backbone).to(device)
     optimizer = build_optimizer(model, config)
     log = TrainLog(work / "train.log", console=False)
-    trainer = create_trainer(model, optimizer, build_poly_lr(optimizer, config), sampler, log, config, device).trainer
+    trainer = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, config, device).trainer
     logged = every_or_last(config.log_every, config.iters)
     checked: list[int] = []
     debug = device.type == "cuda"
@@ -228,8 +228,8 @@ def no_host_sync(device: torch.device, sizes: Sizes, data: Path, work: Path) -> 
         _sync_debug("default")
 
     try:
-        with _stopping_workers(loader):
-            trainer.run(loader, max_iters=config.iters, epoch_length=len(loader))
+        with _stopping_workers(stream.loader):
+            trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
     except RuntimeError as e:
         at = f" at iteration {checked[-1]}" if checked else ""
         return {"error": f"host sync{at}: {_first_line(e)}", "where": _frames(e)}
@@ -300,7 +300,7 @@ def _time_training(device: torch.device, sizes: Sizes, opts: dict[str, Any]) -> 
     trained = torch.compile(model) if opts["compile"] else model
     step = create_train_step(trained, optimizer, device, config.amp, scaler, config.channels_last)
     batches = itertools.cycle(_batches(4, sizes, device))
-    return time_runs(lambda: step(None, next(batches)), device, sizes.warmup, sizes.iters)  # type: ignore[arg-type]
+    return time_runs(lambda: step(None, [next(batches)]), device, sizes.warmup, sizes.iters)  # type: ignore[arg-type]
 
 
 def _batches(n: int, sizes: Sizes, device: torch.device) -> list[dict[str, Any]]:

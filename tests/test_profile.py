@@ -244,7 +244,7 @@ def test_the_max_batch_row_of_a_faked_gpu(monkeypatch: pytest.MonkeyPatch) -> No
     cuda = torch.device("cuda", 0)
     tries: list[int] = []
     step = _out_of_memory_above(12, tries)
-    monkeypatch.setattr(command, "training_step", lambda *a: lambda engine, batch: step(batch))
+    monkeypatch.setattr(command, "training_step", lambda *a: lambda engine, micro_batches: step(*micro_batches))
     monkeypatch.setattr(command, "synthetic_batch", lambda batch, height, width, device: batch)
     monkeypatch.setattr(measure, "macs_per_image", lambda *a: 2 * 10**9)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

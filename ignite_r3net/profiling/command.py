@@ -265,10 +265,10 @@ def _measure(
         return
     if c.mode == "train":
         step = training_step(subject.model, run_model, device, c.amp, options.channels_last)
-        batch = synthetic_batch(c.batch_size, c.height, c.width, device)
+        micro_batches = [synthetic_batch(c.batch_size, c.height, c.width, device)]  # one step, no accumulation
 
         def run() -> object:
-            return step(None, batch)
+            return step(None, micro_batches)
 
     elif c.mode == "onnx":
         assert isinstance(onnx, OnnxModel)
@@ -304,7 +304,7 @@ def inference_run(
 
 def training_step(
     model: nn.Module, run_model: Callable[..., Any], device: torch.device, amp: str, channels_last: bool
-) -> Callable[[Any, dict[str, Any]], torch.Tensor]:
+) -> Callable[[Any, list[dict[str, Any]]], torch.Tensor]:
     """``train``'s step (device augmentation, forward, 7 losses, backward, SGD with the recipe's groups and
     momentum) at learning rate 0: the work of a real step, the weights left as they are."""
     from ..training.step import create_train_step
@@ -338,7 +338,7 @@ def _max_batch(
     step = training_step(subject.model, run_model, subject.device, c.amp, channels_last)
 
     def step_at(batch: int) -> None:
-        step(None, synthetic_batch(batch, c.height, c.width, subject.device))
+        step(None, [synthetic_batch(batch, c.height, c.width, subject.device)])
         measure.synchronize(subject.device)  # an asynchronous failure belongs to this try
 
     largest = find_max_batch(step_at, subject.device, start=2)
