@@ -14,8 +14,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import pytest
 from filelock import FileLock
@@ -125,8 +126,11 @@ def _export(checkpoint: Path, fmt: str, output: Path) -> Path:
 @pytest.fixture(scope="session")
 def exported_onnx(spread_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spread_checkpoint`` exported by the CLI as ONNX."""
-    folder = made_once("onnx", tmp_path_factory, lambda folder: _export(spread_checkpoint, "onnx", folder / "r3net.onnx"))
-    return folder / "r3net.onnx"
+
+    def make(folder: Path) -> None:
+        _export(spread_checkpoint, "onnx", folder / "r3net.onnx")
+
+    return made_once("onnx", tmp_path_factory, make) / "r3net.onnx"
 
 
 @pytest.fixture(scope="session")
