@@ -27,6 +27,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # CPU and gloo only, also for the commands the tests run in this process with ``cli.main``
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("TORCH_HOME", str(Path(__file__).resolve().parent / ".no-torch-cache"))
+# Under pytest-xdist each worker takes its share of the cores for torch's threads, as a training process
+# does (distributed/process_setup.py) and as the processes the tests start do (helpers.cpu_env): two
+# workers with a full pool each spent 5x the CPU time on the in-process training tests (OpenMP threads
+# spinning for cores the other worker holds). Set before any test module imports torch.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
 # the data scan cache (data/checks.py) of the tests' data sets: not the user's ~/.cache
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ignite_r3net-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
