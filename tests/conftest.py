@@ -47,12 +47,17 @@ SLOW_FIXTURES = {"reference_run", "exported_onnx"}
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook names each test's group)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that needs the reference run (~20 s) or the ONNX export (~15 s) is slow; a ``serial`` test
-    joins the xdist group ``serial``, whose tests one worker runs one at a time."""
+    joins the xdist group ``serial``, whose tests one worker runs one at a time; under xdist the slow
+    tests are handed out first."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        # the long tests first, so that no worker is left with one at the end while the other idles (the
+        # serial group, the largest, is handed out first anyway); every worker sorts alike
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def made_once(name: str, tmp_path_factory: pytest.TempPathFactory, make: Callable[[Path], object]) -> Path:
