@@ -417,6 +417,7 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
     assert log_lines(out / "train.log")[-1] == said, "train.log ends with the console's line"
 
 
+# over the 30 s budget (32 s idle): two runs interrupted while busy loops hold every core
 @pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(240)
