@@ -1,18 +1,25 @@
 """Test-wide settings: no test may reach the network for weights (the CI machine has none). Session
 fixtures for what several test files need and is slow to make: one 2-process training run as a
-user starts it (``reference_run``), one exported model per format (an ONNX export takes ~15 s)."""
+user starts it (``reference_run``), one exported model per format (an ONNX export takes ~15 s).
+
+The suite runs on two pytest-xdist workers (setup.cfg ``addopts``): the slow fixtures are made once per
+test run, by the first worker that needs them, and read by the others (``made_once``); tests marked
+``serial`` run one after another on one worker (``--dist loadgroup``, group ``serial``)."""
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from filelock import FileLock
 
 # weights come from local files or --pretrained none; a test that forgets fails at once instead of
 # waiting on a download (child processes inherit these)
@@ -20,6 +27,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # CPU and gloo only, also for the commands the tests run in this process with ``cli.main``
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ.setdefault("TORCH_HOME", str(Path(__file__).resolve().parent / ".no-torch-cache"))
+# Under pytest-xdist each worker takes its share of the cores for torch's threads, as a training process
+# does (distributed/process_setup.py) and as the processes the tests start do (helpers.cpu_env): two
+# workers with a full pool each spent 5x the CPU time on the in-process training tests (OpenMP threads
+# spinning for cores the other worker holds). Set before any test module imports torch.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
 # the data scan cache (data/checks.py) of the tests' data sets: not the user's ~/.cache
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ignite_r3net-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
@@ -29,11 +44,39 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 SLOW_FIXTURES = {"reference_run", "exported_onnx"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook names each test's group)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that needs the reference run (~20 s) or the ONNX export (~15 s) is slow."""
+    """A test that needs the reference run (~20 s) or the ONNX export (~15 s) is slow; a ``serial`` test
+    joins the xdist group ``serial``, whose tests one worker runs one at a time; under xdist the slow
+    tests are handed out first."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        # the long tests first, so that no worker is left with one at the end while the other idles (the
+        # serial group, the largest, is handed out first anyway); every worker sorts alike
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def made_once(name: str, tmp_path_factory: pytest.TempPathFactory, make: Callable[[Path], object]) -> Path:
+    """The folder ``make(folder)`` filled, made once per test run: under xdist the first worker to ask
+    makes it under a lock in the run's shared temporary folder and the others wait and read it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:  # one process: the session fixture's own folder
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed half-way
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
 
 
 class Run(NamedTuple):
@@ -50,7 +93,13 @@ def reference_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     """12 training pairs and one validation pair (see ``helpers.reference_args``)."""
     from helpers import make_tiny_dataset
 
-    return make_tiny_dataset(tmp_path_factory.mktemp("reference-data"), n=12, n_val=1)
+    def make(folder: Path) -> None:
+        made = make_tiny_dataset(folder / "data", n=12, n_val=1)
+        (folder / "paths.json").write_text(json.dumps([str(p.relative_to(folder)) for p in made]), encoding="utf-8")
+
+    folder = made_once("reference-data", tmp_path_factory, make)
+    train, val = json.loads((folder / "paths.json").read_text(encoding="utf-8"))
+    return folder / train, folder / val
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +109,15 @@ def reference_run(reference_data: tuple[Path, Path], tmp_path_factory: pytest.Te
     from helpers import reference_args, run_cli
 
     train, val = reference_data
-    out = tmp_path_factory.mktemp("reference-run")
-    return Run(out, train, val, run_cli(reference_args(train, val, out), timeout=240))
+
+    def make(folder: Path) -> None:
+        proc = run_cli(reference_args(train, val, folder / "out"), timeout=240)
+        printed = {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+        (folder / "proc.json").write_text(json.dumps(printed), encoding="utf-8")
+
+    folder = made_once("reference-run", tmp_path_factory, make)
+    printed = json.loads((folder / "proc.json").read_text(encoding="utf-8"))
+    return Run(folder / "out", train, val, subprocess.CompletedProcess(**printed))
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +125,8 @@ def spread_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A resnet18 ``best_model_*`` file whose maps span 0..1 (see ``helpers.save_spread_r3net``)."""
     from helpers import save_spread_r3net
 
-    return save_spread_r3net(tmp_path_factory.mktemp("spread") / "best_model_1_maxF=0.5000.pt")
+    name = "best_model_1_maxF=0.5000.pt"
+    return made_once("spread", tmp_path_factory, lambda folder: save_spread_r3net(folder / name)) / name
 
 
 def _export(checkpoint: Path, fmt: str, output: Path) -> Path:
@@ -82,7 +139,11 @@ def _export(checkpoint: Path, fmt: str, output: Path) -> Path:
 @pytest.fixture(scope="session")
 def exported_onnx(spread_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spread_checkpoint`` exported by the CLI as ONNX."""
-    return _export(spread_checkpoint, "onnx", tmp_path_factory.mktemp("onnx") / "r3net.onnx")
+
+    def make(folder: Path) -> None:
+        _export(spread_checkpoint, "onnx", folder / "r3net.onnx")
+
+    return made_once("onnx", tmp_path_factory, make) / "r3net.onnx"
 
 
 @pytest.fixture(scope="session")

@@ -161,6 +161,7 @@ def test_gpu_check_writes_each_result_as_soon_as_it_has_it(tmp_path: Path, monke
     assert "skipped" in skipped and bench_run.format_line("gpu", skipped).startswith("gpu: skipped")
 
 
+# over the 30 s budget (68 s idle on 2 cores): the script's every check end to end is the claim
 @pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_gpu_check_runs_every_check_on_the_cpu(tmp_path: Path) -> None:

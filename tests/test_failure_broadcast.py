@@ -21,7 +21,8 @@ from ignite_r3net.distributed import launch
 from ignite_r3net.distributed.launch import _job_failure, publish, published, spawn_failure
 from ignite_r3net.distributed.topology import LaunchSpec
 
-pytestmark = pytest.mark.timeout(300)
+# serial: every rank must end within a deadline of seconds after the first failure
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
 FAULTY = REPO / "tests" / "fail_rank_one.py"  # rank 1 raises; rank 0 waits in a store wait of 600 s
 ENDS_WITHIN_S = 30.0

@@ -241,6 +241,7 @@ def _train_until_stopped(local_rank, iterations: list[int]) -> None:
     engine.run(range(100), max_epochs=1)
 
 
+@pytest.mark.serial
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the ignored Terminated
 def test_a_sigterm_python_could_not_raise_still_stops_training_at_the_next_iteration():
     iterations: list[int] = []
@@ -334,6 +335,7 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     """A file that passed the start-up scan and breaks later (a flaky disk) is met on one rank, in a
@@ -364,6 +366,7 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
     assert not group_pids(proc.pid), "a worker was left running"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "target, sig, code, said, nproc",
@@ -414,6 +417,8 @@ def test_an_interrupt_ends_the_whole_job_at_once_without_tracebacks(data, tmp_pa
     assert log_lines(out / "train.log")[-1] == said, "train.log ends with the console's line"
 
 
+# over the 30 s budget (32 s idle): two runs interrupted while busy loops hold every core
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ctrl_c_ends_every_run_on_a_loaded_machine_even_where_the_suite_ignores_it():

@@ -22,7 +22,8 @@ from ignite_r3net.distributed.rendezvous import Meeting, meet
 from ignite_r3net.distributed.topology import Endpoint, LaunchSpec, rendezvous_endpoint
 from ignite_r3net.errors import RanksDisagree, RendezvousFailed
 
-pytestmark = pytest.mark.timeout(120)
+# serial: rendezvous timeouts of 1-7 s, a fixed port (29321), and a SIGTERM that must end a process within 5 s
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 SLURM_TASK_1_OF_2 = {
     "SLURM_JOB_ID": "12345",

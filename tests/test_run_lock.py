@@ -64,6 +64,7 @@ def test_stale_locks_are_taken_over_with_a_note(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the first run must still be training when the second one's checks are done
 def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, capsys):
     train, _ = make_tiny_dataset(tmp_path / "data", n=6, n_val=0)
     out = tmp_path / "run"
