@@ -455,6 +455,7 @@ def _trained_after_resume(log: Path) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # torchrun's keep-alive and last-call deadlines are seconds: not beside another serial test
 @pytest.mark.timeout(360)
 def test_torchrun_elastic_survives_a_node_killed_without_a_word(data, tmp_path):
     """``torchrun --nnodes 1:2 --max-restarts 3 ... --resume auto --global-batch 4``: one node (agent and worker)

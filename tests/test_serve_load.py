@@ -22,6 +22,7 @@ MEMORY_MARGIN_MB = 64  # allocator caches settling after the warm-up; a leak of 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # latency figures and the server's memory: not beside another serial test
 @pytest.mark.timeout(240)
 def test_200_requests_at_concurrency_8_without_errors_or_growing_memory(spread_checkpoint: Path) -> None:
     env = cpu_env()
