@@ -18,7 +18,7 @@ import ignite_r3net.training.worker as worker  # noqa: E402
 from ignite_r3net.cli import main  # noqa: E402
 
 
-def fail_or_wait(local_rank: int, config: object) -> None:
+def fail_or_wait(local_rank: int, config: object, resumed_note: str | None = None) -> None:
     if idist.get_rank() == 1:
         raise OSError("cannot read image /data/broken.jpg")
     # a DataLoader worker process runs beside this rank, as in training: it must end with it
