@@ -28,7 +28,7 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.sampler import ResumableDistributedSampler
 from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.errors import OptionError
-from ignite_r3net.training.recipe_config import batch_layout, config_from_file, config_from_options
+from ignite_r3net.training.recipe_config import batch_layout, config_from_file, config_from_options, layout_note
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 from ignite_r3net.training.step import create_train_step
 
@@ -41,12 +41,16 @@ def _layout(world: int, **given) -> BatchLayout:
     return batch_layout(config_from_options(given), world)
 
 
-def test_only_the_global_batch_given_derives_batch_and_accumulation_in_one_line(capsys):
+def test_only_the_global_batch_given_derives_batch_and_accumulation_in_one_line():
     assert _layout(2, global_batch=24) == BatchLayout(2, 12, 1)
-    assert _layout(2, global_batch=24, max_batch_per_device=4) == BatchLayout(2, 4, 3)
-    err = capsys.readouterr().err
-    assert "--global-batch 24: the global batch of 24 images split as 2 processes x 4 x 3 accumulated" in err
-    assert "(--batch-size 4 --accumulate 3, at most --max-batch-per-device 4)" in err
+    limited = config_from_options({"global_batch": 24, "max_batch_per_device": 4})
+    assert batch_layout(limited, 2) == BatchLayout(2, 4, 3)
+    said = layout_note(limited, batch_layout(limited, 2))
+    assert said is not None and len(said.splitlines()) == 1
+    assert "--global-batch 24: the global batch of 24 images split as 2 processes x 4 x 3 accumulated" in said
+    assert "(--batch-size 4 --accumulate 3, at most --max-batch-per-device 4)" in said
+    # nothing to say where one process takes the whole global batch at once
+    assert layout_note(limited, batch_layout(config_from_options({"global_batch": 4}), 1)) is None
     # the largest batch that divides the share, not the limit itself: 12 = 3 x 4
     assert _layout(2, global_batch=24, max_batch_per_device=5) == BatchLayout(2, 4, 3)
     assert _layout(1, global_batch=8, batch_size=2) == BatchLayout(1, 2, 4)
@@ -363,6 +367,23 @@ def test_torchrun_restarts_keep_the_run_lock_by_their_rendezvous_id(monkeypatch)
     assert job_id() == first == "torchrun:r3net-duts"
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # no --rdzv-id: the address tells jobs apart
     assert job_id().endswith(":41234")
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_under_torchrun_only_rank_0_says_how_the_global_batch_is_shared(data, tmp_path, monkeypatch, capsys, rank):
+    """Every torchrun process plans the run: the layout line is said once per job, by rank 0."""
+    from ignite_r3net.training.start import planned_run
+
+    torchrun = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
+    for name, value in {**torchrun, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "layout-line")
+    args = cli.build_parser().parse_args(_train_args(data, tmp_path / "out", "--global-batch", "4"))
+    config = config_from_options(cli.given_options(TrainConfig, args))
+    with planned_run(config) as plan:
+        assert (plan.config.batch_size, plan.config.accumulate) == (2, 1)
+    said = capsys.readouterr().err.count("--global-batch 4: the global batch of 4 images split as 2 processes x 2")
+    assert said == (1 if rank == "0" else 0)
 
 
 def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str]) -> subprocess.Popen:

@@ -10,7 +10,7 @@ from typing import Any
 from ..batch_layout import MIN_BATCH, BatchLayout, fit, possible_processes
 from ..config import TrainConfig
 from ..data.synthetic import synthetic_paths
-from ..errors import OptionError, note
+from ..errors import OptionError
 from ..model.backbones import BACKBONES
 from ..options.fields import is_option, read_options
 from ..recipes import DEFAULT_RECIPE, RECIPES
@@ -47,37 +47,51 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
 
 def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
     """``config``'s layout on ``world_size`` processes: its ``global_batch`` shared among them (the batch per
-    process and the accumulation derived unless given; the derivation said in one line), or without one its
-    ``batch_size`` and ``accumulate``. ``OptionError`` listing the process counts that can keep the global batch."""
+    process and the accumulation derived unless given), or without one its ``batch_size`` and ``accumulate``.
+    ``OptionError`` listing the process counts that can keep the global batch."""
     global_batch = config.global_batch
     if global_batch is None:
         return BatchLayout(world_size, config.batch_size, config.accumulate)
-    # batch_size equal to the global batch is config_from_options' placeholder: derive it
-    batch = None if config.batch_size == global_batch else config.batch_size
-    accumulate = None if config.accumulate == 1 else config.accumulate
-    limit = config.max_batch_per_device
+    batch, accumulate, limit = _given_batch(config)
     layout = fit(global_batch, world_size, batch, accumulate, limit)
-    recipe = RECIPES.get(config.recipe)
-    origin = (
-        f"--recipe {config.recipe} keeps the original global batch"
-        if recipe is not None and recipe.global_batch == global_batch
-        else f"--global-batch {global_batch} keeps a global batch"
-    )
     if layout is None:
         possible = ", ".join(str(n) for n in possible_processes(global_batch, batch, accumulate, limit)) or "none"
         raise OptionError(
-            f"{origin} of {global_batch} images, which {world_size} processes cannot share equally "
-            f"{_constraint(batch, accumulate, limit)} (possible: {possible} processes); or give --batch-size N "
-            f"(images per process) for a global batch of N x {world_size}"
-        )
-    if world_size > 1 or layout.accumulate > 1:
-        accumulated = f" --accumulate {layout.accumulate}" if layout.accumulate > 1 else ""
-        limited = f", at most --max-batch-per-device {limit}" if limit is not None and batch is None else ""
-        note(
-            f"{origin.split(' keeps')[0]}: the global batch of {global_batch} images split as "
-            f"{layout.describe()} (--batch-size {layout.batch}{accumulated}{limited})"
+            f"{_origin(config)} keeps a global batch of {global_batch} images, which {world_size} processes cannot "
+            f"share equally {_constraint(batch, accumulate, limit)} (possible: {possible} processes); or give "
+            f"--batch-size N (images per process) for a global batch of N x {world_size}"
         )
     return layout
+
+
+def layout_note(config: TrainConfig, layout: BatchLayout) -> str | None:
+    """The one line saying how ``batch_layout`` shared a global batch, where there was something to share."""
+    if config.global_batch is None or (layout.processes == 1 and layout.accumulate == 1):
+        return None
+    batch, _, limit = _given_batch(config)
+    accumulated = f" --accumulate {layout.accumulate}" if layout.accumulate > 1 else ""
+    limited = f", at most --max-batch-per-device {limit}" if limit is not None and batch is None else ""
+    return (
+        f"{_origin(config)}: the global batch of {config.global_batch} images split as {layout.describe()} "
+        f"(--batch-size {layout.batch}{accumulated}{limited})"
+    )
+
+
+def _given_batch(config: TrainConfig) -> tuple[int | None, int | None, int | None]:
+    """The batch per process, accumulation and limit a global batch's layout must keep; None: derive it.
+    A batch per process equal to the global batch is ``config_from_options``' placeholder, and an
+    accumulation of 1 its default, so both are derived (an explicit ``--batch-size`` of the whole global
+    batch, or ``--accumulate 1``, is not told apart from them)."""
+    batch = None if config.batch_size == config.global_batch else config.batch_size
+    accumulate = None if config.accumulate == 1 else config.accumulate
+    return batch, accumulate, config.max_batch_per_device
+
+
+def _origin(config: TrainConfig) -> str:
+    recipe = RECIPES.get(config.recipe)
+    if recipe is not None and recipe.global_batch == config.global_batch:
+        return f"--recipe {config.recipe}"
+    return f"--global-batch {config.global_batch}"
 
 
 def _constraint(batch: int | None, accumulate: int | None, limit: int | None) -> str:

@@ -29,7 +29,7 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, use_device
 from ..distributed.ranks import rank_zero_only, refuse_unless_ranks_agree
 from ..distributed.topology import LaunchSpec, started_by_torchrun
-from ..errors import CheckpointError, OptionError, ending_line, error_line, warn
+from ..errors import CheckpointError, OptionError, ending_line, error_line, note, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
 from ..model.backbones import BACKBONES
 from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
@@ -38,7 +38,7 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
-from .recipe_config import batch_layout
+from .recipe_config import batch_layout, layout_note
 from .resume import RESUME_FIXED, check_resume_compatible, resolve_resume
 from .trackers import prepare_trackers
 from .train_log import record_ending
@@ -115,6 +115,9 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
     spec = LaunchSpec.of(config)
     check_slurm(spec)
     layout = batch_layout(config, spec.world_size)
+    shared = layout_note(config, layout)
+    if shared is not None and spec.is_leader():  # every torchrun or srun process plans the run
+        note(shared)
     config = dataclasses.replace(
         config, batch_size=layout.batch, accumulate=layout.accumulate, global_batch=layout.global_batch
     )
