@@ -93,6 +93,26 @@ def test_maps_and_cutouts_are_predicts_within_one_gray_level(
     assert all(" POST /predict" in line and " 200 in " in line and line.endswith(" ms") for line in lines)
 
 
+@pytest.mark.slow  # the ONNX export (a fixture made once per run, ~15 s)
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_an_exported_model_serves_the_maps_predict_makes_with_it(
+    request: pytest.FixtureRequest, photos: Path, tmp_path: Path, fmt: str
+) -> None:
+    """``serve --model FILE`` (ONNX in onnxruntime, or TorchScript): the maps ``predict --model FILE`` writes."""
+    exported: Path = request.getfixturevalue(f"exported_{fmt}")
+    args = ["predict", "--model", str(exported), "--input", str(photos), "--output", str(tmp_path / "predict")]
+    assert cli.main([*args, "--workers", "0", "--no-progress"]) == 0
+    options = ServeOptions(model=str(exported))
+    with serving(create_app(load_served_model(options, CPU), options), lambda line: None) as url:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert client.get("/healthz").json()["provider"] == ("CPUExecutionProvider" if fmt == "onnx" else "torch")
+            for photo in sorted(photos.iterdir()):
+                response = _post(client, photo)
+                assert response.status_code == 200, response.text
+                want = np.asarray(Image.open(tmp_path / "predict" / f"{photo.stem}.png")).astype(int)
+                assert np.abs(_pixels(response.content).astype(int) - want).max() <= 1, photo.name
+
+
 BOMB_SIDE = 4000  # a flat PNG of 16 megapixels is a few kB: more pixels than --max-pixels, a small upload
 
 
@@ -203,7 +223,16 @@ def test_requests_arriving_together_share_forward_passes(
 
 
 @pytest.mark.slow
-def test_sigterm_answers_the_request_in_flight_then_stops(spread_checkpoint: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "host", "returncode", "last"),
+    [("SIGTERM", "127.0.0.1", 143, "terminated"), ("SIGINT", "0.0.0.0", 130, "interrupted")],
+    ids=["sigterm", "ctrl-c-on-every-interface"],
+)
+def test_sigterm_answers_the_request_in_flight_then_stops(
+    spread_checkpoint: Path, tmp_path: Path, stop: str, host: str, returncode: int, last: str
+) -> None:
+    """SIGTERM, or Ctrl-C (SIGINT), answers the request in flight, then ends the process as an interrupted command
+    would; the start-up line says the URL, model, device and limits, and a host other than the loopback is noted."""
     import signal
     import subprocess
     import sys
@@ -211,6 +240,7 @@ def test_sigterm_answers_the_request_in_flight_then_stops(spread_checkpoint: Pat
     photo = write_photo(tmp_path / "p.png")
     port = free_port()
     args = ["serve", "--checkpoint", str(spread_checkpoint), "--port", str(port), "--max-upload-mb", "50"]
+    args += ["--host", host]
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "run.py"), *args],
         cwd=REPO,
@@ -235,7 +265,7 @@ def test_sigterm_answers_the_request_in_flight_then_stops(spread_checkpoint: Pat
             headers = {"content-type": upload.headers["content-type"], "content-length": str(len(body))}
             pending = pool.submit(client.post, "/predict", content=slow_body(), headers=headers)
             _wait_for(lambda: client.get("/healthz").json()["in_flight"] == 1)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(getattr(signal, stop))
             _wait_for(lambda: not _answers(url))  # the server is stopping: it takes no new connection
             signalled.set()
             response = pending.result()
@@ -245,14 +275,14 @@ def test_sigterm_answers_the_request_in_flight_then_stops(spread_checkpoint: Pat
         signalled.set()
         proc.kill()
     lines = output.splitlines()
-    assert proc.returncode == 143, output
-    assert lines[0].startswith(
-        f"serving {spread_checkpoint} (R3Net resnet18, torch on cpu) at http://127.0.0.1:{port}/"
-    )
+    assert proc.returncode == returncode, output
+    assert lines[0].startswith(f"serving {spread_checkpoint} (R3Net resnet18, torch on cpu) at http://{host}:{port}/")
+    noted = f"note: listening on {host}: other machines can reach this server; it has no authentication"
+    assert (noted in lines) == (host != "127.0.0.1"), output
     assert "batches of up to 8 image(s) within 5 ms, uploads up to 50 MB and 40000000 pixels" in lines[0]
     assert "stopping: answering the 1 request(s) in flight, taking no new ones (Ctrl-C again stops at once)" in lines
     assert any(line.startswith("127.0.0.1 POST /predict 200 in ") and line.endswith(" ms") for line in lines), output
-    assert lines[-2:] == ["stopped after 1 answered request(s)", "terminated"], output
+    assert lines[-2:] == ["stopped after 1 answered request(s)", last], output
 
 
 def _answers(url: str) -> bool:
