@@ -345,8 +345,9 @@ COMMANDS = (
         "drop a photo, see its map and cutout). A bad upload is answered 4xx with one line of JSON, a full queue "
         "503; each request is one log line (status, bytes, milliseconds). SIGTERM or Ctrl-C answers the requests "
         "in flight, then stops.",
-        epilog="example: python run.py serve --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --port 8000, "
-        "then curl -F image=@photo.jpg 'http://127.0.0.1:8000/predict?output=cutout' -o cutout.png",
+        epilog="example: python run.py serve --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --port 8000 & "
+        "curl --retry 30 --retry-connrefused -F image=@photo.jpg 'http://127.0.0.1:8000/predict?output=cutout' "
+        "-o cutout.png",
     ),
     Command(
         "profile",

@@ -22,7 +22,7 @@ from ignite_r3net.training.recipe_config import config_from_options
 
 REPO = Path(__file__).resolve().parents[1]
 # the pages whose commands are checked; cli.md is generated from the parser itself
-COMMAND_PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "cli.md")]
+COMMAND_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK_PAGES = [*COMMAND_PAGES, REPO / "benchmarks" / "README.md"]
 
 # words that stand for a value the reader supplies (DIR, CKPT, ORG/NAME, DATA_ROOT, N, ...): text to every
