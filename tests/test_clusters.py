@@ -198,21 +198,37 @@ def test_accumulating_two_batches_of_2_equals_one_batch_of_4(scaler):
 
 def _ddp_worker(local_rank: int, out: str) -> None:
     """2 processes x 2 images x 2 accumulated, under DDP (whose no_sync the step uses): rank r's micro-batch m
-    of each 8-image step holds the step's positions m * 4 + r + 2 * j, as ``StepStream`` lays them out."""
+    of each 8-image step holds the step's positions m * 4 + r + 2 * j, as ``StepStream`` lays them out. DDP's
+    all-reduces are counted by a communication hook that all-reduces as DDP does by default."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
     rank, world = idist.get_rank(), idist.get_world_size()
     steps = [_images(8, seed) for seed in range(2)]
     mine = [[_part(b, [m * 4 + rank + world * j for j in range(2)]) for m in range(2)] for b in steps]
-    weights = _train(mine, model=lambda net: nn.parallel.DistributedDataParallel(net))
+    allreduces: list[int] = []
+
+    def counted(net: nn.Module) -> nn.Module:
+        ddp = nn.parallel.DistributedDataParallel(net)
+        ddp.register_comm_hook(
+            None, lambda group, bucket: allreduces.append(bucket.index()) or allreduce_hook(group, bucket)
+        )
+        return ddp
+
+    weights = _train(mine, model=counted)
     if rank == 0:
-        torch.save(weights, out)
+        torch.save({"weights": weights, "allreduces": allreduces}, out)
 
 
 @pytest.mark.slow
 def test_two_processes_x_2_x_accumulate_2_equal_one_process_x_4_x_accumulate_2(tmp_path):
+    """The same weights as one process, with DDP's all-reduce skipped for all but the last micro-batch."""
     out = tmp_path / "two.pt"
     with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=free_port()) as parallel:
         parallel.run(_ddp_worker, str(out))
-    two = torch.load(out, weights_only=True)
+    saved = torch.load(out, weights_only=True)
+    # the model's gradients fit one bucket: one all-reduce per optimiser step, none for the first micro-batch
+    assert saved["allreduces"] == [0, 0]
+    two = saved["weights"]
     steps = [_images(8, seed) for seed in range(2)]
     one = _train([[_part(b, list(range(0, 4))), _part(b, list(range(4, 8)))] for b in steps])
     for name, value in one.items():

@@ -118,6 +118,37 @@ def test_a_row_per_mode_and_a_reason_for_each_mode_that_cannot_run(
     assert report["header"]["device_name"] == measure.device_name(torch.device("cpu"))
 
 
+@pytest.mark.slow  # the ONNX export, made once per run (~15 s)
+def test_channels_last_and_onnx_rows_are_measured_and_a_failing_compile_is_a_row_saying_why(
+    exported_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--channels-last times the model in that layout; --onnx times the file in onnxruntime; a --compile that fails
+    when it first runs (no C++ compiler for inductor, say) is one row with the reason, and the next row still runs."""
+    out = tmp_path / "modes.json"
+    code, printed, err = _profile([*TINY, "--channels-last", "--onnx", str(exported_onnx), "--json", str(out)], capsys)
+    assert code == 0, err
+    pytorch, onnx = json.loads(out.read_text())["rows"]
+    assert (pytorch["mode"], pytorch["channels_last"], pytorch["status"]) == ("inference", True, "ok")
+    assert (onnx["mode"], onnx["channels_last"], onnx["status"]) == ("onnx", False, "ok")
+    assert onnx["latency_ms_median"] > 0 and onnx["images_per_s"] > 0
+    assert "channels-last" in printed
+
+    def compiled_that_fails(model: torch.nn.Module, **_: object):  # type: ignore[no-untyped-def]
+        def run(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("inductor found no C++ compiler")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", compiled_that_fails)
+    out = tmp_path / "compile.json"
+    code, printed, err = _profile([*TINY, "--compile", "--onnx", str(exported_onnx), "--json", str(out)], capsys)
+    assert code == 0, err
+    failed, onnx = json.loads(out.read_text())["rows"]
+    assert (failed["compile"], failed["status"]) == (True, "failed")
+    assert "inductor found no C++ compiler" in failed["reason"] and failed["latency_ms_median"] is None
+    assert onnx["status"] == "ok"
+
+
 def _rows_on_disk(path: Path) -> int:
     return len(json.loads(path.read_text())["rows"]) if path.exists() else 0
 

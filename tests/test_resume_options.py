@@ -77,7 +77,9 @@ def test_a_changed_recipe_option_is_refused_with_the_checkpoints_value(field, va
     assert len(message.splitlines()) == 1
 
 
-def test_another_world_size_is_refused():
+def test_another_world_size_without_the_global_batch_kept_is_refused():
+    """3 processes x 2 is a global batch of 6 where the checkpoint trained 4 (another count that keeps the global
+    batch is accepted: tests/test_clusters.py)."""
     message = _refusal(dataclasses.replace(RUN, nproc=3), world=3)
     assert "world size (--nproc x --nnodes) 3 (checkpoint: 2)" in message
 

@@ -1,6 +1,6 @@
 """``profile --train --find-max-batch``: the largest batch whose training step fits in a GPU's memory, found by
-trying real steps: doubling from 1 until one runs out of memory, then halving the gap between the largest batch
-that fitted and the smallest that did not."""
+trying real steps: doubling from the smallest batch (2 for a training step) until one runs out of memory, then
+halving the gap between the largest batch that fitted and the smallest that did not."""
 
 from __future__ import annotations
 
