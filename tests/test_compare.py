@@ -77,6 +77,7 @@ def _number(cell: str) -> float:
     return float(re.sub(r"[^0-9.]", "", re.sub(r"<u>|</u>|\\textbf|\\underline|\$\^\*\$", "", cell)))
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_results_tables_and_curves(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
     assert cli.main(_args(bench, out)) == 0
@@ -204,6 +205,7 @@ def _check_curves(folder: Path, results: dict) -> None:
     assert max(curves["SetA"]["M1"]["fmeasure"]) == pytest.approx(results["SetA"]["M1"]["maxF"], abs=1e-12)
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_cache_computes_only_new_pairs(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
     assert cli.main(_args(bench, out, ("M1",))) == 0
@@ -298,6 +300,7 @@ def _tiny_duts(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_checkpoint_method(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     data = _tiny_duts(tmp_path / "DUTS-mini")
     ckpt = tmp_path / "checkpoint_10.pt"
@@ -368,6 +371,7 @@ def test_bad_inputs_are_one_line_before_any_work(bench: Path, tmp_path: Path, ca
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_r3net_protocol_columns_marked_and_metric_names_any_case(bench: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert cli.main(_args(bench, out, ("M1", "M2"), "--protocol", "r3net", "--metrics", "MAXF", "sm", "Mae")) == 0
@@ -387,6 +391,7 @@ def test_r3net_protocol_columns_marked_and_metric_names_any_case(bench: Path, tm
     assert "protocol" not in json.loads((standard / "results.json").read_text())["SetA"]["M1"]
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_cache_is_invalidated_by_a_changed_mask_or_library_version(
     bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,6 +419,7 @@ def test_cache_is_invalidated_by_a_changed_mask_or_library_version(
     assert json.loads((tmp_path / "out" / "results.json").read_text())["SetB"] == after
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_checkpoint_maps_are_remade_when_what_made_them_changes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The README: a checkpoint's maps are reused unless the checkpoint, the images or
     --backbone / --crf / --amp changed (test_checkpoint_method sees them reused)."""

@@ -166,6 +166,7 @@ def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):
         assert (4 in indices) == allow and (1 in indices) == allow  # the damaged pairs' own indices
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_a_damaged_validation_image_is_left_out_once_and_the_run_goes_on(tmp_path, capsys):
     """Validation reads as training does: a pair that cannot be read, or whose JPEG decodes with
     warnings, is reported once (console and train.log) and left out of the scores; the run ends."""

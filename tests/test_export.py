@@ -164,6 +164,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_training_checkpoint_exports_with_the_backbone_of_its_run(
     tmp_path: Path, spread_checkpoint: Path, reference: torch.nn.Module
 ) -> None:

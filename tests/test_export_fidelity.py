@@ -71,6 +71,7 @@ MISTAKES = {
 }
 
 
+# about 1 to 1.5 s each, kept in the fast tier on purpose: the export's self-check on every kind of mistake
 @pytest.mark.parametrize("mistake", [*MISTAKES, "another checkpoint"])
 def test_a_wrong_graph_is_refused_and_nothing_is_written(
     mistake: str,
@@ -116,6 +117,7 @@ def _as_on_another_cpu(load: Callable, graph: export.SaliencyGraph) -> Callable:
     return load_on_another_cpu
 
 
+# TorchScript (about 1.5 s) kept in the fast tier on purpose: the acceptance of float32 rounding on any CPU
 @pytest.mark.parametrize("fmt", ["torchscript", pytest.param("onnx", marks=pytest.mark.slow)])
 def test_float32_rounding_of_a_sensitive_model_is_accepted_on_any_cpu(
     fmt: str, sensitive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

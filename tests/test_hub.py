@@ -141,6 +141,7 @@ def test_folder_holds_the_weights_the_recipe_and_the_sha256s(exported: dict, run
     assert ModelCard.load(exported["second"] / "README.md").data.to_dict()["license"] == "mit"  # the default
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_hub_checkpoint_gives_the_checkpoints_maps_byte_for_byte(
     hub_cache: Path, exported: dict, run_checkpoint: Path, other_checkpoint: Path, photos: Path, tmp_path: Path
 ) -> None:

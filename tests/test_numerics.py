@@ -109,6 +109,7 @@ def test_resize_by_matmul_is_bilinear_with_aligned_corners(size, to):
     )
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_training_autotunes_and_its_validation_and_evaluate_do_not(tmp_path, monkeypatch):
     """A run with validation, then ``evaluate`` of its checkpoint, in this process; the worker's
     settings are those of a GPU (autotuning on), recorded at each forward pass of R3Net."""

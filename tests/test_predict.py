@@ -287,6 +287,7 @@ def test_a_stopped_predict_continues_and_writes_every_map_once(
     assert _maps(out) == before
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_maps_of_another_model_or_options_are_redone(
     tmp_path: Path, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -176,6 +176,7 @@ def test_a_checkpoint_carrying_a_pickled_callable_is_refused_not_run(tmp_path, c
     assert not marker.exists()
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_resume_auto_skips_a_truncated_newest_checkpoint(data, tmp_path, capsys):
     args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "4", "--checkpoint-every", "2", *TINY_TRAIN]
     assert main(args) == 0

@@ -116,6 +116,7 @@ def _meeting(index: int, port: int, timeout: int = 1, **alike: str) -> Meeting:
     return Meeting("node", index, 2, endpoint, "gloo", 4, timeout, alike)
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_a_node_whose_host_never_comes_reports_while_waiting_and_stops_at_the_timeout(monkeypatch, capsys):
     monkeypatch.setattr(rendezvous, "REPORT_EVERY_S", 0.3)
     port = free_port()
@@ -149,6 +150,7 @@ def test_the_host_names_the_node_that_did_not_come(capsys):
     )
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 @pytest.mark.parametrize("nproc_of_node_1, refusal", [("2", None), ("1", "--nproc 2 on node 0, 1 on node 1")])
 def test_nodes_meet_and_are_refused_when_started_differently(nproc_of_node_1, refusal):
     """Node 0 (in a thread) serves the store and judges; both sides get the same verdict. A refused

@@ -153,6 +153,7 @@ def test_deterministic_and_tf32_cannot_change_on_resume(finished, tmp_path, caps
     assert "--deterministic True (checkpoint: False)" in err and "--tf32 off (checkpoint: on)" in err, err
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_a_resume_with_other_run_control_options_continues_the_same_run(finished, tmp_path):
     """Fewer checkpoints kept, a DataLoader worker, a log line every 2 iterations, checkpoints every
     2 and validation every iteration on data the first run did not validate on: the options take

@@ -42,6 +42,7 @@ def test_fp16_scaler_is_checkpointed_and_resumed(data, tmp_path):
     assert "note: --amp fp16 on the CPU is emulated" in (tmp_path / "train.log").read_text()
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_bf16_and_channels_last_reach_the_training_step_with_dataloader_workers(data, tmp_path):
     """Through the command line (this process, as ``--nproc 1`` runs): every convolution of the
     training step computes in bf16 and writes channels-last, the model's layers as well as the stem

@@ -62,6 +62,7 @@ def test_amp_and_channels_last_reach_the_training_step(train_dir, tmp_path, amp,
     assert stem.is_contiguous() != channels_last
 
 
+# about 2.5 s, kept in the fast tier on purpose: the one check there that the recipe learns at all
 def test_a_few_iterations_make_the_loss_fall(train_dir, tmp_path):
     """16 iterations of 8 generated images from random weights: the mean total loss (7 BCE terms,
     about 7 x ln 2 = 4.85 untrained) of the last 4 iterations is well below that of the first 4.

@@ -3,6 +3,7 @@ max F, the TensorBoard grid shows every side output."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -119,11 +120,18 @@ def test_every_rank_scores_its_images_with_rank0_batchnorm_statistics(tmp_path, 
         return dict(evaluator.state.metrics)
 
     got = world.run(lambda: validate_before_training(rank0, 0), lambda: validate_before_training(rank1, 1))
+    # Equal but for float32 rounding at single pixels: with two pytest-xdist workers busy, the two threads'
+    # maps have differed from one process's by a gray level at a few pixels (MAE 1.1e-6 apart), in runs whose
+    # tests, replayed in one process, agreed bit for bit; what changes their rounding was not found. A gray
+    # level at one pixel moves MAE by about 1e-7 and an F-measure by at most about 1e-3 (1,112 and 1,709
+    # salient pixels); rank 1's own statistics move MAE by more than 1e-3, which the MAE bound still refuses.
     for values in got:
         for key, value in expected.items():
-            assert values[key] == pytest.approx(value, abs=1e-9), key
-    logged = (tmp_path / "out" / "train.log").read_text()
-    assert f"[val iter 0] mae {expected['mae']:.4f} maxF {expected['maxF']:.4f}" in logged
+            assert values[key] == pytest.approx(value, abs=1e-5 if key == "mae" else 5e-3), key
+    logged = re.search(r"\[val iter 0\] mae (\S+) maxF (\S+)", (tmp_path / "out" / "train.log").read_text())
+    assert logged is not None
+    assert float(logged[1]) == pytest.approx(expected["mae"], abs=1e-4)  # printed with 4 decimals
+    assert float(logged[2]) == pytest.approx(expected["maxF"], abs=5e-3)
 
 
 class _OnGpu(torch.Tensor):

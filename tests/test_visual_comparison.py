@@ -131,6 +131,7 @@ def test_show_stems_picks_by_hand_and_marks_a_missing_map(bench: Path, tmp_path:
     assert not (tmp_path / "x").exists()  # refused before any work
 
 
+@pytest.mark.slow  # over 1 s: beyond the fast tier's budget (docs/development.md#tests)
 def test_an_unchanged_figure_is_kept_and_a_changed_one_redrawn(bench: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     figure = out / "figures" / "visual_Set.png"
