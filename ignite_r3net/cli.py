@@ -102,12 +102,18 @@ def add_train(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .training.recipe_config import config_from_file, config_from_options
     from .training.start import train
 
-    given = given_options(TrainConfig, args)
-    train(config_from_file(args.config, given) if args.config else config_from_options(given))
+    train(train_config(args))
     return 0
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The training config ``train``'s parsed command line describes (under ``--config FILE``'s when given)."""
+    from .training.recipe_config import config_from_file, config_from_options
+
+    given = given_options(TrainConfig, args)
+    return config_from_file(args.config, given) if args.config else config_from_options(given)
 
 
 def add_reproduce(sub: Subparsers) -> None:

@@ -50,7 +50,8 @@ def test_only_the_global_batch_given_derives_batch_and_accumulation_in_one_line(
     assert "--global-batch 24: the global batch of 24 images split as 2 processes x 4 x 3 accumulated" in said
     assert "(--batch-size 4 --accumulate 3, at most --max-batch-per-device 4)" in said
     # nothing to say where one process takes the whole global batch at once
-    assert layout_note(limited, batch_layout(config_from_options({"global_batch": 4}), 1)) is None
+    whole = config_from_options({"global_batch": 4})
+    assert layout_note(whole, batch_layout(whole, 1)) is None
     # the largest batch that divides the share, not the limit itself: 12 = 3 x 4
     assert _layout(2, global_batch=24, max_batch_per_device=5) == BatchLayout(2, 4, 3)
     assert _layout(1, global_batch=8, batch_size=2) == BatchLayout(1, 2, 4)
@@ -394,8 +395,7 @@ def test_under_torchrun_only_rank_0_says_how_the_global_batch_is_shared(data, tm
     for name, value in {**torchrun, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "layout-line")
-    args = cli.build_parser().parse_args(_train_args(data, tmp_path / "out", "--global-batch", "4"))
-    config = config_from_options(cli.given_options(TrainConfig, args))
+    config = cli.train_config(cli.build_parser().parse_args(_train_args(data, tmp_path / "out", "--global-batch", "4")))
     with planned_run(config) as plan:
         assert (plan.config.batch_size, plan.config.accumulate) == (2, 1)
     said = capsys.readouterr().err.count("--global-batch 4: the global batch of 4 images split as 2 processes x 2")

@@ -11,7 +11,6 @@ import pytest
 
 from ignite_r3net import cli
 from ignite_r3net.batch_layout import BatchLayout
-from ignite_r3net.cli import given_options
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
 from ignite_r3net.training.recipe_config import batch_layout, batch_per_process, config_from_options, layout_note
@@ -36,8 +35,7 @@ ORIGINAL_TRAIN_PY = {
 
 
 def _config(*argv: str) -> TrainConfig:
-    args = cli.build_parser().parse_args(["train", *argv])
-    return config_from_options(given_options(TrainConfig, args))
+    return cli.train_config(cli.build_parser().parse_args(["train", *argv]))
 
 
 def test_r3net_paper_sets_the_values_of_the_original_train_py():

@@ -123,8 +123,9 @@ def test_every_rank_scores_its_images_with_rank0_batchnorm_statistics(tmp_path, 
     # Equal but for float32 rounding at single pixels: with two pytest-xdist workers busy, the two threads'
     # maps have differed from one process's by a gray level at a few pixels (MAE 1.1e-6 apart), in runs whose
     # tests, replayed in one process, agreed bit for bit; what changes their rounding was not found. A gray
-    # level at one pixel moves MAE by about 1e-7 and an F-measure by at most about 1e-3 (1,112 and 1,709
-    # salient pixels); rank 1's own statistics move MAE by more than 1e-3, which the MAE bound still refuses.
+    # level at one pixel moves MAE by about 3e-7 (two images of about 7,000 pixels) and an F-measure by at most
+    # about 1e-3 (1,112 and 1,709 salient pixels); rank 1's own statistics move MAE by more than 1e-3, which the
+    # MAE bound still refuses.
     for values in got:
         for key, value in expected.items():
             assert values[key] == pytest.approx(value, abs=1e-5 if key == "mae" else 5e-3), key
