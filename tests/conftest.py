@@ -35,6 +35,10 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
+    # numba's OpenMP threading layer (started when rembg imports pymatting, at the collection of
+    # test_export_rembg.py) sets the process's OpenMP pool, which torch shares, to NUMBA_NUM_THREADS:
+    # all the cores unless told, and every later in-process test of that worker then ran on both
+    os.environ.setdefault("NUMBA_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 # the data scan cache (data/checks.py) of the tests' data sets: not the user's ~/.cache
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ignite_r3net-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)

@@ -79,9 +79,17 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     command = [Path(sys.executable).parent / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "art")]
     command += ["--workers", "1"]
+    # no job runner: its seven huey consumers (for server-side jobs, which logging a run does not use)
+    # cost ~16 s of CPU over the test, taken from the other tests running meanwhile
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(root / "server.log", "w") as log:
         server = subprocess.Popen(
-            [str(part) for part in command], cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [str(part) for part in command],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     uri = f"http://127.0.0.1:{port}"
     try:
