@@ -257,6 +257,17 @@ def test_a_profile_becomes_the_cards_cost_table(run_checkpoint: Path, tmp_path: 
     assert err == f"error: --profile {cost} measured backbone resnet50, but the checkpoint's is resnet18\n"
 
 
+def test_profile_takes_a_hub_checkpoint(hub_cache: Path, tmp_path: Path, capsys) -> None:
+    """``profile --checkpoint hf-hub:ORG/NAME``: the cost of the model the Hub folder holds, named as given."""
+    cost = tmp_path / "cost.json"
+    args = ["--checkpoint", f"hf-hub:{REPO}", "--size", "32", "32", "--warmup", "0", "--repeats", "1"]
+    assert cli.main(["profile", *args, "--json", str(cost)]) == 0
+    assert f"profile: hf-hub:{REPO} on cpu" in capsys.readouterr().out
+    (row,) = json.loads(cost.read_text())["rows"]
+    assert row["model"] == f"hf-hub:{REPO}" and row["backbone"] == "resnet18"
+    assert row["parameters"] == sum(p.numel() for p in R3Net("resnet18").parameters())
+
+
 def test_an_export_replaces_only_an_export_and_fails_whole(
     run_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
