@@ -65,8 +65,9 @@ def _post(client: httpx.Client, path: Path, **params: object) -> httpx.Response:
         ({}, ()),
         ({"output": "cutout", "max_side": 32}, ("--cutout", "--max-side", "32")),
         ({"threshold": 0.54}, ("--threshold", "0.54")),
+        ({"crf": "true"}, ("--crf",)),
     ],
-    ids=["map", "cutout-max-side", "map-threshold"],
+    ids=["map", "cutout-max-side", "map-threshold", "map-crf"],
 )
 def test_maps_and_cutouts_are_predicts_within_one_gray_level(
     served: ServedModel, spread_checkpoint: Path, photos: Path, tmp_path: Path, params: dict, flags: tuple
@@ -90,6 +91,12 @@ def test_maps_and_cutouts_are_predicts_within_one_gray_level(
                 assert saliency.max() - saliency.min() > 5 or "threshold" in params, photo.name  # not flat
     # one log line per request: client, method, path, status, bytes in and out, milliseconds
     assert len(lines) == 3
+    if "crf" in params:  # the refinement ran: its maps are not the plain ones
+        plain = _predict_folder(spread_checkpoint, photos, tmp_path / "plain")
+        assert any(
+            (np.asarray(Image.open(plain / p.name)) != np.asarray(Image.open(expected / p.name))).any()
+            for p in expected.glob("*.png")
+        )
     assert all(" POST /predict" in line and " 200 in " in line and line.endswith(" ms") for line in lines)
 
 
