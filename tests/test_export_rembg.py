@@ -1,4 +1,4 @@
-"""``export --format onnx --for rembg``: rembg's own ``u2net_custom`` session runs the file and cuts out what
+"""``export --format onnx --for rembg``: rembg runs the file as its own ``u2net_custom`` model and cuts out what
 ``predict --cutout --size 320`` cuts out; ``--for rembg`` with another format is one line.
 
 rembg resizes every photo to 320x320, normalises it itself and min-max scales the model's first output; the

@@ -20,7 +20,7 @@ def test_a_serial_test_is_in_the_serial_xdist_group(request: pytest.FixtureReque
 def test_each_worker_keeps_its_share_of_the_cores_after_collection() -> None:
     """Every test module is imported by now (rembg's numba among them, which resets the OpenMP pool
     torch shares): the in-process tests of a worker still run on its share of the cores, or the two
-    workers' OpenMP threads spin for each other's cores (5x the CPU time on the training tests)."""
+    workers' OpenMP threads spin for each other's cores (twice the CPU time of the in-process tests)."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         pytest.skip("one process (-n 0): the process has every core")
     import torch

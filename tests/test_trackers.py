@@ -81,7 +81,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     command += ["--workers", "1"]
     # no job runner: its seven huey consumers (for server-side jobs, which logging a run does not use)
     # cost ~16 s of CPU over the test, taken from the other tests running meanwhile
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env = cpu_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(root / "server.log", "w") as log:
         server = subprocess.Popen(
             [str(part) for part in command],

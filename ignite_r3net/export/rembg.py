@@ -1,4 +1,4 @@
-"""``export --format onnx --for rembg``: R3Net as a model for rembg's ``u2net_custom`` session.
+"""``export --format onnx --for rembg``: R3Net as rembg's ``u2net_custom`` model.
 
 rembg (``sessions/u2net_custom.py`` and ``BaseSession.normalize``) feeds a custom model one image resized to
 320x320 (LANCZOS), divided by its largest pixel value and normalised with the ImageNet mean and std, as float32

@@ -161,7 +161,7 @@ def _plan(weights: TrainedWeights) -> _ExportPlan:
 
 
 def _rembg_plan(weights: TrainedWeights) -> _ExportPlan:
-    """The file rembg's ``u2net_custom`` session runs (``rembg.py``): its normalised 320x320 input, no more."""
+    """The file rembg runs as its ``u2net_custom`` model (``rembg.py``): its normalised 320x320 input, no more."""
     return _ExportPlan(
         graph=RembgGraph(build_model(weights, "cpu")),
         example=random_rembg_input(seed=0),

@@ -398,7 +398,7 @@ class ExportOptions:
     )
     target: str | None = option(
         None,
-        "rembg: an ONNX file for rembg's u2net_custom session (rembg i -m u2net_custom -x "
+        "rembg: an ONNX file for rembg's u2net_custom model (rembg i -m u2net_custom -x "
         '\'{"model_path": "FILE.onnx"}\'): float32 (1, 3, 320, 320) input that rembg resizes and normalises '
         "with the ImageNet mean and std itself, the saliency probability as its first output, which rembg "
         "min-max scales; predict --model does not read it; onnx only; default: none (uint8 images of any "
