@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 import types
 import typing
@@ -21,7 +22,7 @@ from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions, ProfileOptions
 from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
-from .options.fields import flag_of, flags_named, is_group, is_option
+from .options.fields import OUTPUT_FOLDER, flag_of, flags_named, is_group, is_option
 from .options.serve import ServeOptions
 from .recipes import R3NET_PAPER
 
@@ -64,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if not words or (words[0].startswith("-") and words[0] not in ("-h", "--help")):
         words.insert(0, "train")  # the default command
-    args, unknown = build_parser().parse_known_args(words)
+    parser = build_parser()
+    refuse_misspelled_flags(parser, words)
+    args, unknown = parser.parse_known_args(words)
     if unknown:  # the command's usage and --help, not the top level's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
@@ -75,6 +78,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         echo(ending_line(e), sys.stderr)
         return e.exit_code
+
+
+def refuse_misspelled_flags(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """An unknown ``--flag`` close to one of the command's is refused naming that one, before argparse would
+    first name the required flag it left out (``make-data --ouput x``: "did you mean --output?")."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    command = commands.get(words[0])
+    if command is None:
+        return
+    known = list(command._option_string_actions)
+    for word in words[1:]:
+        if word == "--":
+            return
+        flag = word.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") and flag not in known else []
+        if close:
+            command.error(f"unrecognized arguments: {flag} (did you mean {close[0]}?)")
 
 
 # the commands
@@ -173,7 +193,9 @@ def add_data_commands(sub: Subparsers) -> None:
         help="write the generated synthetic saliency data set",
         description="Write the synthetic data set (MSRA10K layout) to OUT/train and OUT/val.",
     )
-    make.add_argument("--out", required=True, metavar="DIR", help="output folder (required)")
+    make.add_argument(
+        "--out", *OUTPUT_FOLDER, dest="out", required=True, metavar="DIR", help="output folder (required)"
+    )
     make.add_argument("--train", type=int, default=400, metavar="N", help=with_default("number of training pairs", 400))
     make.add_argument("--val", type=int, default=60, metavar="N", help=with_default("number of validation pairs", 60))
     make.add_argument(
@@ -344,7 +366,7 @@ COMMANDS = (
         ServeOptions,
         run_serve,
         help="answer HTTP requests with saliency maps and cutouts, with a demo page (needs the serve extra)",
-        description="Serve the model over HTTP (FastAPI on uvicorn; pip install 'ignite_r3net[serve]'): POST "
+        description='Serve the model over HTTP (FastAPI on uvicorn; pip install -e ".[serve]" in the clone): POST '
         "/predict takes an image (multipart field 'image') and answers a PNG, the map predict writes for it "
         "(?output=map, the default) or the cutout (?output=cutout), with ?threshold=T, ?max_side=N and ?crf=true "
         "as predict's options; GET /healthz says the model, device and provider; GET / is a demo page (choose or "
@@ -438,7 +460,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
             if key not in exclusive:
                 exclusive[key] = parser.add_mutually_exclusive_group(required=key[1])
             target = exclusive[key]
-        target.add_argument(flag_of(f), dest=f.name, **kwargs)
+        target.add_argument(flag_of(f), *f.metadata.get("aliases", ()), dest=f.name, **kwargs)
 
 
 def _option_type(hint: object) -> type:

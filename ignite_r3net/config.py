@@ -64,7 +64,9 @@ class TrainConfig:
         metavar="F",
     )
     data_root: str | None = data_root_option()
-    output_dir: str = option("runs/r3net", "folder for train.log, config.json, checkpoints and tb/", metavar="DIR")
+    output_dir: str = option(
+        "runs/r3net", "folder for train.log, config.json, checkpoints and tb/", aliases=("--output",), metavar="DIR"
+    )
     # recipe
     recipe: str = option(DEFAULT_RECIPE, recipes_help(), choices=tuple(RECIPES))
     iters: int = option(8000, "total training iterations", rule=POSITIVE_COUNT)

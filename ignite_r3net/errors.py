@@ -7,6 +7,11 @@ import sys
 from collections.abc import Iterable
 
 
+def install_extra(extra: str) -> str:
+    """How to add an optional extra: the README installs the package from a clone (it is not on PyPI)."""
+    return f'pip install -e ".[{extra}]" in the clone of ignite_r3net'
+
+
 class UserError(Exception):
     exit_code = 2
 

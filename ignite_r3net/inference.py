@@ -22,7 +22,7 @@ from ignite.metrics import Metric
 from torch import nn
 
 from .data.transforms import normalize_image
-from .errors import OptionError, error_line
+from .errors import OptionError, error_line, install_extra
 from .progress import Progress
 
 # the autocast dtype of each --amp choice (config.AMP_MODES), in training and inference
@@ -129,7 +129,7 @@ def score_shard(evaluator: Engine, loader: Any, metric: Metric, progress: Progre
     return metric.compute()
 
 
-ONNXRUNTIME_MISSING = "--model FILE.onnx needs onnxruntime: pip install 'ignite_r3net[onnx]'"
+ONNXRUNTIME_MISSING = f"--model FILE.onnx needs onnxruntime: {install_extra('onnx')}"
 
 
 def is_onnx(path: str | Path) -> bool:

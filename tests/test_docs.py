@@ -21,9 +21,10 @@ from ignite_r3net.options.commands import ReproduceOptions
 from ignite_r3net.training.recipe_config import config_from_options
 
 REPO = Path(__file__).resolve().parents[1]
-# the pages whose commands are checked; cli.md is generated from the parser itself
-COMMAND_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-LINK_PAGES = [*COMMAND_PAGES, REPO / "benchmarks" / "README.md"]
+# the pages whose commands are checked (cli.md is generated from the parser itself), and the example scripts
+COMMAND_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
+LINK_PAGES = COMMAND_PAGES
+EXAMPLE_SCRIPTS = sorted(p for p in (REPO / "examples").rglob("*") if p.suffix in (".sh", ".sbatch"))
 
 # words that stand for a value the reader supplies (DIR, CKPT, ORG/NAME, DATA_ROOT, N, ...): text to every
 # option, and replaced by a valid number where the option takes one
@@ -85,14 +86,18 @@ def _shell_lines(body: str, first_line: int) -> list[tuple[str, int]]:
 
 def command_texts(page: Path) -> list[tuple[str, str]]:
     """Every shell text of ``page`` that may hold a command, as (text, ``page:line``): the lines of its shell
-    code blocks and its inline code spans."""
+    code blocks (fenced, or indented by four spaces) and its inline code spans; a shell script's every line."""
     text = page.read_text(encoding="utf-8")
-    blocks, prose = _fenced_blocks(text)
     where = page.relative_to(REPO)
+    if page.suffix != ".md":
+        return [(line, f"{where}:{n}") for line, n in _shell_lines(text, 1)]
+    blocks, prose = _fenced_blocks(text)
     found = []
     for info, body, first in blocks:
         if info in ("", "bash", "sh", "shell", "console"):
             found += [(line, f"{where}:{n}") for line, n in _shell_lines(body, first)]
+    indented = "\n".join(line if line.startswith("    ") else "" for line in prose.split("\n"))
+    found += [(line, f"{where}:{n}") for line, n in _shell_lines(indented, 1) if line.strip()]
     found += [(span, f"{where}:{n}") for span, n in _code_spans(prose)]
     return found
 
@@ -127,7 +132,7 @@ def commands_in(text: str) -> list[list[str]]:
 
 DOCUMENTED = [
     pytest.param(args, id=f"{where} {' '.join(args)[:60]}")
-    for page in COMMAND_PAGES
+    for page in [*COMMAND_PAGES, *EXAMPLE_SCRIPTS]
     for text, where in command_texts(page)
     for args in commands_in(text)
 ]
@@ -193,6 +198,16 @@ def test_pages_show_commands() -> None:
     assert len(DOCUMENTED) > 40
     shown = {args[0] if args and not args[0].startswith("-") else "train" for args in (p.values[0] for p in DOCUMENTED)}
     assert shown >= {"train", "evaluate", "predict", "compare", "export", "reproduce", "make-data", "check-data"}
+
+
+def test_benchmarks_and_example_scripts_are_read() -> None:
+    """The commands of benchmarks/README.md (indented blocks too) and of the example scripts are checked."""
+    read = {p.id.split(":")[0] for p in DOCUMENTED}
+    scripts = {str(p.relative_to(REPO)) for p in EXAMPLE_SCRIPTS}
+    assert {"benchmarks/README.md", "examples/torchrun_elastic.sh", "examples/slurm/train.sbatch"} <= read
+    assert scripts <= read
+    (line, _), *_ = _shell_lines("    python run.py make-data --out d\n", 1)
+    assert commands_in(line) == [["make-data", "--out", "d"]]
 
 
 @pytest.mark.parametrize("args", DOCUMENTED)
@@ -297,3 +312,18 @@ def test_slugs_follow_githubs_rules(tmp_path: Path) -> None:
     page = tmp_path / "a.md"
     page.write_text("# Title\n\n## Same\n\n```\n# not a heading\n```\n\n## Same\n", encoding="utf-8")
     assert anchors_of(page) == {"title", "same", "same-1"}
+
+
+def test_the_readme_stays_short_and_indexes_every_task() -> None:
+    """Within 2,000 words, the journey block within its first 700, and right after it one line per task."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    journey = text.index("## Train on your GPU")
+    journey_end = text.index("```", text.index("```bash", journey) + 3)
+    tasks = text.index("## Tasks")
+    assert len(text.split()) <= 2000 and len(text[:journey_end].split()) <= 700
+    assert journey < tasks and text.count("\n## ", journey, tasks) == 0  # the index comes right after it
+    index = text[tasks : text.index("\n## ", tasks + 1)]
+    for task in ("own data", "several GPUs", "smaller GPU", "watch", "resume", "evaluate", "cutouts", "export"):
+        assert f"| {task}" in index or task in index, task
+    for command in ("serve", "profile", "reproduce", "pytest"):
+        assert command in index, command

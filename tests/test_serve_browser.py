@@ -1,9 +1,14 @@
 """The demo page of ``serve`` in a real headless Chromium (the system's package, driven by Playwright; no
 simulated DOM): a generated photo uploaded shows its map and cutout at the photo's size, the threshold slider makes
-the map hard, a file that is not an image shows the server's error in the page."""
+the map hard, a file that is not an image shows the server's error in the page.
+
+Without the system's Chromium the test skips, naming the install command, so that the README's test command
+passes on a fresh machine; under CI (``CI=true``, which ``.ci/run`` sets and where it installs Chromium) a missing
+browser fails it instead."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,12 +17,45 @@ pytest.importorskip("fastapi")
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from serve_helpers import serving, write_photo  # noqa: E402
-from serve_page import VIEWPORT, choose_not_an_image, launch_chromium, move_threshold, show_photo  # noqa: E402
+from serve_page import (  # noqa: E402
+    CHROMIUM,
+    VIEWPORT,
+    choose_not_an_image,
+    launch_chromium,
+    move_threshold,
+    show_photo,
+)
+
+
+def require_chromium(browser: str = CHROMIUM) -> None:
+    """Skip without ``browser``, saying how to install it; fail instead under CI, which must run the test."""
+    if Path(browser).is_file():
+        return
+    missing = f"{browser} is missing: apt-get install -y chromium (or set CHROMIUM to a Chromium binary)"
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(f"{missing}; CI=true runs the browser test (.ci/run installs Chromium)", pytrace=False)
+    pytest.skip(missing)
+
+
+def test_a_missing_chromium_skips_the_browser_test_but_fails_it_under_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = str(tmp_path / "no-chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y chromium"):
+        require_chromium(missing)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true runs the browser test"):
+        require_chromium(missing)
+    present = tmp_path / "chromium"
+    present.write_text("")
+    require_chromium(str(present))  # neither skips nor fails
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_demo_page_in_chromium(spread_checkpoint: Path, tmp_path: Path) -> None:
+    require_chromium()
     import torch
 
     from ignite_r3net.options.serve import ServeOptions

@@ -9,9 +9,9 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ..errors import OptionError
+from ..errors import OptionError, install_extra
 
-CRF_MISSING = "--crf needs the optional extra: pip install 'ignite_r3net[crf]'"
+CRF_MISSING = f"--crf needs the optional extra: {install_extra('crf')} (builds pydensecrf2: needs a C++ compiler)"
 
 _TAU = 1.05  # temperature of the unary energy
 _EPSILON = 1e-8  # keeps log() finite at probabilities 0 and 1

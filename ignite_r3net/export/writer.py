@@ -27,7 +27,7 @@ from ..atomic_files import (
     write_text,
 )
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
-from ..errors import CheckpointError, ExportError, OptionError
+from ..errors import CheckpointError, ExportError, OptionError, install_extra
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
 from ..inference import load_exported, quiet_torchscript
 from ..model.backbone_weights import HF_PREFIX, is_hub_source
@@ -43,7 +43,7 @@ from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random
 INPUT_NAME = "image"
 OUTPUT_NAME = "saliency"
 METADATA_FILE = "ignite_r3net.json"  # the TorchScript ``_extra_files`` entry holding the contract
-ONNX_EXPORT_MISSING = "--format onnx needs the optional extra: pip install 'ignite_r3net[onnx]'"
+ONNX_EXPORT_MISSING = f"--format onnx needs the optional extra: {install_extra('onnx')}"
 _ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # torch's exporter, and the check of the written file
 HUB_FORMAT = 1  # config.json's "ignite_r3net": {"format": ...}; bump when the folder's layout changes
 CARD = "README.md"

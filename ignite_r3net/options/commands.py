@@ -12,7 +12,7 @@ from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
 from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
 from ..metrics.keys import METRIC_KEYS, canonical_metric
 from ..model.backbones import BACKBONES
-from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
+from .fields import NOT_NEGATIVE, OUTPUT_FOLDER, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
 
 _RESIZED_BACK = (
     "the saliency is resized back (bilinear) to the image's own size, at which maps are written (and scored); "
@@ -165,7 +165,10 @@ class EvaluateOptions:
     )
     inference: InferenceOptions = group(InferenceOptions)
     save_maps: str | None = option(
-        None, "write each map as OUT/<dataset>/<stem>.png; default: none (the maps are scored, not kept)", metavar="OUT"
+        None,
+        "write each map as OUT/<dataset>/<stem>.png; default: none (the maps are scored, not kept)",
+        aliases=OUTPUT_FOLDER,
+        metavar="OUT",
     )
     processes: ProcessOptions = group(
         ProcessOptions,
@@ -219,6 +222,7 @@ class PredictOptions:
         help="folder for the maps (or cutouts), each named <input stem>.png; a rerun into it skips those it "
         "already holds from the same model and the same options that change pixels (a stopped run continues "
         "where it stopped)",
+        aliases=("--output-dir",),
         metavar="DIR",
     )
     cutout: bool = option(
@@ -309,7 +313,7 @@ class CompareOptions:
         nargs="+",
         metavar="NAME=SOURCE",
     )
-    out: str = option(help="output folder (created; rerun into it to reuse)", metavar="OUT")
+    out: str = option(help="output folder (created; rerun into it to reuse)", aliases=OUTPUT_FOLDER, metavar="OUT")
     metrics: list[str] = option(
         default_factory=lambda: list(DEFAULT_METRICS),
         help=f"table columns per data set, in this order, from: {', '.join(METRIC_KEYS)} (any case; results.json "
@@ -388,6 +392,7 @@ class ExportOptions:
         help=f"file to write: ending in {SUFFIXES['onnx']} for onnx, {SUFFIXES['torchscript']} for torchscript, "
         "an existing file is replaced; for hub, a folder that is new, empty or holds an earlier hub export "
         "(replaced whole)",
+        aliases=("--output-dir",),
         metavar="PATH",
     )
     opset: int | None = option(
@@ -584,6 +589,7 @@ class ProfileOptions:
         None,
         "also write the header and every row as JSON, rewritten whole as each row comes; default: none (printed only)",
         flag="--json",
+        aliases=("--output",),
         metavar="FILE",
     )
 

@@ -25,6 +25,10 @@ class Rule:
     wording: str
 
 
+# where a command writes answers to --output, and to --output-dir where it writes a folder (a command's older
+# spelling, --out or --save-maps, stays its first flag)
+OUTPUT_FOLDER = ("--output", "--output-dir")
+
 POSITIVE_COUNT = Rule(lambda v: v >= 1, "must be a positive integer")
 NOT_NEGATIVE = Rule(lambda v: v >= 0, "must not be negative")
 POSITIVE = Rule(lambda v: v > 0, "must be positive")
@@ -38,15 +42,18 @@ def option(
     default_factory: Callable[[], Any] | Any = MISSING,
     rule: Rule | None = None,
     flag: str | None = None,
+    aliases: tuple[str, ...] = (),
     one_of: str | None = None,
     exclusive: str | None = None,
     **argparse_kwargs: Any,
 ) -> Any:
     """A dataclass field that is a command-line option. ``rule`` is checked on any value but None;
-    ``flag`` replaces ``--field-name``; ``one_of`` names a required group of exclusive flags
-    (``--checkpoint | --maps``), ``exclusive`` one of which at most one is given (``--size |
-    --max-side``); ``argparse_kwargs`` go to ``add_argument``."""
-    metadata = dict(help=help, rule=rule, flag=flag, one_of=one_of, exclusive=exclusive, argparse=argparse_kwargs)
+    ``flag`` replaces ``--field-name``, ``aliases`` are further spellings of it; ``one_of`` names a
+    required group of exclusive flags (``--checkpoint | --maps``), ``exclusive`` one of which at most one
+    is given (``--size | --max-side``); ``argparse_kwargs`` go to ``add_argument``."""
+    metadata = dict(
+        help=help, rule=rule, flag=flag, aliases=aliases, one_of=one_of, exclusive=exclusive, argparse=argparse_kwargs
+    )
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 

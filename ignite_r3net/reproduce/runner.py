@@ -19,7 +19,7 @@ from ..config import TrainConfig
 from ..content_key import ContentKey
 from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
-from ..errors import OptionError, warn
+from ..errors import OptionError, install_extra, warn
 from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_for
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
 from ..model.backbone_weights import sha256_of
@@ -72,7 +72,7 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
     evaluations = out / "evaluations"
     variants = dict(VARIANTS)
     if importlib.util.find_spec("pydensecrf") is None:
-        warn("the crf extra is not installed (pip install -e '.[crf]'): the CRF columns stay empty")
+        warn(f"the crf extra is not installed ({install_extra('crf')}): the CRF columns stay empty")
         variants = {"no-crf": False}
     for model in models:
         model.scores = evaluate_model(

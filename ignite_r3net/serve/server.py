@@ -15,13 +15,13 @@ import torch
 from ..console import echo
 from ..distributed.process_setup import processes_on_device
 from ..distributed.signals import raise_on_sigterm, restore_sigterm
-from ..errors import OptionError, Terminated
+from ..errors import OptionError, Terminated, install_extra
 from ..numerics import inference_numerics
 from ..options.commands import ProcessOptions
 from ..options.serve import LOOPBACK_HOSTS, ServeOptions
 from .model import ServedModel, load_served_model
 
-SERVE_MISSING = "serve needs FastAPI, uvicorn and python-multipart: pip install 'ignite_r3net[serve]'"
+SERVE_MISSING = f"serve needs FastAPI, uvicorn and python-multipart: {install_extra('serve')}"
 
 
 def require_serve_extra() -> None:

@@ -15,7 +15,7 @@ from ..atomic_files import read_json_object, write_json
 from ..config import TrainConfig
 from ..distributed.signals import threads_leave_signals_to_main
 from ..distributed.topology import environment
-from ..errors import OptionError, error_line
+from ..errors import OptionError, error_line, install_extra
 
 RECORD = "tracking.json"
 PROJECT = "ignite_r3net"  # the MLflow experiment, W&B project and ClearML project unless set otherwise
@@ -38,7 +38,7 @@ def _require(name: str) -> Any:
         return importlib.import_module(name)
     except ImportError:
         raise OptionError(
-            f"--tracker {name} needs the {name} package: pip install -e '.[{name}]' (or pip install {name})"
+            f"--tracker {name} needs the {name} package: {install_extra(name)} (or pip install {name})"
         ) from None
 
 
