@@ -41,6 +41,7 @@ from ignite_r3net.data.transforms import DeviceAugment
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
+from ignite_r3net.training.start import plan_in_process
 from ignite_r3net.training.step import prepare_batch, side_output_losses
 from ignite_r3net.training.train_log import TrainLog
 
@@ -77,7 +78,7 @@ def _ignite_run(
     # exactly the handlers trainer.training attaches per iteration, checkpointing included
     # the batches are made already: the stream hands them out one step (one micro-batch) at a time
     stream = StepStream(batches, sampler, accumulate=1, global_batch=config.batch_size)  # type: ignore[arg-type]
-    trainer, *_ = create_trainer(model, optimizer, lr_scheduler, stream, log, config, device)
+    trainer, *_ = create_trainer(model, optimizer, lr_scheduler, stream, log, plan_in_process(config), device)
 
     marks: dict[int, float] = {}
     in_step = [0.0]

@@ -180,9 +180,10 @@ def _nvidia_smi(field: str) -> str | None:
 
 def unwrapped(device: torch.device, sizes: Sizes) -> dict[str, Any]:
     """What a ``--nproc 1`` training worker trains: R3Net itself (no DataParallel over the GPUs)."""
+    from ignite_r3net.training.start import plan_in_process
     from ignite_r3net.training.worker import _build_model  # the worker's own model builder
 
-    model = _build_model(TrainConfig(backbone=sizes.backbone, pretrained="none"), device)
+    model = _build_model(plan_in_process(TrainConfig(backbone=sizes.backbone, pretrained="none")), device)
     value = {"model": type(model).__name__, "gpus_visible": torch.cuda.device_count() if device.type == "cuda" else 0}
     if not isinstance(model, R3Net):
         value["error"] = f"--nproc 1 trains a {type(model).__name__}, not R3Net itself"
@@ -197,7 +198,9 @@ def no_host_sync(device: torch.device, sizes: Sizes, data: Path, work: Path) -> 
 
     from ignite_r3net.training.engine import create_trainer
     from ignite_r3net.training.events import every_or_last
+    from ignite_r3net.training.start import plan_in_process
     from ignite_r3net.training.train_log import TrainLog
+    from ignite_r3net.training.worker import train_data
 
     config = TrainConfig(
         data=[str(data)], output_dir=str(work), backbone=sizes.backbone, pretrained="none", crop=sizes.crop,
@@ -206,12 +209,13 @@ def no_host_sync(device: torch.device, sizes: Sizes, data: Path, work: Path) -> 
     )  # fmt: skip
     work.mkdir(parents=True, exist_ok=True)
     configure_training(device, deterministic=False, tf32=True)
-    stream = build_train_stream(config, pin_memory=device.type == "cuda")
+    plan = plan_in_process(config)
+    stream = build_train_stream(train_data(plan), plan.layout, pin_memory=device.type == "cuda")
     torch.manual_seed(config.seed)
     model = R3Net(config.backbone).to(device)
     optimizer = build_optimizer(model, config)
     log = TrainLog(work / "train.log", console=False)
-    trainer = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, config, device).trainer
+    trainer = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, device).trainer
     logged = every_or_last(config.log_every, config.iters)
     checked: list[int] = []
     debug = device.type == "cuda"

@@ -18,8 +18,13 @@ class BatchLayout:
     accumulate: int = 1
 
     @property
+    def per_process(self) -> int:
+        """The images one process takes in an optimiser step (its micro-batches together)."""
+        return self.batch * self.accumulate
+
+    @property
     def global_batch(self) -> int:
-        return self.processes * self.batch * self.accumulate
+        return self.processes * self.per_process
 
     def describe(self, short: bool = False) -> str:
         """``2 processes x 6``, ``1 process x 4 x 2 accumulated``; ``short``: ``4 x 3`` (no word for processes)."""
@@ -40,13 +45,14 @@ def fit(
     """The layout of ``global_batch`` on ``processes`` with the ``batch`` and ``accumulate`` given (None: free);
     a free batch is the largest that divides the process's share, at most ``max_batch``. None: there is none."""
     share, rest = divmod(global_batch, processes)
-    if rest:
+    if rest or (batch is not None and max_batch is not None and batch > max_batch):
         return None
     if batch is not None and accumulate is not None:
         return BatchLayout(processes, batch, accumulate) if batch * accumulate == share else None
     if accumulate is not None:
         batch, rest = divmod(share, accumulate)
-        return BatchLayout(processes, batch, accumulate) if not rest and batch >= MIN_BATCH else None
+        fits = not rest and MIN_BATCH <= batch <= (max_batch or batch)
+        return BatchLayout(processes, batch, accumulate) if fits else None
     if batch is not None:
         accumulate, rest = divmod(share, batch)
         return BatchLayout(processes, batch, accumulate) if not rest and accumulate >= 1 else None

@@ -122,9 +122,11 @@ def add_train(sub: Subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from .training.recipe_config import saved_weights
     from .training.start import train
 
-    train(train_config(args))
+    expected = saved_weights(args.config, given_options(TrainConfig, args)) if args.config else None
+    train(train_config(args), expected_weights=expected)
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The training recipe, saved as ``config.json`` beside every run; its defaults are the reference DDP
-script's recipe. The command line is generated from the fields, so ``--help`` cannot drift from them."""
+"""The training options as the user gave them, saved in ``config.json`` beside every run (what start-up resolved
+from them is ``training.plan.RunPlan``); their defaults are the reference DDP script's recipe. The command line is
+generated from the fields, so ``--help`` cannot drift from them."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .atomic_files import write_text
+from .batch_layout import MIN_BATCH
 from .errors import OptionError
 from .options.commands import (
     BACKEND_HELP,
@@ -35,7 +35,7 @@ _SHARE = Rule(lambda v: 0 <= v <= 1, "must be a share of the pairs, from 0 to 1"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a training run: the options, then what start-up resolved (``training.start``)."""
+    """The options of a training run as asked: the recipe's values under those given (``given`` names them)."""
 
     # data
     data: list[str] = option(
@@ -263,44 +263,33 @@ class TrainConfig:
         rule=_SECONDS,
         metavar="SECONDS",
     )
-    # recorded at start-up, not options
-    weights: dict[str, str] | None = field(default=None)  # the starting weights: {source, file, sha256}
-    listings: dict[str, str] | None = field(default=None)  # {"data": "12 pairs (sha256 ...)", ...}, on every rank
-    tracking: dict[str, dict] | None = field(default=None)  # each --tracker's run: {"mlflow": {"run_id": ...}}
-    # each --data folder: {folder, pairs, listing} of its training pairs (and held_out: how many --val-split took)
-    data_sets: list[dict[str, Any]] | None = field(default=None)
-    val_held_out: list[str] | None = field(default=None)  # --val-split's held-out names (file stems), sorted
+    # which options were given (the command line, or --config's run), not taken from the recipe or the defaults:
+    # a global batch's layout derives --batch-size and --accumulate unless they are among them
+    given: frozenset[str] = field(default=frozenset())
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):  # a config.json written when --data took one folder
             object.__setattr__(self, "data", [self.data])
-
-    def brief(self) -> dict[str, Any]:
-        """The fields as ``dataclasses.asdict`` gives them, but the held-out names (thousands, for a large data
-        set) as their count: what train.log and the trackers record; config.json holds every name."""
-        values = dataclasses.asdict(self)
-        if self.val_held_out is not None:
-            values["val_held_out"] = f"{len(self.val_held_out)} names (listed in config.json)"
-        return values
+        object.__setattr__(self, "given", frozenset(self.given))  # a list, from config.json
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-    def save(self, path: str | Path) -> None:
-        write_text(self.to_json() + "\n", path)
+        values = dataclasses.asdict(self) | {"given": sorted(self.given)}
+        return json.dumps(values, indent=2, sort_keys=True)
 
     def validate(self) -> None:
         """Raise ``OptionError`` naming the first wrong option (data, machine and files: ``training.start``)."""
         check_fields(self)
-        if self.batch_size < 2:
+        if self.batch_size < MIN_BATCH:
             raise OptionError(
                 "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
             )
         limits = (("--max-batch-per-device", self.max_batch_per_device), ("--global-batch", self.global_batch))
         for flag, value in limits:
-            if value is not None and value < 2:
-                raise OptionError(f"{flag} must be at least 2 (R3Net's BatchNorm needs two images), got {value}")
+            if value is not None and value < MIN_BATCH:
+                raise OptionError(
+                    f"{flag} must be at least {MIN_BATCH} (R3Net's BatchNorm needs two images), got {value}"
+                )
         if self.val_split is not None and self.val_data:
             raise OptionError(
                 "--val-split and --val-data both choose the validation pairs: give one (--val-split holds out "
@@ -316,6 +305,7 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
+        """The options a run's ``config.json`` records (its ``resolved`` part and unknown keys left out)."""
         values = json.loads(Path(path).read_text(encoding="utf-8"))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})

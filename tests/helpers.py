@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -492,3 +492,16 @@ def make_data_root(root: Path, n: int = 3, sets: tuple[str, ...] = tuple(STANDAR
             (train / (jpg.stem + ".png")).rename(target / masks / (jpg.stem + ".png"))
     shutil.rmtree(root / ".gen")
     return root
+
+
+def plan_of(config: Any, world: int = 1, **resolved: Any) -> Any:
+    """The ``RunPlan`` start-up would make of ``config`` on ``world`` processes, its ``--data`` taken as given and
+    ``resolved`` (``resume``, ``weights``, ``tracking``, ``data_sets``) as said: for the tests that build the
+    engine, the loader or the trackers in this process."""
+    import dataclasses
+
+    from ignite_r3net.training.start import plan_in_process
+
+    plan = plan_in_process(config, world)
+    data = dataclasses.replace(plan.data, data_sets=resolved.pop("data_sets", []))
+    return dataclasses.replace(plan, data=data, **resolved)

@@ -4,7 +4,6 @@ torchrun's elastic node counts (``--nnodes 1:2``) surviving a node killed withou
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -76,9 +75,8 @@ def test_a_global_batch_no_layout_keeps_is_one_line_listing_the_process_counts_t
 
 def test_train_config_keeps_the_saved_global_batch_and_derives_it_anew(tmp_path):
     saved = config_from_options({"global_batch": 8, "max_batch_per_device": 2})
-    layout = batch_layout(saved, 2)
     path = tmp_path / "config.json"
-    dataclasses.replace(saved, batch_size=layout.batch, accumulate=layout.accumulate).save(path)
+    path.write_text(saved.to_json())
     again = config_from_file(str(path), {})
     assert again.global_batch == 8
     assert batch_layout(again, 2) == BatchLayout(2, 2, 2)
@@ -87,7 +85,7 @@ def test_train_config_keeps_the_saved_global_batch_and_derives_it_anew(tmp_path)
 
 def _recipe_checkpoint(config: TrainConfig, world: int, iteration: int = 4, epoch_length: int = 3) -> dict:
     return {
-        "recipe": RunRecipe.of(config, world, 12).state_dict(),
+        "recipe": RunRecipe.of(config, batch_layout(config, world), 12).state_dict(),
         "trainer": {"iteration": iteration, "epoch_length": epoch_length, "max_iters": 8},
     }
 
@@ -96,18 +94,20 @@ def test_another_world_size_with_the_global_batch_kept_is_accepted_with_one_line
     two = TrainConfig(iters=8, batch_size=3, global_batch=12, nproc=4, resume="c.pt")
     checkpoint = _recipe_checkpoint(two, 4, epoch_length=1)
     on_two = TrainConfig(iters=8, batch_size=6, global_batch=12, nproc=2, resume="c.pt")
-    note = check_resume_compatible(on_two, checkpoint, 2, 12)
+    note = check_resume_compatible(on_two, batch_layout(on_two, 2), checkpoint, 12)
     assert (
         note == "resumed on 2 processes x 6 (was 4 x 3): global batch 12 kept; not bitwise (BatchNorm batches differ)"
     )
-    accumulated = TrainConfig(iters=8, batch_size=2, accumulate=2, global_batch=8, nproc=2, resume="c.pt")
-    on_one = TrainConfig(iters=8, batch_size=4, accumulate=2, global_batch=8, resume="c.pt")
-    note = check_resume_compatible(on_one, _recipe_checkpoint(accumulated, 2, epoch_length=1), 1, 12)
+    given = frozenset({"batch_size", "accumulate"})
+    accumulated = TrainConfig(iters=8, batch_size=2, accumulate=2, global_batch=8, nproc=2, resume="c.pt", given=given)
+    on_one = TrainConfig(iters=8, batch_size=4, accumulate=2, global_batch=8, resume="c.pt", given=given)
+    checkpoint_of_two = _recipe_checkpoint(accumulated, 2, epoch_length=1)
+    note = check_resume_compatible(on_one, batch_layout(on_one, 1), checkpoint_of_two, 12)
     assert note and note.startswith(
         "resumed on 1 process x 4 x 2 accumulated (was 2 x 2 x 2 accumulated): global batch 8 kept"
     )
     # the same layout: an exact resume, nothing to say
-    assert check_resume_compatible(two, checkpoint, 4, 12) is None
+    assert check_resume_compatible(two, batch_layout(two, 4), checkpoint, 12) is None
 
 
 def test_where_the_padding_changes_the_epoch_the_note_says_so_and_the_next_epoch_starts():
@@ -115,11 +115,11 @@ def test_where_the_padding_changes_the_epoch_the_note_says_so_and_the_next_epoch
     after step 1 of an epoch continues with the next epoch, and the line says the epochs differ."""
     two = TrainConfig(iters=8, batch_size=2, global_batch=4, nproc=2, resume="c.pt")
     checkpoint = {
-        "recipe": RunRecipe.of(two, 2, 7).state_dict(),
+        "recipe": RunRecipe.of(two, batch_layout(two, 2), 7).state_dict(),
         "trainer": {"iteration": 3, "epoch_length": 2, "max_iters": 8},
     }
     one = TrainConfig(iters=8, batch_size=4, global_batch=4, resume="c.pt")
-    note = check_resume_compatible(one, checkpoint, 1, 7)
+    note = check_resume_compatible(one, batch_layout(one, 1), checkpoint, 7)
     assert note and note.endswith(
         "; epochs of 1 iterations (was 2): the padding of the shuffled pairs differs, so the global batches "
         "differ from the next epoch on"
@@ -135,7 +135,7 @@ def test_a_changed_global_batch_is_refused_in_one_line():
     two = TrainConfig(iters=8, batch_size=2, global_batch=4, nproc=2, resume="c.pt")
     larger = TrainConfig(iters=8, batch_size=8, global_batch=8, resume="c.pt")
     with pytest.raises(OptionError) as refused:
-        check_resume_compatible(larger, _recipe_checkpoint(two, 2), 1, 12)
+        check_resume_compatible(larger, batch_layout(larger, 1), _recipe_checkpoint(two, 2), 12)
     message = str(refused.value)
     assert len(message.splitlines()) == 1
     assert "global batch (processes x --batch-size x --accumulate) 8 (checkpoint: 4)" in message
@@ -277,7 +277,7 @@ def test_accumulation_counts_optimiser_steps_and_resumes_bitwise(data, tmp_path)
     assert sorted(read_scalars(first / "tb")["train/total"]) == [1, 2, 3, 4]
     header = "\n".join(log_lines(first / "train.log"))
     assert "world size 1, 2 images per process x 2 accumulated micro-batches, global batch 4" in header
-    saved = json.loads((first / "config.json").read_text())
+    saved = json.loads((first / "config.json").read_text())["resolved"]
     assert (saved["global_batch"], saved["accumulate"], saved["batch_size"]) == (4, 2, 2)
 
     resumed = tmp_path / "resumed"
@@ -397,7 +397,7 @@ def test_under_torchrun_only_rank_0_says_how_the_global_batch_is_shared(data, tm
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "layout-line")
     config = cli.train_config(cli.build_parser().parse_args(_train_args(data, tmp_path / "out", "--global-batch", "4")))
     with planned_run(config) as plan:
-        assert (plan.config.batch_size, plan.config.accumulate) == (2, 1)
+        assert (plan.layout.batch, plan.layout.accumulate) == (2, 1)
     said = capsys.readouterr().err.count("--global-batch 4: the global batch of 4 images split as 2 processes x 2")
     assert said == (1 if rank == "0" else 0)
 

@@ -20,11 +20,23 @@ from ignite_r3net.training.start import resolve_initial_weights
 WEIGHTS = {"source": "imagenet", "file": "/cache/resnet18.pth", "sha256": "ab" * 32}
 
 
+class Started(list):
+    """The configs ``train`` would have started, and in ``weights`` the starting weights each expected."""
+
+    weights: list
+
+
 @pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[TrainConfig]:
-    """The configs ``train`` would have started (the command line is all these tests check)."""
-    seen: list[TrainConfig] = []
-    monkeypatch.setattr(start, "train", seen.append)
+def started(monkeypatch: pytest.MonkeyPatch) -> Started:
+    """What ``train`` would have started (the command line is all these tests check)."""
+    seen = Started()
+    seen.weights = []
+
+    def train(config: TrainConfig, expected_weights: dict | None = None) -> None:
+        seen.append(config)
+        seen.weights.append(expected_weights)
+
+    monkeypatch.setattr(start, "train", train)
     return seen
 
 
@@ -53,8 +65,9 @@ def test_the_saved_recipe_with_the_given_options_in_its_place(tmp_path: Path, st
     # --iters 8000 and --crop 300 are the defaults: given, they still replace the saved values
     args = ["--config", str(saved), "--iters", "8000", "--crop", "300", "--no-channels-last", "--output-dir", "b"]
     assert cli.main(["train", *args]) == 0
-    expected = TrainConfig(lr=0.007, backbone="resnet18", output_dir="b", weights=WEIGHTS)
-    assert started == [expected]
+    given = {"iters", "crop", "channels_last", "output_dir"}  # the saved file says none were given
+    expected = TrainConfig(lr=0.007, backbone="resnet18", output_dir="b", given=frozenset(given))
+    assert started == [expected] and started.weights == [WEIGHTS]
 
 
 def test_the_saved_device_is_where_that_run_computed_not_an_order(tmp_path: Path, started: list[TrainConfig]) -> None:
@@ -68,7 +81,9 @@ def test_the_saved_device_is_where_that_run_computed_not_an_order(tmp_path: Path
 def test_options_that_choose_the_weights_drop_the_saved_record(tmp_path: Path, started: list[TrainConfig]) -> None:
     saved = _saved(tmp_path, backbone="resnet18", data="mydata", weights=WEIGHTS)
     assert cli.main(["--config", str(saved), "--pretrained", "none"]) == 0
-    assert started == [TrainConfig(backbone="resnet18", data="mydata", pretrained="none")]
+    given = frozenset({"pretrained"})
+    assert started == [TrainConfig(backbone="resnet18", data="mydata", pretrained="none", given=given)]
+    assert started.weights == [None]
 
 
 @pytest.mark.parametrize(
@@ -111,18 +126,22 @@ def test_a_missing_or_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture,
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_rerun_of_the_reference_run(reference_run, tmp_path: Path) -> None:
-    """The reference run's own config.json, rerun on one process for two iterations into a new
-    folder: the new run's config.json is the saved one but for the options given and the layout of its
-    global batch on one process (2 x 2 processes: 2 x 2 accumulated, at most the saved 2 per process)."""
+    """The reference run's own config.json, rerun on one process for two iterations into a new folder: the
+    options the new run records are the saved ones but for those given, and so is its batch (the --batch-size 2
+    the reference run was given, on the one process now)."""
     out = tmp_path / "rerun"
     given = {"output_dir": str(out), "iters": 2, "nproc": 1}
     args = ["--config", str(reference_run.out / "config.json"), "--output-dir", str(out), "--iters", "2"]
     assert cli.main([*args, "--nproc", "1"]) == 0
     assert (out / "checkpoint_2.pt").is_file()
     saved = json.loads((reference_run.out / "config.json").read_text(encoding="utf-8"))
-    assert saved["global_batch"] == 4 and (saved["batch_size"], saved["accumulate"]) == (2, 1)
-    layout = {"accumulate": 2, "max_batch_per_device": 2}
-    assert json.loads((out / "config.json").read_text(encoding="utf-8")) == {**saved, **given, **layout}
+    was = saved.pop("resolved")
+    assert (saved["global_batch"], saved["batch_size"], saved["max_batch_per_device"]) == (None, 2, None)
+    assert (was["global_batch"], was["batch_size"], was["accumulate"]) == (4, 2, 1)
+    rerun = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    now = rerun.pop("resolved")
+    assert rerun == {**saved, **given, "given": sorted({*saved["given"], *given})}
+    assert (now["global_batch"], now["batch_size"], now["accumulate"]) == (2, 2, 1)
 
 
 def test_changed_starting_weights_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -131,10 +150,10 @@ def test_changed_starting_weights_are_warned_about(tmp_path: Path, capsys: pytes
     file = tmp_path / "resnet18.pth"
     torch.save(build_backbone("resnet18").state_dict(), file)
     sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
-    config = TrainConfig(backbone="resnet18", pretrained=str(file), weights=WEIGHTS)
-    assert resolve_initial_weights(config, resumed=False)["sha256"] == sha256
+    config = TrainConfig(backbone="resnet18", pretrained=str(file))
+    assert resolve_initial_weights(config, resumed=False, expected=WEIGHTS)["sha256"] == sha256
     err = capsys.readouterr().err
     assert err.startswith("warning: the starting weights differ") and sha256[:12] in err
     same = dict(WEIGHTS, sha256=sha256)
-    assert resolve_initial_weights(TrainConfig(backbone="resnet18", pretrained=str(file), weights=same), resumed=False)
+    assert resolve_initial_weights(config, resumed=False, expected=same)
     assert capsys.readouterr().err == ""

@@ -12,7 +12,17 @@ import sys
 import ignite.distributed as idist
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset, start_cli
+from helpers import (
+    REPO,
+    TINY_TRAIN,
+    cpu_env,
+    free_port,
+    log_iterations,
+    log_lines,
+    make_tiny_dataset,
+    plan_of,
+    start_cli,
+)
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.console import echo, quiet_library_logs, tolerate_closed_console
@@ -122,15 +132,15 @@ def test_ignite_launcher_messages_only_with_verbose(capfd):
 
 
 def test_the_console_gets_the_configuration_only_with_verbose():
-    config = TrainConfig(data=["/data/a"], data_sets=[{"folder": "/data/a", "pairs": 12, "listing": ""}])
-    header, console = header_lines(config, 2, None, 0, torch.device("cpu"))
+    config = TrainConfig(data=["/data/a"])
+    data_sets = [{"folder": "/data/a", "pairs": 12, "listing": ""}]
+    header, console = header_lines(plan_of(config, 2, data_sets=data_sets), None, 0, torch.device("cpu"))
     assert header[0].startswith("configuration: {") and len(header[0].splitlines()) == 1
     assert console[0] == (
         "training R3Net (resnext101_32x4d) on 12 pairs (/data/a): world size 2, global batch 24, "
         "8000 iterations, output runs/r3net"
     )
     assert not any(line.startswith(("configuration", "world size")) for line in console)
-    verbose_header, verbose_console = header_lines(
-        dataclasses.replace(config, verbose=True), 2, None, 0, torch.device("cpu")
-    )
+    verbose = plan_of(dataclasses.replace(config, verbose=True), 2, data_sets=data_sets)
+    verbose_header, verbose_console = header_lines(verbose, None, 0, torch.device("cpu"))
     assert verbose_console == [console[0], *verbose_header]  # the summary line, then the detail

@@ -15,9 +15,8 @@ import torch
 from helpers import TINY_TRAIN, cut_and_remark, log_iterations, log_lines, make_tiny_dataset, zero_middle_of
 
 from ignite_r3net.cli import main
-from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.decode import load_image
-from ignite_r3net.data.loader import SaliencyTrainSet, build_train_loader
+from ignite_r3net.data.loader import SaliencyTrainSet, TrainData, build_train_loader
 from ignite_r3net.data.sampler import sample_seed
 from ignite_r3net.errors import DataError
 
@@ -157,8 +156,8 @@ def test_the_training_loader_passes_over_damaged_jpegs_unless_allowed(damaged):
     (and others trained on in their place), or, with --allow-decode-warnings, trained on."""
     train, zeroed, cut = damaged
     for allow, expected in ((False, {str(zeroed), str(cut)}), (True, set())):
-        config = TrainConfig(data=[str(train)], crop=32, batch_size=2, workers=0, allow_decode_warnings=allow)
-        loader, sampler = build_train_loader(config)
+        data = TrainData([str(train)], crop=32, rotate=10.0, seed=2018, workers=0, allow_decode_warnings=allow)
+        loader, sampler = build_train_loader(data, batch_size=2)
         sampler.set_epoch(0)
         batches = list(loader)
         assert len(batches) == 3 and {path for batch in batches for path, _ in batch["bad"]} == expected

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import (
     SaliencyEvalSet,
     SaliencyTrainSet,
+    TrainData,
     build_eval_loader,
     build_train_loader,
     collate_train,
@@ -29,8 +29,9 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return make_synthetic_dataset(tmp_path_factory.mktemp("syn"), n_train=13, n_val=5, size=(40, 72), seed=1)
 
 
-def _recipe(data: Path, **values) -> TrainConfig:
-    return TrainConfig(data=str(data), **values)
+def _recipe(data: Path, batch_size: int = 2, **values) -> tuple[TrainData, int]:
+    """The training data of ``data`` with ``values`` (crop, rotate, seed, workers), and the batch size."""
+    return TrainData(folders=[str(data)], **{"crop": 32, "rotate": 0.0, "seed": 2018, **values}), batch_size
 
 
 def _batches(loader) -> list[dict]:
@@ -39,7 +40,7 @@ def _batches(loader) -> list[dict]:
 
 def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> None:
     train, _ = synthetic
-    loader, sampler = build_train_loader(_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=0), 2, 1)
+    loader, sampler = build_train_loader(*_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=0), 2, 1)
     assert sampler.num_batches == 2 and len(loader) == 2
     sampler.set_epoch(1)
     full = _batches(loader)
@@ -52,7 +53,7 @@ def test_train_loader_batches_and_exact_resume(synthetic: tuple[Path, Path]) -> 
     assert b["index"].shape == (3,)
 
     # Resume after one batch, with worker processes this time: same samples, same augmentation.
-    loader2, sampler2 = build_train_loader(_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=2), 2, 1)
+    loader2, sampler2 = build_train_loader(*_recipe(train, crop=48, rotate=10, batch_size=3, seed=9, workers=2), 2, 1)
     sampler2.set_epoch(1, skip_batches=1)
     resumed = _batches(loader2)
     assert len(resumed) == 1
@@ -87,7 +88,7 @@ def test_channels_last_batches_give_the_same_numbers(synthetic: tuple[Path, Path
 def test_train_loader_too_small(synthetic: tuple[Path, Path]) -> None:
     train, _ = synthetic
     with pytest.raises(DataError, match="too few"):
-        build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=8, seed=0), 2, 0)
+        build_train_loader(*_recipe(train, crop=32, rotate=0, batch_size=8, seed=0), 2, 0)
 
 
 def test_eval_loader_full_resolution_unpadded(synthetic: tuple[Path, Path]) -> None:
@@ -108,7 +109,7 @@ def test_workers_are_forked_even_in_a_spawned_rank(synthetic: tuple[Path, Path])
     workers must not start fresh interpreters (seconds of imports each, at every validation)."""
     train, val = synthetic
     loaders = [
-        build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=2, workers=1))[0],
+        build_train_loader(*_recipe(train, crop=32, rotate=0, batch_size=2, workers=1))[0],
         build_eval_loader(val, workers=1),
         build_eval_loader(val, workers=0),
     ]
@@ -125,7 +126,7 @@ def test_persistent_workers_stop_at_once_when_asked(synthetic: tuple[Path, Path]
     """At the end of training the loader is still held in the Engine's reference cycles; left to
     the garbage collector its workers would each wait out a 5 s status check."""
     train, _ = synthetic
-    loader, sampler = build_train_loader(_recipe(train, crop=32, rotate=0, batch_size=2, workers=2))
+    loader, sampler = build_train_loader(*_recipe(train, crop=32, rotate=0, batch_size=2, workers=2))
     sampler.set_epoch(0)
     next(iter(loader))
     workers = list(loader._iterator._workers)

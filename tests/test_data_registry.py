@@ -15,6 +15,7 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.folder import list_pairs
 from ignite_r3net.data.registry import check_count, find_in_root, found_sets, resolve_names, standard_set
 from ignite_r3net.errors import OptionError
+from ignite_r3net.training.recipe_config import batch_layout
 from ignite_r3net.training.start import resolve_data
 
 
@@ -87,9 +88,9 @@ def test_paths_stay_paths_and_found_sets_lists_the_test_sets(data_root):
 
 def test_train_takes_the_names_from_its_data_root(data_root):
     config = TrainConfig(data=["MSRA10K"], val_data="ecssd", data_root=str(data_root), crop=32, batch_size=2)
-    resolved = resolve_data(config, world_size=1)
-    assert resolved["data"] == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and resolved["data_sets"][0]["pairs"] == 3
-    assert resolved["val_data"] == str(data_root / "ecssd")
+    resolved = resolve_data(config, batch_layout(config, 1))
+    assert resolved.folders == [str(data_root / "MSRA10K_Imgs_GT" / "Imgs")] and resolved.data_sets[0]["pairs"] == 3
+    assert resolved.val_data == str(data_root / "ecssd")
 
 
 def test_evaluate_refuses_an_unknown_name_before_any_work(data_root, capsys):

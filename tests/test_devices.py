@@ -12,7 +12,7 @@ from pathlib import Path
 import fake_gpus
 import pytest
 import torch
-from helpers import REPO, TINY_TRAIN, free_port, make_tiny_dataset
+from helpers import REPO, TINY_TRAIN, free_port, make_tiny_dataset, plan_of
 from test_slurm import _free_port_for_slurm, srun_env
 
 from ignite_r3net import cli
@@ -69,7 +69,7 @@ def test_one_process_builds_no_data_parallel(gpus, monkeypatch):
     monkeypatch.setattr(torch.nn.parallel, "DataParallel", Recorder)
     monkeypatch.setattr(torch.nn, "DataParallel", Recorder)
     monkeypatch.setattr(worker, "R3Net", lambda backbone: OnTheGpu(2, 2))
-    model = worker._build_model(TrainConfig(pretrained="none"), torch.device("cuda"))
+    model = worker._build_model(plan_of(TrainConfig(pretrained="none")), torch.device("cuda"))
     assert isinstance(model, OnTheGpu) and not wrapped
 
 
@@ -238,7 +238,7 @@ def test_device_cpu_on_a_gpu_host_trains_and_evaluates_on_the_cpu(gpus, monkeypa
     out = tmp_path / "run"
     args = ["--data", str(train), "--output-dir", str(out), "--iters", "1", "--checkpoint-every", "1", *TINY_TRAIN]
     assert cli.main([*args, "--device", "cpu"]) == 0
-    assert json.loads((out / "config.json").read_text())["device"] == "cpu"
+    assert json.loads((out / "config.json").read_text())["resolved"]["device"] == "cpu"
     evaluate_args = ["--checkpoint", str(out / "checkpoint_1.pt"), "--data", str(train), "--workers", "0"]
     assert cli.main(["evaluate", *evaluate_args, "--device", "cpu"]) == 0
     assert devices == [{"cpu"}, {"cpu"}]

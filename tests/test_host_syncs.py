@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import make_tiny_dataset
+from helpers import make_tiny_dataset, plan_of
 from ignite.engine import Events
 from torch.overrides import TorchFunctionMode
 
@@ -25,6 +25,7 @@ from ignite_r3net.training.bad_images import BadImages
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import prepare_batch
 from ignite_r3net.training.train_log import TrainLog
+from ignite_r3net.training.worker import train_data
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -87,12 +88,13 @@ def test_handlers_read_the_device_only_at_logged_iterations(tmp_path: Path, monk
     sync = BadImages.sync
     monkeypatch.setattr(BadImages, "sync", lambda self: counter_syncs.append(recorder.tag) or sync(self))
 
-    stream = build_train_stream(config)
+    plan = plan_of(config)
+    stream = build_train_stream(train_data(plan), plan.layout)
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
     parts = engine_module.create_trainer(
-        model, optimizer, build_poly_lr(optimizer, config), stream, log, config, torch.device("cpu")
+        model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu")
     )
     recorder = _Recorder()
     trainer = parts.trainer

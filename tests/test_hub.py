@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import make_tiny_dataset, save_spread_r3net
+from helpers import make_tiny_dataset, plan_of, save_spread_r3net
 from huggingface_hub import ModelCard
 from PIL import Image
 from safetensors.torch import load_file
@@ -48,8 +48,8 @@ def run_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A best_model file in a run folder whose config.json records the recipe and starting weights."""
     run = tmp_path_factory.mktemp("run")
     weights = {"source": "imagenet", "file": "/home/me/.cache/resnet18-f37072fd.pth", "sha256": RUN_WEIGHTS_SHA}
-    config = TrainConfig(backbone="resnet18", iters=123, lr=0.007, crop=64, data="/data/DUTS-TR", weights=weights)
-    config.save(run / "config.json")
+    config = TrainConfig(backbone="resnet18", iters=123, lr=0.007, crop=64, data="/data/DUTS-TR")
+    plan_of(config, weights=weights).save(run / "config.json")
     return save_spread_r3net(run / "best_model_123_maxF=0.9000.pt", seed=1)
 
 

@@ -88,7 +88,7 @@ def test_a_run_records_its_weights_in_config_and_log(data, tmp_path, monkeypatch
     out = tmp_path / "run"
     args = ["--data", str(train), "--output-dir", str(out), "--iters", "1", "--checkpoint-every", "1"]
     assert main([*args, *TINY_TRAIN, "--pretrained", f"hf-hub:{TIMM_REPO}"]) == 0
-    weights = json.loads((out / "config.json").read_text())["weights"]
+    weights = json.loads((out / "config.json").read_text())["resolved"]["weights"]
     assert weights["source"] == f"hf-hub:{TIMM_REPO}"
     assert weights["file"].endswith("model.safetensors") and len(weights["sha256"]) == 64
     log = (out / "train.log").read_text()
@@ -246,7 +246,7 @@ def test_init_from_starts_a_new_run_from_a_finished_runs_weights(reference_run, 
     assert any(line.startswith("[iter 1]") for line in second_log)
     assert any("initial weights: whole model" in line and "checkpoint_12.pt" in line for line in second_log)
     record = json.loads((second / "config.json").read_text())
-    assert record["init_from"] == str(finished) and record["weights"]["source"] == "init-from"
+    assert record["init_from"] == str(finished) and record["resolved"]["weights"]["source"] == "init-from"
 
     # a backbone that does not match the weights, and two sources of weights, are refused
     init = ["--output-dir", str(tmp_path / "x"), "--init-from", str(finished)]

@@ -13,7 +13,7 @@ from ignite_r3net import cli
 from ignite_r3net.batch_layout import BatchLayout
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
-from ignite_r3net.training.recipe_config import batch_layout, batch_per_process, config_from_options, layout_note
+from ignite_r3net.training.recipe_config import batch_layout, config_from_options, layout_note
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 
 # zijundeng/R3Net train.py (commit 93b8a34): args = {'iter_num': 6000, 'train_batch_size': 14,
@@ -21,7 +21,7 @@ from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
 # RandomRotate(10), torch.manual_seed(2018), one GPU; written out here, not read from the code
 ORIGINAL_TRAIN_PY = {
     "iters": 6000,
-    "batch_size": 14,
+    "global_batch": 14,  # its batch of 14 on its one GPU
     "lr": 1e-3,
     "lr_power": 0.9,
     "weight_decay": 5e-4,
@@ -66,7 +66,7 @@ def test_the_recipe_name_and_every_value_land_in_config_json():
 
 def _shared(*argv: str, world_size: int) -> int:
     """The images per process start-up chooses once the launch layout is known (``planned_run``)."""
-    return batch_per_process(_config(*argv), world_size)
+    return batch_layout(_config(*argv), world_size).batch
 
 
 def test_the_global_batch_of_14_is_split_among_processes():
@@ -109,24 +109,25 @@ def test_help_lists_what_each_recipe_sets(capsys):
 def test_resume_refuses_another_recipe():
     paper = _config("--recipe", "r3net-paper", "--iters", "12", "--batch-size", "2", "--resume", "ckpt.pt")
     checkpoint = {
-        "recipe": RunRecipe.of(paper, 1, 12).state_dict(),
+        "recipe": RunRecipe.of(paper, batch_layout(paper, 1), 12).state_dict(),
         "trainer": {"iteration": 5, "epoch_length": 6, "max_iters": 12},
     }
-    check_resume_compatible(paper, checkpoint, 1, 12)
+    check_resume_compatible(paper, batch_layout(paper, 1), checkpoint, 12)
     other = _config("--iters", "12", "--batch-size", "2", "--resume", "ckpt.pt")
     with pytest.raises(OptionError, match=r"--recipe reference-ddp \(checkpoint: r3net-paper\)"):
-        check_resume_compatible(other, checkpoint, 1, 12)
+        check_resume_compatible(other, batch_layout(other, 1), checkpoint, 12)
 
 
 def test_a_saved_recipe_keeps_its_batch_size_unless_the_recipe_is_given_anew():
     saved = json.loads(_config("--recipe", "r3net-paper", "--nproc", "4", "--batch-size", "4").to_json())
-    assert batch_per_process(config_from_options({}, base=saved), 2) == 4
+    assert batch_layout(config_from_options({}, base=saved), 2).batch == 4
     anew = config_from_options({"recipe": "r3net-paper", "nproc": 2}, base=saved)
-    assert batch_per_process(anew, 2) == 7
+    assert batch_layout(anew, 2).batch == 7
     # a run on 2 processes saved 7 per process beside the global 14: read back, the global batch is kept (on 1
     # process: 14 at once, or 7 x 2 accumulated within --max-batch-per-device 7, as train --config does)
     split = json.loads(_config("--recipe", "r3net-paper", "--nproc", "2", "--batch-size", "7").to_json())
     split["global_batch"] = 14
-    assert batch_per_process(config_from_options({"nproc": 1}, base=split), 1) == 14
+    split["given"] = []  # a config.json written before it recorded which options were given
+    assert batch_layout(config_from_options({"nproc": 1}, base=split), 1).batch == 14
     split["max_batch_per_device"] = 7
     assert batch_layout(config_from_options({"nproc": 1}, base=split), 1) == BatchLayout(1, 7, 2)

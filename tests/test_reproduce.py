@@ -150,7 +150,7 @@ def test_seeds_train_one_run_each_with_the_papers_recipe(tmp_path):
         (7, str(tmp_path / "seed-7")),
     ]
     assert all(
-        (c.recipe, c.iters, c.batch_size, c.resume, c.data) == ("r3net-paper", 20, 14, "auto", ["MSRA10K"])
+        (c.recipe, c.iters, c.global_batch, c.resume, c.data) == ("r3net-paper", 20, 14, "auto", ["MSRA10K"])
         for c in configs
     )
 

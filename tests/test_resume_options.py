@@ -16,6 +16,7 @@ from ignite_r3net import cli
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.errors import OptionError
+from ignite_r3net.training.recipe_config import batch_layout
 from ignite_r3net.training.resume import check_resume_compatible
 
 pytestmark = pytest.mark.timeout(240)
@@ -49,7 +50,7 @@ CHECKPOINT = {
 
 def _refusal(config: TrainConfig, world: int = WORLD, pairs: int = PAIRS) -> str:
     with pytest.raises(OptionError) as refused:
-        check_resume_compatible(config, CHECKPOINT, world, pairs)
+        check_resume_compatible(config, batch_layout(config, world), CHECKPOINT, pairs)
     return str(refused.value)
 
 
@@ -109,7 +110,8 @@ def test_every_changed_option_is_listed_at_once():
     ],
 )
 def test_run_control_options_may_change(field, value):
-    check_resume_compatible(dataclasses.replace(RUN, **{field: value}), CHECKPOINT, WORLD, PAIRS)
+    changed = dataclasses.replace(RUN, **{field: value})
+    check_resume_compatible(changed, batch_layout(changed, WORLD), CHECKPOINT, PAIRS)
 
 
 # ------------------------------------------------------------------------- through the command

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TRAIN, blocked_signals, cpu_env, free_port, log_lines, make_tiny_dataset, run_cli
+from helpers import TINY_TRAIN, blocked_signals, cpu_env, free_port, log_lines, make_tiny_dataset, plan_of, run_cli
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
@@ -36,7 +36,7 @@ def _train_args(data: tuple[Path, Path], out: Path) -> list[str]:
 @pytest.mark.parametrize(
     "tracker, env, expected",
     [
-        ("mlflow", {}, "error: --tracker mlflow needs the mlflow package: pip install -e '.[mlflow]'"),
+        ("mlflow", {}, 'error: --tracker mlflow needs the mlflow package: pip install -e ".[mlflow]"'),
         ("wandb", {}, "error: --tracker wandb needs the wandb package"),
         ("clearml", {}, "error: --tracker clearml needs the clearml package"),
         # nothing listens on a port that was free a moment ago
@@ -64,8 +64,8 @@ def test_a_missing_package_or_a_silent_server_is_one_line_before_any_worker(
 def test_the_recipe_becomes_flat_parameters() -> None:
     from ignite_r3net.training.trackers import recipe_params
 
-    config = TrainConfig(lr=0.01, tracker=["mlflow"], weights={"source": "none", "sha256": "ab"}, tracking={"x": {}})
-    params = recipe_params(config)
+    config = TrainConfig(lr=0.01, tracker=["mlflow"])
+    params = recipe_params(plan_of(config, weights={"source": "none", "sha256": "ab"}, tracking={"x": {}}))
     assert params["lr"] == "0.01" and params["tracker"] == "mlflow" and params["weights.sha256"] == "ab"
     assert "tracking" not in params and all(isinstance(v, str) for v in params.values())
 
@@ -160,7 +160,7 @@ def test_a_run_logged_to_a_real_mlflow_server_reads_back(tmp_path: Path, mlflow_
     resumed = TrainConfig(output_dir=str(out), resume=str(out / f"checkpoint_{EVERY}.pt"), tracker=["mlflow"])
     os.environ["MLFLOW_TRACKING_URI"] = mlflow_server
     try:
-        assert prepare_trackers(resumed)["mlflow"]["run_id"] == record["run_id"]
+        assert prepare_trackers(plan_of(resumed))["mlflow"]["run_id"] == record["run_id"]
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
 
@@ -175,7 +175,7 @@ def test_without_a_tracking_uri_mlflow_stores_in_the_output_folder(
     out = tmp_path / "run"
     out.mkdir()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    record = prepare_trackers(TrainConfig(output_dir=str(out), tracker=["mlflow"], lr=0.005))["mlflow"]
+    record = prepare_trackers(plan_of(TrainConfig(output_dir=str(out), tracker=["mlflow"], lr=0.005)))["mlflow"]
     assert record["tracking_uri"] == f"sqlite:///{out.resolve() / 'mlruns.db'}"
     client = MlflowClient(record["tracking_uri"])
     run = client.get_run(record["run_id"])
@@ -208,9 +208,9 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     wandb.save = lambda path, base_path=None, policy=None: calls.append(("save", Path(path).name, policy))
     wandb.finish = lambda: calls.append(("finish",))
     monkeypatch.setitem(sys.modules, "wandb", wandb)
-    config = TrainConfig(output_dir=str(tmp_path), tracker=["wandb"], iters=3, lr=0.01)
-    config = dataclasses.replace(config, tracking=prepare_trackers(config))
-    assert config.tracking == {"wandb": {"id": "run-id-1", "project": "ignite_r3net"}}
+    plan = plan_of(TrainConfig(output_dir=str(tmp_path), tracker=["wandb"], iters=3, lr=0.01))
+    plan = dataclasses.replace(plan, tracking=prepare_trackers(plan))
+    assert plan.tracking == {"wandb": {"id": "run-id-1", "project": "ignite_r3net"}}
     (tmp_path / "best_model_2_maxF=0.5000.pt").write_bytes(b"weights")
 
     def step(engine: Engine, batch: int) -> None:  # what the loss meter leaves at a log line
@@ -226,7 +226,7 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
     optimizer = torch.optim.SGD([{"params": [biases], "lr": 0.02}, {"params": [weights], "lr": 0.01}])
     scheduler = LRScheduler(LambdaLR(optimizer, lambda _: 1.0))  # the rates stay those set above
     tb = types.SimpleNamespace(attach_output_handler=lambda *args, **kwargs: None, close=lambda: None)
-    assert [run.name for run in attach_loggers(trainer, evaluator, tb, scheduler, config)] == ["tensorboard", "wandb"]
+    assert [run.name for run in attach_loggers(trainer, evaluator, tb, scheduler, plan)] == ["tensorboard", "wandb"]
     trainer.run(range(3))
 
     init = calls[0]
@@ -257,6 +257,6 @@ def test_threads_a_tracker_starts_in_the_launcher_leave_ctrl_c_to_its_main_threa
         return {}
 
     monkeypatch.setitem(trackers._PREPARE, "mlflow", prepare)
-    prepare_trackers(TrainConfig(output_dir=str(tmp_path), tracker=["mlflow"]))
+    prepare_trackers(plan_of(TrainConfig(output_dir=str(tmp_path), tracker=["mlflow"])))
     assert {signal.SIGINT, signal.SIGTERM} <= blocked_signals(started[0].native_id)
     assert not {signal.SIGINT, signal.SIGTERM} & blocked_signals(threading.main_thread().native_id)

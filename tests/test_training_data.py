@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import TINY_TRAIN, log_lines, make_tiny_dataset
+from helpers import TINY_TRAIN, log_lines, make_tiny_dataset, plan_of
 
 from ignite_r3net.cli import build_parser, main, options_from_args
 from ignite_r3net.config import TrainConfig
@@ -80,8 +80,8 @@ def test_the_run_trains_on_the_union_and_config_json_records_each_folder(run, se
     a, b, _ = sets
     out, _ = run
     config = json.loads((out / "config.json").read_text())
-    assert config["data"] == [str(a), str(b)]
-    assert config["data_sets"] == [
+    assert config["data"] == config["resolved"]["data"] == [str(a), str(b)]
+    assert config["resolved"]["data_sets"] == [
         {"folder": str(a), "pairs": 6, "listing": _listing(a)},
         {"folder": str(b), "pairs": 4, "listing": _listing(b)},
     ]
@@ -131,8 +131,8 @@ def test_val_max_scores_evenly_spaced_pairs(sets):
 
 
 def test_a_run_without_validation_says_so_once_on_the_console_and_in_the_log():
-    config = TrainConfig(data=["/data/DUTS-TR"], val_data=None, weights=None, data_sets=[])
-    header, console = header_lines(config, 1, None, 0, torch.device("cpu"))
+    plan = plan_of(TrainConfig(data=["/data/DUTS-TR"], val_data=None))
+    header, console = header_lines(plan, None, 0, torch.device("cpu"))
     for lines in (header, console):
         notes = [line for line in lines if line.startswith("note: no validation")]
         assert notes == [
@@ -141,9 +141,7 @@ def test_a_run_without_validation_says_so_once_on_the_console_and_in_the_log():
         ]
     assert (
         "note: --val-max 50 has no effect: there is no validation"
-        in header_lines(dataclasses.replace(config, val_max=50), 1, None, 0, torch.device("cpu"))[1]
+        in header_lines(plan_of(dataclasses.replace(plan.options, val_max=50)), None, 0, torch.device("cpu"))[1]
     )
-    with_validation = dataclasses.replace(config, val_data="/data/ECSSD")
-    assert not any(
-        "no validation" in line for line in header_lines(with_validation, 1, None, 0, torch.device("cpu"))[0]
-    )
+    with_validation = plan_of(dataclasses.replace(plan.options, val_data="/data/ECSSD"))
+    assert not any("no validation" in line for line in header_lines(with_validation, None, 0, torch.device("cpu"))[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_tiny_dataset, training_conv_outputs
+from helpers import make_tiny_dataset, plan_of, training_conv_outputs
 from ignite.engine import Events
 
 from ignite_r3net.config import TrainConfig
@@ -17,6 +17,7 @@ from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.train_log import TrainLog
+from ignite_r3net.training.worker import train_data
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,13 +30,14 @@ def train_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_trainer(config: TrainConfig, iters: int) -> list[float]:
     """Train ``iters`` iterations with the Engine ``training()`` runs on one process (no checkpoints,
     no validation); the total loss of each iteration."""
-    stream = build_train_stream(config)
+    plan = plan_of(config)
+    stream = build_train_stream(train_data(plan), plan.layout)
     torch.manual_seed(config.seed)
     # left in its default layout: training() converts it for --channels-last, the step its input
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
-    parts = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, config, torch.device("cpu"))
+    parts = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu"))
     losses: list[float] = []
     parts.trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: losses.append(float(e.state.output[0])))
     parts.trainer.run(stream, max_iters=iters, epoch_length=len(stream))
@@ -82,12 +84,13 @@ def test_the_design_cards_handlers_come_first_in_its_order(train_dir, tmp_path):
     from ignite.handlers import Checkpoint, LRScheduler
 
     config = _config(train_dir, tmp_path / "out", batch_size=2, iters=1)
-    stream = build_train_stream(config)
+    plan = plan_of(config)
+    stream = build_train_stream(train_data(plan), plan.layout)
     model = R3Net(config.backbone)
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
     trainer = create_trainer(
-        model, optimizer, build_poly_lr(optimizer, config), stream, log, config, torch.device("cpu")
+        model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu")
     ).trainer
     handlers = [h for h, *_ in trainer._event_handlers[Events.ITERATION_COMPLETED]]
     assert isinstance(handlers[0], LRScheduler)

@@ -4,6 +4,7 @@ refused with ``--val-data`` and the synthetic set."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_TRAIN, log_lines, make_data_root, make_tiny_dataset
+from helpers import TINY_TRAIN, log_lines, make_data_root, make_tiny_dataset, plan_of
 
 from ignite_r3net import cli
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import SaliencyTrainSet
 from ignite_r3net.data.split import held_out_pairs
+from ignite_r3net.training.recipe_config import batch_layout
 from ignite_r3net.training.start import resolve_data
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,7 +41,8 @@ def _resolved(tmp_path: Path, *folders: Path, fraction: float = SPLIT, **options
         data=[str(f) for f in folders], val_split=fraction, output_dir=str(tmp_path), crop=32, **options
     )
     config.validate()
-    return resolve_data(config, world_size=1)
+    data = resolve_data(config, batch_layout(config, 1))
+    return {"data": data.folders, **dataclasses.asdict(data)}
 
 
 def test_a_pair_keeps_its_side_when_pairs_are_added(tmp_path: Path) -> None:
@@ -92,7 +95,8 @@ def test_the_run_validates_on_the_held_out_pairs_and_records_them(run, capsys) -
     folder, _, out = run
     held = [s for s in _stems(folder) if _held_out(s, SPLIT)]
     config = json.loads((out / "config.json").read_text())
-    assert config["val_split"] == SPLIT and config["val_held_out"] == held and config["val_data"] is None
+    resolved = config["resolved"]
+    assert config["val_split"] == SPLIT and resolved["val_held_out"] == held and resolved["val_data"] is None
     assert (out / "val_split.txt").read_text().splitlines() == held
     lines = log_lines(out / "train.log")
     said = f"--val-split {SPLIT}: {len(held)} of {PAIRS} pairs held out for validation, listed in {out}/val_split.txt"
@@ -122,8 +126,8 @@ def test_a_resume_keeps_the_split_and_refuses_another(run, tmp_path, capsys) -> 
     assert cli.main([*args, "--output-dir", str(out), "--resume", "auto"]) == 0
     assert (out / "val_split.txt").read_text() == (first / "val_split.txt").read_text()
     assert (
-        json.loads((out / "config.json").read_text())["val_held_out"]
-        == json.loads((first / "config.json").read_text())["val_held_out"]
+        json.loads((out / "config.json").read_text())["resolved"]["val_held_out"]
+        == json.loads((first / "config.json").read_text())["resolved"]["val_held_out"]
     )
     resumed, uninterrupted = (load_checkpoint(o / f"checkpoint_{ITERS}.pt")["model"] for o in (out, first))
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)  # the same pairs trained on
@@ -154,8 +158,9 @@ def test_train_log_and_the_trackers_record_how_many_names_not_each() -> None:
     from ignite_r3net.training.train_log import header_lines
 
     names = [f"ILSVRC2012_test_{i:08d}" for i in range(1000)]  # a tenth of DUTS-TR: 25 kB of names
-    config = TrainConfig(data=["/data/DUTS-TR"], val_split=0.1, val_held_out=names, data_sets=[])
-    assert recipe_params(config)["val_held_out"] == "1000 names (listed in config.json)"
-    configuration = header_lines(config, 1, None, 0, torch.device("cpu"))[0][0]
+    plan = plan_of(TrainConfig(data=["/data/DUTS-TR"], val_split=0.1))
+    plan = dataclasses.replace(plan, data=dataclasses.replace(plan.data, val_held_out=names))
+    assert recipe_params(plan)["val_held_out"] == "1000 names (listed in config.json)"
+    configuration = header_lines(plan, None, 0, torch.device("cpu"))[0][0]
     assert configuration.startswith("configuration: {") and names[0] not in configuration
-    assert json.loads(config.to_json())["val_held_out"] == names
+    assert plan.record()["resolved"]["val_held_out"] == names

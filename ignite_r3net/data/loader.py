@@ -6,13 +6,14 @@ import ctypes
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from ..config import TrainConfig
+from ..batch_layout import BatchLayout
 from ..errors import DataError
 from .decode import load_image, load_mask
 from .folder import list_pairs
@@ -120,41 +121,52 @@ class SaliencyEvalSet(Dataset):
         return {"image": image, "mask": mask, "name": image_path.stem, "index": int(index), "problem": problem}
 
 
+@dataclass(frozen=True)
+class TrainData:
+    """The training pairs of ``folders`` (less those ``val_split`` holds out) in random crops of ``crop`` pixels,
+    flipped and rotated within ``rotate`` degrees, drawn from ``seed``; read by ``workers`` processes per rank."""
+
+    folders: Sequence[str]
+    crop: int
+    rotate: float
+    seed: int
+    workers: int = 2
+    allow_decode_warnings: bool = False
+    val_split: float | None = None
+
+
 def build_train_loader(
-    config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
+    data: TrainData, batch_size: int, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
 ) -> tuple[DataLoader, ResumableDistributedSampler]:
-    """Training DataLoader of ``config.data`` (``drop_last``, persistent workers) and its sampler, shard
-    ``rank`` of ``num_replicas``: call ``sampler.set_epoch`` before each epoch, and keep the loader from
+    """Training DataLoader of ``data`` (``drop_last``, persistent workers) and its sampler, shard ``rank`` of
+    ``num_replicas``: call ``sampler.set_epoch`` before each epoch, and keep the loader from
     ``idist.auto_dataloader`` (it would replace the sampler). Raises DataError for less than a batch per rank."""
-    dataset = SaliencyTrainSet(config.data, config.crop, config.rotate, config.allow_decode_warnings, config.val_split)
-    sampler = ResumableDistributedSampler(len(dataset), num_replicas, rank, config.seed, batch_size=config.batch_size)
+    dataset = SaliencyTrainSet(data.folders, data.crop, data.rotate, data.allow_decode_warnings, data.val_split)
+    sampler = ResumableDistributedSampler(len(dataset), num_replicas, rank, data.seed, batch_size=batch_size)
     if sampler.num_batches == 0:
         raise DataError(
             f"{', '.join(map(str, dataset.roots))} hold(s) {len(dataset)} pairs: too few for batch size "
-            f"{config.batch_size} on {num_replicas} process(es)"
+            f"{batch_size} on {num_replicas} process(es)"
         )
     loader = DataLoader(
         dataset,
-        batch_size=config.batch_size,
+        batch_size=batch_size,
         sampler=sampler,
         drop_last=True,
-        num_workers=config.workers,
+        num_workers=data.workers,
         pin_memory=pin_memory,
-        persistent_workers=config.workers > 0,
+        persistent_workers=data.workers > 0,
         worker_init_fn=init_loader_worker,
-        multiprocessing_context=worker_context(config.workers),
+        multiprocessing_context=worker_context(data.workers),
         collate_fn=collate_train,
     )
     return loader, sampler
 
 
-def build_train_stream(
-    config: TrainConfig, num_replicas: int = 1, rank: int = 0, pin_memory: bool = False
-) -> StepStream:
-    """``build_train_loader``'s micro-batches in optimiser steps of ``config.accumulate`` (``StepStream``)."""
-    loader, sampler = build_train_loader(config, num_replicas, rank, pin_memory)
-    global_batch = config.batch_size * config.accumulate * num_replicas
-    return StepStream(loader, sampler, config.accumulate, global_batch)
+def build_train_stream(data: TrainData, layout: BatchLayout, rank: int = 0, pin_memory: bool = False) -> StepStream:
+    """``build_train_loader``'s micro-batches for ``rank`` of ``layout``, in optimiser steps (``StepStream``)."""
+    loader, sampler = build_train_loader(data, layout.batch, layout.processes, rank, pin_memory)
+    return StepStream(loader, sampler, layout.accumulate, layout.global_batch)
 
 
 def build_eval_loader(

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import TrainConfig
 from ..errors import warn
 from ..options.commands import ProcessOptions
 
@@ -103,7 +102,8 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """The distribution options of ``TrainConfig`` or of ``ProcessOptions``."""
+    """Where a job's processes run and meet: the distribution options of ``train``, or of a command that spreads
+    its work over the processes of one node (``ProcessOptions``)."""
 
     nproc: int = 1
     backend: str | None = None
@@ -115,12 +115,6 @@ class LaunchSpec:
     traceback_dir: str | None = None
     verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
     device: str = "auto"  # --device: auto, cuda or cpu (process_setup.use_device resolves it)
-
-    @classmethod
-    def of(cls, config: TrainConfig) -> LaunchSpec:
-        # every field but traceback_dir is the option of the same name
-        same = [f.name for f in dataclasses.fields(cls) if f.name != "traceback_dir"]
-        return cls(**{name: getattr(config, name) for name in same}, traceback_dir=config.output_dir)
 
     @classmethod
     def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:

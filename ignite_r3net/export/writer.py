@@ -292,7 +292,7 @@ def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any]
         return record.get("training"), record.get("starting_weights")
     if "iters" not in record or "backbone" not in record:  # none, or not a training run's
         return None, None
-    weights = record.get("weights")
+    weights = (record.get("resolved") or record).get("weights")  # before config.json kept the resolved apart
     if not isinstance(weights, dict):
         return record, None
     # the file's name, not this machine's path to it
@@ -408,7 +408,8 @@ def _training(config: Mapping[str, Any]) -> str:
     recipe, start = config.get("training"), config.get("starting_weights")
     if not recipe:
         return "## Training\n\nThe checkpoint came without its run's config.json: the recipe is not recorded."
-    rows = [f"| `{key}` | `{json.dumps(recipe[key])}` |" for key in _RECIPE if key in recipe]
+    used = {**recipe, **(recipe.get("resolved") or {})}  # the values the run used where start-up resolved them
+    rows = [f"| `{key}` | `{json.dumps(used[key])}` |" for key in _RECIPE if key in used]
     if start:
         rows.append(f"| starting weights | `{start.get('source')}`, sha256 `{start.get('sha256')}` |")
     intro = "The run's options (all of them are in `config.json`, under `training`):"

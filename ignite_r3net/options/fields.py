@@ -146,9 +146,10 @@ def load_json(path: str | Path, what: str) -> Any:
         raise OptionError(f"{what}: not JSON: {e}") from None
 
 
-def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
+def read_options(cls: type, path: str | Path, flag: str, records: Iterable[str] = ()) -> dict[str, Any]:
     """The values of the JSON object in ``path`` for the dataclass ``cls``, by field name, each checked as
-    the command line checks its flag; ``OptionError`` names ``flag``, the file and the key."""
+    the command line checks its flag, and those of the keys ``records`` unchecked; ``OptionError`` names
+    ``flag``, the file and the key."""
     values = load_json(path, f"{flag} {path}")
     if not isinstance(values, dict):
         raise OptionError(f"{flag} {path}: expected a JSON object of options, got {type(values).__name__}")
@@ -156,6 +157,9 @@ def read_options(cls: type, path: str | Path, flag: str) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     checked = {}
     for key, value in values.items():
+        if key in records:
+            checked[key] = value
+            continue
         if key not in fields:
             raise OptionError(f"{flag} {path}: unknown key {key!r}")
         if typing.get_origin(hints[key]) is list and isinstance(value, str):

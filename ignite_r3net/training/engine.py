@@ -14,7 +14,6 @@ import time
 from contextlib import suppress
 from typing import Any, NamedTuple, cast
 
-import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, LRScheduler
@@ -29,6 +28,7 @@ from .bad_images import BadImages, attach_bad_images
 from .events import log_iterations, sync_iterations
 from .meters import LOSS_NAMES, LossMeter
 from .optim import learning_rates
+from .plan import RunPlan
 from .resume import RunRecipe
 from .step import create_train_step
 from .tracker_loggers import attach_loggers, open_tensorboard
@@ -53,13 +53,14 @@ def create_trainer(
     lr_scheduler: LRScheduler,
     stream: StepStream,
     log: TrainLog,
-    config: TrainConfig,
+    plan: RunPlan,
     device: torch.device,
     scaler: torch.amp.GradScaler | None = None,
     val_loader: Any = None,
 ) -> TrainerParts:
     """The training Engine: one optimiser step per iteration (``stream``'s micro-batches), then its handlers in
     the design's order."""
+    config, layout = plan.options, plan.layout
     # the compiled wrapper trains; the plain module is what checkpoints hold (no _orig_mod prefix)
     trained = cast(torch.nn.Module, torch.compile(model)) if config.compile else model
     no_sync = getattr(model, "no_sync", None)  # DDP's: all-reduce once per step, after the last micro-batch
@@ -70,7 +71,7 @@ def create_trainer(
     meter = LossMeter(device)
     pairs = stream.sampler.dataset_len
     bad = BadImages(pairs, config.max_bad_images)
-    clock = RunClock(config.batch_size * config.accumulate * idist.get_world_size())
+    clock = RunClock(layout.global_batch)
     to_save: dict[str, Any] = {
         "trainer": trainer,
         "model": model,
@@ -79,22 +80,22 @@ def create_trainer(
         "loss_meter": meter,
         "bad_images": bad,
         "sampler": stream,  # the next global position: a resume on another layout continues there
-        "recipe": RunRecipe.of(config, idist.get_world_size(), pairs),
+        "recipe": RunRecipe.of(config, layout, pairs, plan.data.data_sets),
     }
     if scaler is not None:
         to_save["scaler"] = scaler
 
     # the design card: ITERATION_COMPLETED handlers, in this order
     attach_poly_lr(trainer, lr_scheduler)
-    attach_loss_meter(trainer, meter, clock, config)
+    attach_loss_meter(trainer, meter, clock, config, layout.per_process)
     attach_train_log(trainer, log, meter, clock, lr_scheduler, config)
     attach_checkpointing(trainer, to_save, config)
 
     attach_bad_images(trainer, bad, log, sync_iterations(config), config)
     progress = attach_progress_bar(trainer, clock, config)
-    tb = open_tensorboard(config)
+    tb = open_tensorboard(config.output_dir)
     evaluator = attach_validation(trainer, model, val_loader, config, log, tb, device)
-    trackers = attach_loggers(trainer, evaluator, tb, lr_scheduler, config)
+    trackers = attach_loggers(trainer, evaluator, tb, lr_scheduler, plan)
     attach_stop_on_sigterm(trainer)
     attach_close_on_failure(trainer, [progress, log, *(trackers or [])])
     return TrainerParts(trainer, to_save)
@@ -137,9 +138,9 @@ def attach_poly_lr(trainer: Engine, scheduler: LRScheduler) -> None:
     trainer.add_event_handler(Events.ITERATION_COMPLETED, scheduler)
 
 
-def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config: TrainConfig) -> None:
-    """Add up the losses on the device; at ``sync_iterations`` average them over the ranks into
-    ``state.metrics`` and stop every rank together if any went non-finite."""
+def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config: TrainConfig, images: int) -> None:
+    """Add up the losses on the device (``images``: this rank's in a step); at ``sync_iterations`` average them
+    over the ranks into ``state.metrics`` and stop every rank together if any went non-finite."""
 
     @trainer.on(Events.EPOCH_STARTED)
     def reset_meter(engine: Engine) -> None:
@@ -151,7 +152,6 @@ def attach_loss_meter(trainer: Engine, meter: LossMeter, clock: RunClock, config
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def update_meter(engine: Engine) -> None:
-        images = config.batch_size * config.accumulate  # this rank's in the step
         meter.update(cast(torch.Tensor, engine.state.output), images, engine.state.iteration)
 
     @trainer.on(sync_iterations(config))

@@ -1,10 +1,10 @@
-"""The training config a command line describes: the ``--recipe``'s values (or a saved run's, ``--config``)
+"""The training options a command line asks for: the ``--recipe``'s values (or a saved run's, ``--config``)
 under the options given; and its global batch shared among the job's processes (at start-up)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..batch_layout import MIN_BATCH, BatchLayout, fit, possible_processes
@@ -15,18 +15,27 @@ from ..model.backbones import BACKBONES
 from ..options.fields import is_option, read_options
 from ..recipes import DEFAULT_RECIPE, RECIPES
 
+# what config.json records besides the options: which were given, and what start-up resolved (before it was kept
+# apart, under "resolved", these keys stood beside the options)
+RECORDED_KEYS = ("given", "resolved", "weights", "listings", "tracking", "data_sets", "val_held_out")
+# the options that choose the batch layout
+BATCH_OPTIONS = ("recipe", "global_batch", "batch_size", "accumulate", "max_batch_per_device")
 # options that decide the starting weights: given anew, the saved run's record no longer applies
 _CHOOSE_WEIGHTS = ("pretrained", "init_from", "backbone")
-# options that choose the batch layout: given anew, the saved run's layout is not derived again
-_CHOOSE_BATCH = ("recipe", "global_batch", "batch_size", "accumulate", "max_batch_per_device")
 
 
-def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> TrainConfig:
-    """``base`` (default: the defaults) under the recipe ``given`` names (the default one when ``base`` is
-    empty), under ``given``. A global batch (``--global-batch``, a recipe's such as ``r3net-paper``'s 14, or a
-    saved run's) is kept unless ``--batch-size`` is given without it; ``batch_layout`` derives the batch per
-    process and the accumulation from it once the launch layout is known."""
+def config_from_options(
+    given: Mapping[str, Any], base: Mapping[str, Any] | None = None, base_given: Iterable[str] = ()
+) -> TrainConfig:
+    """``base`` (default: the defaults; ``base_given``: which of its options its run was given) under the recipe
+    ``given`` names (the default one when ``base`` is empty), under ``given``. A recipe's global batch (such as
+    ``r3net-paper``'s 14) is kept unless ``--batch-size`` is given without ``--global-batch``; ``batch_layout``
+    derives the batch per process and the accumulation from a global batch once the launch layout is known.
+    Any of ``BATCH_OPTIONS`` given chooses the batch anew: those ``base`` was given no longer count as given."""
     values = dict(base or {})
+    base_given = set(base_given) | set(values.pop("given", ()))
+    if any(name in given for name in BATCH_OPTIONS):
+        base_given -= set(BATCH_OPTIONS)
     name = given.get("recipe", values.get("recipe", DEFAULT_RECIPE))
     recipe = RECIPES.get(name)  # an unknown name is left for validate() to name
     if "recipe" not in given and values:  # a saved run's values hold its recipe's already
@@ -39,10 +48,7 @@ def config_from_options(given: Mapping[str, Any], base: Mapping[str, Any] | None
             values["global_batch"] = recipe.global_batch
         if "batch_size" in given:  # the batch per process chosen: the global batch follows from it
             values["global_batch"] = None
-    if values.get("global_batch") is not None and "batch_size" not in given:
-        # a placeholder until the launch layout is known: batch_layout derives it
-        values["batch_size"] = values["global_batch"]
-    return TrainConfig(**values)
+    return TrainConfig(**values, given=frozenset(base_given | set(given)))
 
 
 def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
@@ -78,12 +84,9 @@ def layout_note(config: TrainConfig, layout: BatchLayout) -> str | None:
 
 
 def _given_batch(config: TrainConfig) -> tuple[int | None, int | None, int | None]:
-    """The batch per process, accumulation and limit a global batch's layout must keep; None: derive it.
-    A batch per process equal to the global batch is ``config_from_options``' placeholder, and an
-    accumulation of 1 its default, so both are derived (an explicit ``--batch-size`` of the whole global
-    batch, or ``--accumulate 1``, is not told apart from them)."""
-    batch = None if config.batch_size == config.global_batch else config.batch_size
-    accumulate = None if config.accumulate == 1 else config.accumulate
+    """The batch per process, accumulation and limit a global batch's layout must keep; None: derive it."""
+    batch = config.batch_size if "batch_size" in config.given else None
+    accumulate = config.accumulate if "accumulate" in config.given else None
     return batch, accumulate, config.max_batch_per_device
 
 
@@ -105,16 +108,11 @@ def _constraint(batch: int | None, accumulate: int | None, limit: int | None) ->
     return f"with at least {MIN_BATCH} each{most}"
 
 
-def batch_per_process(config: TrainConfig, world_size: int) -> int:
-    """The images per process and micro-batch of ``batch_layout``."""
-    return batch_layout(config, world_size).batch
-
-
 def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
-    """``train --config FILE``: the recipe a run saved (not ``resume``, ``device``) under ``given``; its
-    ``weights`` are the expected ones unless ``given`` chooses anew; its generated data is ``synthetic`` again.
-    ``OptionError``: the file cannot be read, a key is no option of ``train``, or a value is wrong."""
-    saved = read_options(TrainConfig, path, "--config")
+    """``train --config FILE``: the options a run was asked for (not ``resume``, ``device``), those it was given
+    still given, under ``given``; its generated data is ``synthetic`` again. ``OptionError``: the file cannot be
+    read, a key is no option of ``train``, or a value is wrong."""
+    saved = read_options(TrainConfig, path, "--config", records=RECORDED_KEYS)
     if "backbone" not in given and "backbone" in saved and saved["backbone"] not in BACKBONES:
         # its choices are the model package's, not the field's: read_options cannot check them
         raise OptionError(
@@ -122,15 +120,19 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
         )
     options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
     recipe = {k: v for k, v in saved.items() if k in options and k not in ("resume", "device")}
+    saved_given = set(saved.get("given", ())) & recipe.keys()
     train_dir, val_dir = (str(p) for p in synthetic_paths(saved.get("output_dir", TrainConfig.output_dir)))
     if train_dir in recipe.get("data", []):
         recipe["data"] = ["synthetic" if folder == train_dir else folder for folder in recipe["data"]]
         if recipe.get("val_data") == val_dir:
             recipe["val_data"] = None
-    if not any(name in given for name in _CHOOSE_WEIGHTS):
-        recipe["weights"] = saved.get("weights")
-    if recipe.get("global_batch") and not any(name in given for name in _CHOOSE_BATCH):
-        # the saved global batch, shared anew on this launch's processes, at most the saved batch per process
-        recipe["max_batch_per_device"] = recipe.get("max_batch_per_device") or recipe.get("batch_size")
-        recipe["accumulate"] = 1
-    return config_from_options(given, base=recipe)
+    return config_from_options(given, base=recipe, base_given=saved_given)
+
+
+def saved_weights(path: str, given: Mapping[str, Any]) -> dict[str, str] | None:
+    """The starting weights the run of ``--config``'s file recorded, which its rerun expects (and warns when it
+    starts from others), unless ``given`` chooses the weights anew."""
+    if any(name in given for name in _CHOOSE_WEIGHTS):
+        return None
+    saved = read_options(TrainConfig, path, "--config", records=RECORDED_KEYS)
+    return (saved.get("resolved") or saved).get("weights")  # before config.json kept the resolved apart

@@ -31,18 +31,26 @@ EPOCH_LENGTH = "iterations per epoch (data, batch size or world size)"
 
 
 class RunRecipe:
-    """What a resume must not change (``RESUME_FIXED``, the batch layout, ``config.data_sets``), checkpointed as
-    ``recipe``: compared, never restored (ignite would quietly keep the checkpoint's schedule)."""
+    """What a resume must not change (``RESUME_FIXED``, the batch layout, each training folder's record),
+    checkpointed as ``recipe``: compared, never restored (ignite would quietly keep the checkpoint's schedule)."""
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values = dict(values)
 
     @classmethod
-    def of(cls, config: TrainConfig, world_size: int, pairs: int) -> RunRecipe:
+    def of(
+        cls, config: TrainConfig, layout: BatchLayout, pairs: int, data_sets: list[dict[str, Any]] | None = None
+    ) -> RunRecipe:
         values = {name: getattr(config, name) for name in RESUME_FIXED}
-        values.update(world_size=world_size, pairs=pairs)
-        if config.data_sets is not None:
-            values["data"] = [dict(d) for d in config.data_sets]
+        values.update(
+            batch_size=layout.batch,
+            accumulate=layout.accumulate,
+            global_batch=layout.global_batch,
+            world_size=layout.processes,
+            pairs=pairs,
+        )
+        if data_sets is not None:
+            values["data"] = [dict(d) for d in data_sets]
         return cls(values)
 
     def state_dict(self) -> dict[str, Any]:
@@ -114,13 +122,19 @@ def _refuse_newer_checkpoints(config: TrainConfig) -> None:
         )
 
 
-def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], world: int, pairs: int) -> str | None:
+def check_resume_compatible(
+    config: TrainConfig,
+    layout: BatchLayout,
+    checkpoint: Mapping[str, Any],
+    pairs: int,
+    data_sets: list[dict[str, Any]] | None = None,
+    resumed: str | None = None,
+) -> str | None:
     """Refuse a run that does not continue the checkpoint's exactly: ignite and the optimiser would silently
     restore their own schedule, epoch length and hyper-parameters (more iters: a restart at LR zero). Another
     batch layout with the same global batch is accepted: the line saying so is returned (None: the same)."""
     saved = checkpoint.get("recipe", {})
-    changed = RunRecipe.of(config, world, pairs).differences(saved)
-    layout = BatchLayout(world, config.batch_size, config.accumulate)
+    changed = RunRecipe.of(config, layout, pairs, data_sets).differences(saved)
     was = saved_layout(saved)
     moved = was is not None and was != layout
     kept = moved and was is not None and was.global_batch == layout.global_batch
@@ -154,7 +168,7 @@ def check_resume_compatible(config: TrainConfig, checkpoint: Mapping[str, Any], 
             else ""
         )
         raise OptionError(
-            f"--resume {config.resume}: this run differs from the one the checkpoint continues: "
+            f"--resume {resumed or config.resume}: this run differs from the one the checkpoint continues: "
             f"{listing}. An exact resume needs the same recipe: repeat the original options, or "
             f"start a new run in another --output-dir.{extend}"
         )

@@ -9,7 +9,6 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 from filelock import FileLock
 
 from ..atomic_files import read_json_object
+from ..batch_layout import BatchLayout
 from ..checkpoint_io import list_checkpoints, load_checkpoint, model_state_dict
 from ..config import TrainConfig
 from ..console import echo, quiet_library_logs
@@ -38,6 +38,7 @@ from ..model.trained_model import check_fits, find_backbone, infer_backbone, res
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
+from .plan import DataPlan, RunPlan
 from .recipe_config import batch_layout, layout_note
 from .resume import RESUME_FIXED, check_resume_compatible, resolve_resume
 from .trackers import prepare_trackers
@@ -47,80 +48,85 @@ from .train_log import record_ending
 COLLECTIVE_SCHEDULE = ("log_every", "checkpoint_every", "val_every")
 
 
-def train(config: TrainConfig) -> None:
-    """Train as ``config`` says on every worker. Raises ``planned_run``'s errors, ``WorkerFailed`` (traceback in
-    ``OUTPUT_DIR/error-rankN.log``), ``RendezvousFailed`` (not all met within ``--dist-timeout``), ``RanksDisagree``,
-    ``KeyboardInterrupt`` (Ctrl-C; ``Terminated`` for SIGTERM) once every rank stopped."""
-    with planned_run(config) as plan:
-        if plan.start >= plan.config.iters:
-            done = plan.config
-            echo(f"run already complete: {done.resume} is at iteration {plan.start} of {done.iters}; nothing to do")
+def train(config: TrainConfig, expected_weights: dict[str, str] | None = None) -> None:
+    """Train as ``config`` asks on every worker (``expected_weights``: the starting weights ``--config``'s run
+    recorded). Raises ``planned_run``'s errors, ``WorkerFailed`` (traceback in ``OUTPUT_DIR/error-rankN.log``),
+    ``RendezvousFailed`` (not all met within ``--dist-timeout``), ``RanksDisagree``, ``KeyboardInterrupt`` (Ctrl-C;
+    ``Terminated`` for SIGTERM) once every rank stopped."""
+    with planned_run(config, expected_weights) as plan:
+        if plan.start >= config.iters:
+            echo(f"run already complete: {plan.resume} is at iteration {plan.start} of {config.iters}; nothing to do")
             return
         try:
             launch(train_worker, plan, plan.spec)  # launch() sets ignite's launcher logs from spec.verbose
         except BaseException as e:
             if plan.spec.is_leader():  # the workers are gone: train.log gets the console's last line
-                record_ending(plan.config.output_dir, ending_line(e))
+                record_ending(config.output_dir, ending_line(e))
             raise
 
 
 def train_worker(local_rank: int, plan: RunPlan) -> None:
     """What every worker runs: the ranks' agreement, ``config.json`` (rank 0), ``worker.training``."""
-    config = plan.config
+    config = plan.options
     if config.deterministic:  # a worker torchrun or srun started: before its first CUDA work
         set_deterministic_environment()
-    refuse_unless_ranks_agree(options_every_rank_shares(config))  # before anything is built or written
-    rank_zero_only(_save_records)(config)
+    refuse_unless_ranks_agree(options_every_rank_shares(plan))  # before anything is built or written
+    rank_zero_only(_save_records)(plan)
     # imported in the workers only: the launching process checks and spawns, and the Engine's
     # imports (torchvision, TensorBoard, scipy) would cost it seconds before any worker starts
     from .worker import training
 
     freeze_long_lived_objects()
     quiet_library_logs(config.verbose)
-    training(local_rank, config, plan.resumed_note)
+    training(local_rank, plan)
 
 
-def _save_records(config: TrainConfig) -> None:
+def _save_records(plan: RunPlan) -> None:
     """``config.json`` and, with ``--val-split``, the held-out names (``val_split.txt``) in the output folder."""
-    config.save(os.path.join(config.output_dir, "config.json"))
-    if config.val_held_out is not None:
-        write_held_out_names(config.val_held_out, config.output_dir)
+    output_dir = plan.options.output_dir
+    plan.save(os.path.join(output_dir, "config.json"))
+    if plan.data.val_held_out is not None:
+        write_held_out_names(plan.data.val_held_out, output_dir)
 
 
-def options_every_rank_shares(config: TrainConfig) -> dict[str, str]:
-    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps, the options
-    that schedule collectives, the data's pairs; not what may differ between nodes (``--workers``, ``--output-dir``,
-    ``--node-rank``, rendezvous and speed options, ``--keep``) nor the starting weights (DDP copies rank 0's)."""
-    listings = {flag_named(TrainConfig, name): listing for name, listing in (config.listings or {}).items()}
-    return values_by_flag(config, RESUME_FIXED + COLLECTIVE_SCHEDULE) | listings
+def options_every_rank_shares(plan: RunPlan) -> dict[str, str]:
+    """``{"--lr": "0.001", ..., "--data": "12 pairs (sha256 ...)"}``: the recipe ``--resume`` keeps (the batch
+    layout as resolved), the options that schedule collectives, the data's pairs; not what may differ between nodes
+    (``--workers``, ``--output-dir``, ``--node-rank``, rendezvous and speed options, ``--keep``) nor the starting
+    weights (DDP copies rank 0's)."""
+    layout = plan.layout
+    resolved = {"--batch-size": layout.batch, "--accumulate": layout.accumulate, "--global-batch": layout.global_batch}
+    listings = {flag_named(TrainConfig, name): listing for name, listing in plan.data.listings.items()}
+    shared = values_by_flag(plan.options, RESUME_FIXED + COLLECTIVE_SCHEDULE)
+    return shared | {flag: str(value) for flag, value in resolved.items()} | listings
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """The run as start-up resolved it: ``config`` filled in, the launch layout, the iterations already trained."""
+def launch_spec(config: TrainConfig) -> LaunchSpec:
+    """Where the workers run: the distribution options (the tracebacks of failed workers go to ``--output-dir``)."""
+    same = [f.name for f in dataclasses.fields(LaunchSpec) if f.name != "traceback_dir"]
+    return LaunchSpec(**{name: getattr(config, name) for name in same}, traceback_dir=config.output_dir)
 
-    config: TrainConfig
-    spec: LaunchSpec
-    start: int
-    resumed_note: str | None = None  # a resume on another batch layout: what changed (train.log and the console)
+
+def plan_in_process(config: TrainConfig, world_size: int = 1) -> RunPlan:
+    """The plan of ``config`` on ``world_size`` processes with nothing resolved from the disk (its ``--data``
+    folders as given, no weights, on the CPU): for benchmarks and tests that build the Engine in this process."""
+    data = DataPlan(list(config.data), config.val_data, [], {})
+    return RunPlan(config, launch_spec(config), batch_layout(config, world_size), "cpu", data, config.resume)
 
 
 @contextmanager
-def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
+def planned_run(config: TrainConfig, expected_weights: dict[str, str] | None = None) -> Iterator[RunPlan]:
     """Check and resolve everything a run needs, holding its output folder (``run_lock``) meanwhile.
     Raises ``OptionError`` (an option, folder, checkpoint, weights, tracker) or ``DataError`` (by file)."""
     config.validate()
     if config.deterministic:  # before any CUDA work here; spawned workers inherit it
         set_deterministic_environment()
-    spec = LaunchSpec.of(config)
+    spec = launch_spec(config)
     check_slurm(spec)
     layout = batch_layout(config, spec.world_size)
     shared = layout_note(config, layout)
     if shared is not None and spec.is_leader():  # every torchrun or srun process plans the run
         note(shared)
-    config = dataclasses.replace(
-        config, batch_size=layout.batch, accumulate=layout.accumulate, global_batch=layout.global_batch
-    )
     check_torchrun(config)
     if config.backbone not in BACKBONES:
         raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
@@ -135,20 +141,21 @@ def planned_run(config: TrainConfig) -> Iterator[RunPlan]:
                 "with --resume auto, or choose another --output-dir"
             )
         resume_file, checkpoint = resolve_resume(config) or (None, None)
-        weights = resolve_initial_weights(config, resumed=resume_file is not None)
-        data = resolve_data(config, spec.world_size)
-        resolved = dataclasses.replace(config, device=device, resume=resume_file, weights=weights, **data)
+        weights = resolve_initial_weights(config, resume_file is not None, expected_weights)
+        data = resolve_data(config, layout)
         start, resumed_note = 0, None
         if checkpoint is not None:
-            pairs = sum(d["pairs"] for d in resolved.data_sets or [])
-            resumed_note = check_resume_compatible(resolved, checkpoint, spec.world_size, pairs)
+            resumed_note = check_resume_compatible(
+                config, layout, checkpoint, data.pairs, data.data_sets, resumed=resume_file
+            )
             start = int(checkpoint["trainer"].get("iteration", 0))
             if resumed_note is not None and spec.is_leader():
                 echo(resumed_note)
+        plan = RunPlan(config, spec, layout, device, data, resume_file, weights, None, start, resumed_note)
         # rank 0 logs to the trackers: the job's leading process opens their runs
         if spec.is_leader() and start < config.iters:
-            resolved = dataclasses.replace(resolved, tracking=prepare_trackers(resolved))
-        yield RunPlan(resolved, spec, start, resumed_note)
+            plan = dataclasses.replace(plan, tracking=prepare_trackers(plan))
+        yield plan
 
 
 def check_slurm(spec: LaunchSpec) -> None:
@@ -195,10 +202,9 @@ def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
         )
 
 
-def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
-    """The ``TrainConfig`` fields ``data``, ``val_data`` (resolved and checked: 'synthetic' generated, its
-    held-out split the default validation), ``data_sets``, ``listings`` and ``val_held_out`` (``--val-split``);
-    each rank must get a full batch."""
+def resolve_data(config: TrainConfig, layout: BatchLayout) -> DataPlan:
+    """``--data`` and ``--val-data`` resolved and checked ('synthetic' generated, its held-out split the default
+    validation), with ``--val-split``'s held-out names; each rank must get the micro-batches of a step."""
     data, val_data = config.data, config.val_data
     if config.data_root is not None:
         data = resolve_names(data, config.data_root, "--data")
@@ -234,12 +240,12 @@ def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
     ]
     pairs = sum(d["pairs"] for d in data_sets)
     # each rank's shard must fill the micro-batches of one optimiser step
-    if -(-pairs // world_size) < config.batch_size * config.accumulate:
+    if -(-pairs // layout.processes) < layout.per_process:
         kept = f" to train on after --val-split {config.val_split}" if config.val_split is not None else ""
-        accumulated = f" x --accumulate {config.accumulate}" if config.accumulate > 1 else ""
+        accumulated = f" x --accumulate {layout.accumulate}" if layout.accumulate > 1 else ""
         raise OptionError(
             f"--data {' '.join(folders)} holds {pairs} pairs{kept}: too few for --batch-size "
-            f"{config.batch_size}{accumulated} on {world_size} process(es)"
+            f"{layout.batch}{accumulated} on {layout.processes} process(es)"
         )
     if config.val_split is not None:
         held_listing = "; ".join(listing_digest(f, held) for f, (_, held) in split.items())
@@ -247,13 +253,8 @@ def resolve_data(config: TrainConfig, world_size: int) -> dict[str, Any]:
     else:
         val_listing = listing_digest(val_data, val_pairs) if val_data else "none"
     listings = {"data": "; ".join(d["listing"] for d in data_sets), "val_data": val_listing}
-    return {
-        "data": folders,
-        "val_data": val_data,
-        "data_sets": data_sets,
-        "listings": listings,
-        "val_held_out": held_out_names(held_out) if config.val_split is not None else None,
-    }
+    held_out_record = held_out_names(held_out) if config.val_split is not None else None
+    return DataPlan(folders, val_data, data_sets, listings, held_out_record)
 
 
 def _check_val_split(fraction: float, folders: list[str], pairs: int, held_out: int) -> None:
@@ -267,11 +268,14 @@ def _check_val_split(fraction: float, folders: list[str], pairs: int, held_out: 
     )
 
 
-def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str] | None:
+def resolve_initial_weights(
+    config: TrainConfig, resumed: bool, expected: dict[str, str] | None = None
+) -> dict[str, str] | None:
     """``{source, file, sha256}`` of ``--init-from``'s whole model, else ``--pretrained``'s backbone (None: random),
-    fetched and checked against ``config.weights`` (``--config``'s); a resumed run keeps its first start's."""
+    fetched and checked against ``expected`` (``--config``'s run's); a resumed run keeps its first start's."""
     if resumed:
-        return (read_json_object(Path(config.output_dir) / "config.json") or {}).get("weights")
+        saved = read_json_object(Path(config.output_dir) / "config.json") or {}
+        return (saved.get("resolved") or saved).get("weights")  # before config.json kept the resolved apart
     weights: Weights | None
     if config.init_from:
         weights = _init_from_weights(config, config.init_from)
@@ -284,7 +288,6 @@ def resolve_initial_weights(config: TrainConfig, resumed: bool) -> dict[str, str
                 hint = _what_the_file_fits(weights.file, config.backbone)
                 raise OptionError(f"--pretrained {config.pretrained}: {error_line(e)}{hint}") from None
     record = weights.as_dict() if weights else None
-    expected = config.weights  # train --config expects the weights its saved run started from
     if expected and record and expected.get("sha256") != record["sha256"]:
         warn(
             f"the starting weights differ from those the saved recipe's run started from: {record['file']} has "
@@ -322,7 +325,7 @@ def _what_the_file_fits(file: str, backbone: str) -> str:
 def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
     if config.pretrained not in (IMAGENET, NONE):  # the default, or an explicit "no backbone weights"
         raise OptionError("--init-from and --pretrained both give the starting weights: choose one")
-    # a Hub source is fetched here, once per node; workers read the local file recorded in config.weights
+    # a Hub source is fetched here, once per node; workers read the local file the plan records
     path = resolve_checkpoint(init_from, f"--init-from {init_from}")
     if not path.is_file():
         raise OptionError(f"--init-from {path}: no such file")

@@ -14,23 +14,23 @@ from ignite.engine import Engine, Events
 from ignite.handlers import LRScheduler
 
 from ..checkpoint_io import BEST_PATTERN, saved_files
-from ..config import TrainConfig
 from ..distributed.ranks import rank_zero_only
 from ..metrics.keys import METRIC_KEYS
 from .events import ValidationEvents, log_iterations
 from .meters import LOSS_NAMES
 from .optim import learning_rates
+from .plan import RunPlan
 from .trackers import recipe_params
 
 
 class TrackerRun:
     """One tracker's ignite logger and how its run ends (the best checkpoint uploaded first)."""
 
-    def __init__(self, name: str, logger: Any, config: TrainConfig) -> None:
-        self.name, self.logger, self.config = name, logger, config
+    def __init__(self, name: str, logger: Any, output_dir: str) -> None:
+        self.name, self.logger, self.output_dir = name, logger, output_dir
 
     def finish(self, _: Engine) -> None:
-        best = saved_files(self.config.output_dir, BEST_PATTERN)  # by score, lowest first
+        best = saved_files(self.output_dir, BEST_PATTERN)  # by score, lowest first
         if best and self.name in _UPLOAD:
             _UPLOAD[self.name](self.logger, best[-1][1])
         self.close(failed=False)
@@ -45,23 +45,24 @@ class TrackerRun:
 
 
 @rank_zero_only
-def open_tensorboard(config: TrainConfig) -> Any:
+def open_tensorboard(output_dir: str) -> Any:
     """TensorBoard's logger writing to ``OUTPUT_DIR/tb`` (None on other ranks)."""
     from ignite.handlers.tensorboard_logger import TensorboardLogger
 
-    return TensorboardLogger(log_dir=str(Path(config.output_dir) / "tb"))
+    return TensorboardLogger(log_dir=str(Path(output_dir) / "tb"))
 
 
 @rank_zero_only
 def attach_loggers(
-    trainer: Engine, evaluator: Engine | None, tb: Any, scheduler: LRScheduler, config: TrainConfig
+    trainer: Engine, evaluator: Engine | None, tb: Any, scheduler: LRScheduler, plan: RunPlan
 ) -> list[TrackerRun]:
     """Log to TensorBoard (``tb``) and every tracker: losses and images/s (tag ``train``) and each
     group's LR (``lr``) at the log lines, the metrics (``val``) at each validation. Returns the runs,
     to close on a failure (None on other ranks)."""
-    runs = [TrackerRun("tensorboard", tb, config)]
-    runs += [TrackerRun(name, _OPEN[name](record, config), config) for name, record in (config.tracking or {}).items()]
-    when = log_iterations(config)
+    output_dir = plan.options.output_dir
+    runs = [TrackerRun("tensorboard", tb, output_dir)]
+    runs += [TrackerRun(name, _OPEN[name](record, plan), output_dir) for name, record in (plan.tracking or {}).items()]
+    when = log_iterations(plan.options)
     for run in runs:
         logger = run.logger
         logger.attach_output_handler(trainer, event_name=when, tag="train", metric_names=[*LOSS_NAMES, "images_per_s"])
@@ -83,7 +84,7 @@ def attach_loggers(
     return runs
 
 
-def _open_mlflow(record: dict[str, Any], config: TrainConfig) -> Any:
+def _open_mlflow(record: dict[str, Any], plan: RunPlan) -> Any:
     import mlflow
     from ignite.handlers.mlflow_logger import MLflowLogger
 
@@ -94,28 +95,29 @@ def _open_mlflow(record: dict[str, Any], config: TrainConfig) -> Any:
     return MLflowLogger()
 
 
-def _open_wandb(record: dict[str, Any], config: TrainConfig) -> Any:
+def _open_wandb(record: dict[str, Any], plan: RunPlan) -> Any:
     from ignite.handlers.wandb_logger import WandBLogger
 
+    output_dir = plan.options.output_dir
     return WandBLogger(
         project=record["project"],
         id=record["id"],
         resume="allow",
-        name=Path(config.output_dir).resolve().name,
-        dir=config.output_dir,
-        config=recipe_params(config),
+        name=Path(output_dir).resolve().name,
+        dir=output_dir,
+        config=recipe_params(plan),
     )
 
 
-def _open_clearml(record: dict[str, Any], config: TrainConfig) -> Any:
+def _open_clearml(record: dict[str, Any], plan: RunPlan) -> Any:
     from ignite.handlers.clearml_logger import ClearMLLogger
 
-    logger = ClearMLLogger(project_name=record["project"], task_name=Path(config.output_dir).resolve().name)
-    logger.get_task().connect(recipe_params(config), name="recipe")
+    logger = ClearMLLogger(project_name=record["project"], task_name=Path(plan.options.output_dir).resolve().name)
+    logger.get_task().connect(recipe_params(plan), name="recipe")
     return logger
 
 
-_OPEN: dict[str, Callable[[dict[str, Any], TrainConfig], Any]] = {
+_OPEN: dict[str, Callable[[dict[str, Any], RunPlan], Any]] = {
     "mlflow": _open_mlflow,
     "wandb": _open_wandb,
     "clearml": _open_clearml,

@@ -12,23 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic_files import read_json_object, write_json
-from ..config import TrainConfig
 from ..distributed.signals import threads_leave_signals_to_main
 from ..distributed.topology import environment
 from ..errors import OptionError, error_line, install_extra
+from .plan import RunPlan
 
 RECORD = "tracking.json"
 PROJECT = "ignite_r3net"  # the MLflow experiment, W&B project and ClearML project unless set otherwise
 _PROBE_TIMEOUT_S = "10"
 
 
-def prepare_trackers(config: TrainConfig) -> dict[str, dict] | None:
-    """Check every ``--tracker`` and open its run; returns ``config.tracking`` (also in ``tracking.json``)."""
+def prepare_trackers(plan: RunPlan) -> dict[str, dict] | None:
+    """Check every ``--tracker`` and open its run; returns the plan's ``tracking`` (also in ``tracking.json``)."""
+    config = plan.options
     if not config.tracker:
         return None
-    recorded = (read_json_object(Path(config.output_dir) / RECORD) or {}) if config.resume else {}
+    recorded = (read_json_object(Path(config.output_dir) / RECORD) or {}) if plan.resume else {}
     with threads_leave_signals_to_main():  # MLflow starts a telemetry thread in this process
-        tracking = {name: _PREPARE[name](config, recorded.get(name) or {}) for name in config.tracker}
+        tracking = {name: _PREPARE[name](plan, recorded.get(name) or {}) for name in config.tracker}
     write_json(tracking, Path(config.output_dir) / RECORD)
     return tracking
 
@@ -42,10 +43,10 @@ def _require(name: str) -> Any:
         ) from None
 
 
-def recipe_params(config: TrainConfig) -> dict[str, str]:
+def recipe_params(plan: RunPlan) -> dict[str, str]:
     """The run's configuration as flat string parameters (``weights.sha256``, ...)."""
     params: dict[str, str] = {}
-    for key, value in config.brief().items():
+    for key, value in plan.brief().items():
         if key == "tracking":
             continue
         if isinstance(value, dict):
@@ -59,13 +60,13 @@ def recipe_params(config: TrainConfig) -> dict[str, str]:
 _ANSWER_QUICKLY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": _PROBE_TIMEOUT_S}
 
 
-def _prepare_mlflow(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, Any]:
+def _prepare_mlflow(plan: RunPlan, recorded: dict[str, Any]) -> dict[str, Any]:
     _require("mlflow")
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
-    output = Path(config.output_dir).resolve()
+    output = Path(plan.options.output_dir).resolve()
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{output / 'mlruns.db'}"
     try:
         with environment(_ANSWER_QUICKLY):
@@ -81,7 +82,7 @@ def _prepare_mlflow(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, 
             else:
                 experiment = client.create_experiment(name, artifact_location=(output / "mlartifacts").as_uri())
             run = client.create_run(experiment, run_name=output.name)
-            params = [Param(key, value) for key, value in recipe_params(config).items()]
+            params = [Param(key, value) for key, value in recipe_params(plan).items()]
             client.log_batch(run.info.run_id, params=params)
     except Exception as e:  # noqa: BLE001 - requests, sqlalchemy and MLflow raise their own types
         raise OptionError(f"--tracker mlflow: the tracking store {uri} does not answer: {error_line(e)}") from None
@@ -95,7 +96,7 @@ def _run_exists(client: Any, run_id: str) -> bool:
         return False
 
 
-def _prepare_wandb(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, Any]:
+def _prepare_wandb(plan: RunPlan, recorded: dict[str, Any]) -> dict[str, Any]:
     wandb = _require("wandb")
     if os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun"):
         try:
@@ -107,7 +108,7 @@ def _prepare_wandb(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, A
     return {"id": recorded.get("id") or wandb.util.generate_id(), "project": os.environ.get("WANDB_PROJECT", PROJECT)}
 
 
-def _prepare_clearml(config: TrainConfig, recorded: dict[str, Any]) -> dict[str, Any]:
+def _prepare_clearml(plan: RunPlan, recorded: dict[str, Any]) -> dict[str, Any]:
     _require("clearml")
     from clearml import Task
 
@@ -121,7 +122,7 @@ def _prepare_clearml(config: TrainConfig, recorded: dict[str, Any]) -> dict[str,
     return {"project": PROJECT}
 
 
-_PREPARE: dict[str, Callable[[TrainConfig, dict[str, Any]], dict[str, Any]]] = {
+_PREPARE: dict[str, Callable[[RunPlan, dict[str, Any]], dict[str, Any]]] = {
     "mlflow": _prepare_mlflow,
     "wandb": _prepare_wandb,
     "clearml": _prepare_clearml,

@@ -12,12 +12,12 @@ from typing import IO
 
 import torch
 
-from ..batch_layout import BatchLayout
 from ..checkpoint_io import list_checkpoints
 from ..config import TrainConfig
 from ..console import echo
 from ..data.split import VAL_SPLIT_FILE
 from ..distributed.ranks import rank_zero_only
+from .plan import RunPlan
 
 LOG_NAME = "train.log"
 _ITERATION_LINE = re.compile(r"\[iter (\d+)\]")
@@ -65,27 +65,22 @@ class TrainLog:
 
 
 def header_lines(
-    config: TrainConfig,
-    world_size: int,
-    resumed_from: Path | None,
-    iteration: int,
-    device: torch.device,
-    resumed_note: str | None = None,
+    plan: RunPlan, resumed_from: Path | None, iteration: int, device: torch.device
 ) -> tuple[list[str], list[str]]:
     """The top of a run's (or a resumed run's) part of train.log, and what the console shows of it
-    (``resumed_note``: the launching process printed it already)."""
-    config_line = f"configuration: {json.dumps(config.brief(), sort_keys=True)}"  # one line
-    layout = BatchLayout(world_size, config.batch_size, config.accumulate)
+    (the plan's ``resumed_note``: the launching process printed it already)."""
+    config, layout = plan.options, plan.layout
+    config_line = f"configuration: {json.dumps(plan.brief(), sort_keys=True)}"  # one line
     accumulated = f" x {layout.accumulate} accumulated micro-batches" if layout.accumulate > 1 else ""
     world = (
-        f"world size {world_size}, {config.batch_size} images per process{accumulated}, "
+        f"world size {layout.processes}, {layout.batch} images per process{accumulated}, "
         f"global batch {layout.global_batch} per optimiser step"
     )
-    weights = [f"initial weights: {_describe(config.weights)}"] if config.weights else []
-    notes = _notes(config, device)
+    weights = [f"initial weights: {_describe(plan.weights)}"] if plan.weights else []
+    notes = _notes(plan, device)
     resumed = [] if resumed_from is None else [_resumed_line(config, resumed_from, iteration)]
-    layout_note = [resumed_note] if resumed_note else []
-    sets = config.data_sets or []
+    layout_note = [plan.resumed_note] if plan.resumed_note else []
+    sets = plan.data.data_sets
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
     pairs = sum(d["pairs"] for d in sets)
     held_out = sum(d.get("held_out", 0) for d in sets)
@@ -98,7 +93,7 @@ def header_lines(
         )
     header = [config_line, world, *weights, *split, *notes, *resumed, *layout_note]
     summary = (  # the one console line about a run
-        f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {world_size}, "
+        f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {layout.processes}, "
         f"global batch {layout.global_batch}{f' ({layout.describe()})' if layout.accumulate > 1 else ''}, "
         f"{config.iters} iterations, "
         f"output {config.output_dir}"
@@ -107,15 +102,15 @@ def header_lines(
     return header, console
 
 
-def _notes(config: TrainConfig, device: torch.device) -> list[str]:
+def _notes(plan: RunPlan, device: torch.device) -> list[str]:
     """Legal choices probably not meant, and what a run will not do."""
-    notes = []
-    if not config.weights and not config.resume:
+    config, notes = plan.options, []
+    if not plan.weights and not plan.resume:
         notes.append(
             "note: backbone from random weights (--pretrained none); R3Net's recipe starts from ImageNet "
             "weights (--pretrained imagenet, the default)"
         )
-    if not config.val_data and config.val_split is None:
+    if not plan.data.val_data and config.val_split is None:
         notes.append(
             "note: no validation (no --val-data or --val-split): no validation scores, and no best_model_*.pt is kept "
             "(the checkpoints are)"

@@ -1,4 +1,4 @@
-"""``training(local_rank, config)``, what every worker runs under spawn, torchrun or srun: data, model,
+"""``training(local_rank, plan)``, what every worker runs under spawn, torchrun or srun: data, model,
 optimiser, the Engine and its handlers, the checkpoint when resuming, then the run."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from ignite.handlers import Checkpoint
 from ignite.utils import manual_seed
 
 from ..checkpoint_io import load_checkpoint, model_state_dict
-from ..config import TrainConfig
-from ..data.loader import SaliencyEvalSet, build_eval_loader, build_train_stream, stop_workers
+from ..data.loader import SaliencyEvalSet, TrainData, build_eval_loader, build_train_stream, stop_workers
 from ..data.split import held_out_pairs
 from ..data.step_stream import StepStream
 from ..distributed.process_setup import set_worker_threads
@@ -23,20 +22,21 @@ from ..model.r3net import R3Net
 from ..numerics import configure_training
 from .engine import create_trainer
 from .optim import build_optimizer, build_poly_lr
+from .plan import RunPlan
 from .train_log import LOG_NAME, TrainLog, header_lines
 
 
-def training(local_rank: int, config: TrainConfig, resumed_note: str | None = None) -> None:
-    """Train R3Net on this worker (one of ``idist.get_world_size()``); ``resumed_note``: start-up's line about a
-    resume on another batch layout, for train.log."""
+def training(local_rank: int, plan: RunPlan) -> None:
+    """Train R3Net on this worker (one of ``idist.get_world_size()``) as start-up planned the run."""
+    config = plan.options
     device = idist.device()
     configure_training(device, config.deterministic, config.tf32 == "on")
     set_worker_threads(device)
-    rank, world_size = idist.get_rank(), idist.get_world_size()
+    rank = idist.get_rank()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank
-    stream = build_train_stream(config, world_size, rank, pin_memory=device.type == "cuda")
-    model = _build_model(config, device)
+    stream = build_train_stream(train_data(plan), plan.layout, rank, pin_memory=device.type == "cuda")
+    model = _build_model(plan, device)
     # from here on each rank has its own, reproducible random stream (augmentation does not use
     # it: its draws come from (seed, epoch, position) so that resume is exact)
     manual_seed(config.seed + rank)
@@ -44,14 +44,14 @@ def training(local_rank: int, config: TrainConfig, resumed_note: str | None = No
     lr_scheduler = build_poly_lr(optimizer, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
     log = TrainLog(Path(config.output_dir) / LOG_NAME)
-    val_loader = _build_val_loader(config) if config.val_data or config.val_split else None
-    trainer, to_save = create_trainer(model, optimizer, lr_scheduler, stream, log, config, device, scaler, val_loader)
+    val_loader = _build_val_loader(plan) if plan.data.val_data or config.val_split else None
+    trainer, to_save = create_trainer(model, optimizer, lr_scheduler, stream, log, plan, device, scaler, val_loader)
 
-    resumed_from = _restore(to_save, config, stream)
+    resumed_from = _restore(to_save, plan.resume, stream)
     _check_same_start(trainer.state.iteration)
-    log.open(*header_lines(config, world_size, resumed_from, trainer.state.iteration, device, resumed_note))
+    log.open(*header_lines(plan, resumed_from, trainer.state.iteration, device))
     if val_loader is not None:
-        _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), config, log)
+        _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), plan, log)
     loaders = [stream.loader] if val_loader is None else [stream.loader, val_loader]
     try:
         if resumed_from is None:
@@ -63,9 +63,24 @@ def training(local_rank: int, config: TrainConfig, resumed_note: str | None = No
             stop_workers(each)
 
 
-def _build_val_loader(config: TrainConfig) -> Any:
+def train_data(plan: RunPlan) -> TrainData:
+    """What the training loader reads, and how: the plan's folders, the options' augmentation and loading."""
+    config = plan.options
+    return TrainData(
+        plan.data.folders,
+        config.crop,
+        config.rotate,
+        config.seed,
+        config.workers,
+        config.allow_decode_warnings,
+        config.val_split,
+    )
+
+
+def _build_val_loader(plan: RunPlan) -> Any:
     """The validation pairs: ``--val-data``'s, or those ``--val-split`` holds out of ``--data``."""
-    pairs = config.val_data if config.val_split is None else held_out_pairs(config.data, config.val_split)
+    config = plan.options
+    pairs = plan.data.val_data if config.val_split is None else held_out_pairs(plan.data.folders, config.val_split)
     assert pairs is not None  # training() builds no validation without --val-data or --val-split
     # persistent: a validation does not fork its workers again, and they are stopped at the end of
     # the run rather than by the garbage collector (see ``stop_workers``)
@@ -82,23 +97,25 @@ def _build_val_loader(config: TrainConfig) -> Any:
     )
 
 
-def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: TrainLog) -> None:
+def _say_validation_subset(dataset: SaliencyEvalSet, plan: RunPlan, log: TrainLog) -> None:
+    config = plan.options
     if len(dataset) < dataset.listed:
-        source = config.val_data if config.val_split is None else f"--val-split {config.val_split}"
+        source = plan.data.val_data if config.val_split is None else f"--val-split {config.val_split}"
         log.write(
             f"validation: {len(dataset)} of the {dataset.listed} pairs of {source} (--val-max "
             f"{config.val_max}), evenly spaced, the same ones at every validation"
         )
 
 
-def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
+def _build_model(plan: RunPlan, device: torch.device) -> torch.nn.Module:
     """R3Net with the starting weights start-up checked (a resumed run's come from its checkpoint)."""
+    config, weights = plan.options, plan.weights
     model = R3Net(config.backbone)
-    if not config.resume and config.weights:
+    if not plan.resume and weights:
         if config.init_from:
-            load_model_state(model, model_state_dict(load_checkpoint(config.weights["file"]), config.init_from))
+            load_model_state(model, model_state_dict(load_checkpoint(weights["file"]), config.init_from))
         else:
-            load_backbone_weights(model.backbone, config.weights["file"])
+            load_backbone_weights(model.backbone, weights["file"])
     model = model.to(device)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -107,13 +124,13 @@ def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     return idist.auto_model(model, sync_bn=False) if idist.get_world_size() > 1 else model
 
 
-def _restore(to_load: dict[str, Any], config: TrainConfig, stream: StepStream) -> Path | None:
+def _restore(to_load: dict[str, Any], resume: str | None, stream: StepStream) -> Path | None:
     """Load ``--resume``'s checkpoint (start-up resolved 'auto' to a file that loads) on the CPU;
     ``load_state_dict`` moves it to the device. On another batch layout (start-up checked that the global
     batch is kept) the Engine counts this layout's epochs, and the stream continues at the next global batch."""
-    if not config.resume:
+    if not resume:
         return None
-    path = Path(config.resume)
+    path = Path(resume)
     checkpoint = load_checkpoint(path)
     # the recipe is only compared (start.planned_run), never loaded; older checkpoints record no position
     skipped = {"recipe"} | ({"sampler"} - checkpoint.keys())
