@@ -419,10 +419,11 @@ def default_text(default: Any) -> str:
     return str(default)
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -> None:
-    """One flag per option field of ``cls`` and of its groups, with the field's help (or ``help_texts[name]``). A
-    field without a default is a required flag; fields sharing ``one_of`` form a required group of mutually
-    exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the namespace."""
+def add_options(parser: argparse.ArgumentParser, cls: type, omit: tuple[str, ...] = (), /, **help_texts: str) -> None:
+    """One flag per option field of ``cls`` and of its groups but those ``omit`` names, with the field's help (or
+    ``help_texts[name]``). A field without a default is a required flag; fields sharing ``one_of`` form a required
+    group of mutually exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the
+    namespace."""
     hints = typing.get_type_hints(cls)
     exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
     one_of: dict[str, list[str]] = {}  # each required group's flags
@@ -431,9 +432,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type, **help_texts: str) -
             one_of.setdefault(f.metadata["one_of"], []).append(flag_of(f))
     for f in dataclasses.fields(cls):
         if is_group(f):
-            add_options(parser, typing.cast(type, f.default_factory), **f.metadata["group"])
+            add_options(parser, typing.cast(type, f.default_factory), f.metadata["omit"], **f.metadata["group"])
             continue
-        if not is_option(f):  # filled in by the program, not an option
+        if not is_option(f) or f.name in omit:  # filled in by the program, or not this command's
             continue
         kwargs = dict(f.metadata["argparse"])
         kind = _option_type(hints[f.name])

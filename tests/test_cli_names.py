@@ -63,9 +63,9 @@ def test_an_unknown_flag_like_none_is_refused_without_a_guess(capsys: pytest.Cap
 def test_install_hints_name_extras_the_clone_installs() -> None:
     """Each hint is the README's command (``pip install -e ".[extra]"``, the package is not on PyPI), for an
     extra setup.cfg declares; no message points at ``pip install 'ignite_r3net[...]'``."""
-    from ignite_r3net.evaluation.crf import CRF_MISSING
     from ignite_r3net.export.writer import ONNX_EXPORT_MISSING
-    from ignite_r3net.inference import ONNXRUNTIME_MISSING
+    from ignite_r3net.inference.crf import CRF_MISSING
+    from ignite_r3net.inference.exported import ONNXRUNTIME_MISSING
     from ignite_r3net.serve.server import SERVE_MISSING
 
     setup = configparser.ConfigParser()

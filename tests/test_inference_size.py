@@ -14,7 +14,7 @@ from PIL import Image
 
 from ignite_r3net import cli
 from ignite_r3net.errors import OptionError
-from ignite_r3net.inference import inference_shape, saliency_at_input_size
+from ignite_r3net.inference.engine import inference_shape, saliency_at_input_size
 from ignite_r3net.options import InferenceOptions, PredictOptions
 
 PHOTOS = {"wide": (48, 80), "tall": (72, 40)}  # (H, W)

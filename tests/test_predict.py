@@ -14,9 +14,9 @@ from helpers import blob_mask
 from PIL import Image, ImageOps
 
 from ignite_r3net import cli
-from ignite_r3net.evaluation import crf
 from ignite_r3net.evaluation.maps import output_path, safe_stem
 from ignite_r3net.evaluation.predict import pixel_options
+from ignite_r3net.inference import crf
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOptions
 from ignite_r3net.options.commands import PREDICT_NOT_PIXELS

@@ -207,7 +207,7 @@ def test_the_json_keys_are_those_the_docs_name(tmp_path: Path, capsys: pytest.Ca
         (["--backbone", "resnet18", "--find-max-batch"], "--find-max-batch goes with --train"),
         (["--backbone", "resnet18", "--size", "32", "0"], "--size must be positive integers, got [32, 0]"),
         (["--backbone", "resnet18", "--onnx", "absent.onnx"], "--onnx absent.onnx does not exist"),
-        (["--backbone", "resnet18", "--device", "cuda"], "--device cuda: no CUDA device is visible"),
+        (["--backbone", "resnet18", "--device", "cuda"], "--device cuda: no CUDA GPU is visible on this host"),
         ([], "give --checkpoint CKPT or --backbone NAME"),
     ],
 )

@@ -13,7 +13,7 @@ from ignite.engine import Engine
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import build_eval_loader
-from ignite_r3net.inference import attach_scoring, create_evaluator, score_shard
+from ignite_r3net.inference.engine import attach_scoring, create_evaluator, score_shard
 from ignite_r3net.metrics.saliency import SaliencyMetrics
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.train_log import TrainLog

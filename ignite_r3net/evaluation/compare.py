@@ -19,13 +19,13 @@ from ..data.registry import resolve_names
 from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
+from ..inference.crf import require_crf
 from ..metrics.keys import protocol_fields
 from ..model.backbone_weights import is_hub_source, sha256_of
 from ..model.trained_model import read_trained_weights, resolve_checkpoint
 from ..options import CompareOptions, EvaluateOptions, InferenceOptions
 from . import scoring
 from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
-from .crf import require_crf
 from .evaluate import evaluate_checkpoint
 from .figures import check_stems, draw_figures, figure_data, plot_fm, plot_pr
 from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named

@@ -24,7 +24,8 @@ from ..distributed.process_setup import freeze_long_lived_objects, processes_on_
 from ..distributed.ranks import is_rank_zero, rank_zero_only, refuse_unless_ranks_agree
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import OptionError, listing, warn
-from ..inference import attach_scoring, create_evaluator, evaluator_step, score_shard
+from ..inference.crf import crf_refine, require_crf
+from ..inference.engine import attach_scoring, create_evaluator, evaluator_step, score_shard
 from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_fields, protocol_note
 from ..metrics.saliency import SaliencyMetrics
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
@@ -33,7 +34,6 @@ from ..options import EvaluateOptions
 from ..options.fields import values_by_flag
 from ..progress import Progress
 from .comparison_table import evaluation_csv
-from .crf import crf_refine, require_crf
 from .maps import dataset_names, locate_dataset, match_maps, named_folders, output_path, save_map, score_maps
 
 Row = dict[str, float]

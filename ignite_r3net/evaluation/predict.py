@@ -20,13 +20,13 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
-from ..inference import is_onnx, load_exported, require_onnxruntime
+from ..inference.crf import require_crf
+from ..inference.exported import is_onnx, load_exported, require_onnxruntime
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
 from ..options.commands import PREDICT_NOT_PIXELS
 from ..options.fields import option_fields, values_by_flag
 from ..run_lock import claimed_folder
-from .crf import require_crf
 from .maps import output_path
 from .predict_worker import RECORD_DIR, MapRecord, PredictJob, predict_worker, run_description, run_key
 

@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import ignite.distributed as idist
-import numpy as np
 import torch
-from PIL import Image
-from torch import nn
 
 from .. import __version__
 from ..atomic_files import atomic_output, write_json
@@ -35,32 +32,19 @@ from ..distributed.ranks import (
     refuse_unless_ranks_agree,
 )
 from ..errors import DataError
-from ..inference import (
-    OnnxModel,
-    SaliencyFunction,
-    is_onnx,
-    load_exported,
-    onnx_providers,
-    predict_maps,
-    saliency_at_input_size,
-    to_8bit_maps,
-)
+from ..inference.batches import Size, plan_batches
+from ..inference.cutout import cutout_image, finished_map
+from ..inference.exported import is_onnx, onnx_providers
+from ..inference.model import load_model
 from ..model.backbone_weights import sha256_of
-from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
+from ..model.trained_model import TrainedWeights
 from ..numerics import inference_numerics
 from ..options import PredictOptions
 from ..progress import Progress
-from .crf import crf_refine
 from .maps import save_map
 
-# a batch holds no more pixels than --batch-size images of this size (MSRA10K's): a folder of camera
-# photos of one size runs in small batches, or one by one, instead of exhausting memory
-REFERENCE_PIXELS = 400 * 300
-Size = tuple[int, int]  # (height, width)
 # a uint8 batch (N, 3, H, W) on the device to 8-bit maps (N, H, W)
 MapFunction = Callable[[torch.Tensor], torch.Tensor]
-# a uint8 batch (N, 3, H, W) on the device, ``--size`` and ``--max-side`` to 8-bit maps (N, H, W)
-SizedMapFunction = Callable[[torch.Tensor, int | None, int | None], torch.Tensor]
 RECORD_DIR = ".predict"
 
 
@@ -116,48 +100,17 @@ def gather_sizes(sources: list[str]) -> list[Size | None]:
     return [(height, width) if height >= 0 else None for height, width in sizes]
 
 
-def plan_batches(sizes: list[Size | None], batch_size: int) -> list[list[int]]:
-    """Batches of image indices by first image: equal sizes together, up to ``batch_size`` (fewer when large),
-    an image of unknown size alone. Independent of the processes, so N of them write the maps of one."""
-    groups: dict[Size, list[int]] = {}
-    batches: list[list[int]] = []
-    for index, size in enumerate(sizes):
-        if size is None:
-            batches.append([index])
-        else:
-            groups.setdefault(size, []).append(index)
-    for (height, width), indices in groups.items():
-        step = max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(height * width, 1)))
-        batches += [indices[i : i + step] for i in range(0, len(indices), step)]
-    return sorted(batches, key=lambda batch: batch[0])
-
-
 def map_function(
     options: PredictOptions, device: torch.device, weights: TrainedWeights | None, threads: int
 ) -> MapFunction:
     """The exported model's or the checkpoint's maps of a uint8 batch; ``threads`` for onnxruntime."""
-    size, max_side = options.inference.size, options.inference.max_side
-    if options.model is not None:
-        if is_onnx(options.model) and onnx_providers(device)[0] == "CPUExecutionProvider":
-            threads = worker_thread_count(torch.device("cpu"))  # this rank's share of the cores, not all of them
-        run = load_exported(options.model, device, threads)
-        if isinstance(run, OnnxModel):
-            _say_onnx_provider(run.provider, device, threads)
-        sized = sized_map_function(run)
-    else:
-        assert options.checkpoint is not None
-        weights = weights or read_trained_weights(options.checkpoint, options.inference.backbone)
-        sized = sized_map_function(build_model(weights, device), options.inference.amp)
-    return lambda images: sized(images, size, max_side)
-
-
-def sized_map_function(run: nn.Module | SaliencyFunction, amp: str = "off") -> SizedMapFunction:
-    """The 8-bit maps of a model (R3Net in eval mode, run under ``amp``) or of an exported file's function, at
-    ``inference_shape(size, max_side)``: what ``predict`` writes, before ``--crf`` and ``--threshold``."""
-    if isinstance(run, nn.Module):
-        model = run
-        return lambda images, size, max_side: predict_maps(model, images, amp, size, max_side)
-    return lambda images, size, max_side: to_8bit_maps(saliency_at_input_size(run, images, size, max_side))
+    if options.model is not None and is_onnx(options.model) and onnx_providers(device)[0] == "CPUExecutionProvider":
+        threads = worker_thread_count(torch.device("cpu"))  # this rank's share of the cores, not all of them
+    inference = options.inference
+    model = load_model(options.checkpoint, options.model, device, inference.backbone, inference.amp, weights, threads)
+    if model.provider != "torch":
+        _say_onnx_provider(model.provider, device, threads)
+    return lambda images: model.maps(images, inference.size, inference.max_side)
 
 
 @rank_zero_only
@@ -214,24 +167,6 @@ def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> N
     """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG, atomically."""
     with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
         cutout_image(image, alpha).save(tmp, format="PNG")
-
-
-def finished_map(image: torch.Tensor, saliency: torch.Tensor, crf: bool, threshold: float | None) -> torch.Tensor:
-    """The map ``predict`` writes for ``image``: ``saliency`` (uint8 ``(H, W)``) refined by the CRF (``crf``), then
-    made hard (255 where the saliency is at least ``threshold``, else 0) when a threshold is given."""
-    if crf:
-        saliency = crf_refine(image, saliency)
-    if threshold is not None:  # in float64, a threshold of k / 255 keeps exactly the values from k up
-        saliency = torch.where(saliency.to(torch.float64) / 255.0 >= threshold, 255, 0).to(torch.uint8)
-    return saliency
-
-
-def cutout_image(image: torch.Tensor, alpha: torch.Tensor) -> Image.Image:
-    """``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as its alpha channel: an RGBA image."""
-    if image.shape[1:] != alpha.shape:
-        raise ValueError(f"image {tuple(image.shape)} and map {tuple(alpha.shape)} differ in size")
-    rgb = image.detach().to("cpu", torch.uint8).permute(1, 2, 0).numpy()
-    return Image.fromarray(np.dstack([rgb, alpha.detach().to("cpu", torch.uint8).numpy()]), mode="RGBA")
 
 
 class BatchFiles(torch.utils.data.Dataset):

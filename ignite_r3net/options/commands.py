@@ -23,6 +23,10 @@ CHECKPOINT_HELP = (
     "Face Hub written by 'export --format hub': hf-hub:ORG/NAME[@REVISION] (fetched into the Hugging Face "
     "cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)"
 )
+MODEL_HELP = (
+    "a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), any other name is loaded as "
+    "TorchScript; same maps as --checkpoint"
+)
 BACKBONE_HELP = (
     "backbone of the checkpoint; default: the one config.json beside it names (a run's, or the Hub repository's), else "
     "inferred from its weights"
@@ -118,6 +122,16 @@ class InferenceOptions:
         2, "DataLoader worker processes per process (0 loads in the process itself)", rule=NOT_NEGATIVE
     )
 
+    def check_model(self, checkpoint: str | None, model: str | None) -> None:
+        """The checks of a command given a ``--checkpoint`` or an exported ``--model`` (``predict``, ``serve``)."""
+        if (checkpoint is None) == (model is None):
+            raise OptionError("give one of --checkpoint and --model")
+        if model is not None:
+            if self.backbone is not None:
+                raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
+            if self.amp != "off":
+                raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
 
 POSITIVE_COUNT_EACH = Rule(lambda v: all(n >= 1 for n in v), "must be positive integers")
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
@@ -208,13 +222,7 @@ class PredictOptions:
     """Everything ``predict`` is asked to do: which model makes the maps, of which images, into which folder."""
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
-    model: str | None = option(
-        None,
-        "a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), "
-        "any other name is loaded as TorchScript; same maps as --checkpoint",
-        one_of="source",
-        metavar="FILE",
-    )
+    model: str | None = option(None, MODEL_HELP, one_of="source", metavar="FILE")
     inputs: list[str] = option(
         help="image files and/or folders (images directly inside, sorted)", flag="--input", nargs="+", metavar="PATH"
     )
@@ -260,13 +268,7 @@ class PredictOptions:
 
     def validate(self) -> None:
         check_fields(self)
-        if (self.checkpoint is None) == (self.model is None):
-            raise OptionError("give one of --checkpoint and --model")
-        if self.model is not None:
-            if self.inference.backbone is not None:
-                raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
-            if self.inference.amp != "off":
-                raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+        self.inference.check_model(self.checkpoint, self.model)
 
 
 # The options of ``predict`` that do not decide a map's pixels, each with why: left out of the key that says

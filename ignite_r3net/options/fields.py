@@ -57,9 +57,10 @@ def option(
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def group(cls: type, **help_texts: str) -> Any:
-    """A field holding a shared group of options, ``help_texts`` replacing some of its flags' help."""
-    return field(default_factory=cls, metadata={"group": help_texts})
+def group(cls: type, omit: tuple[str, ...] = (), **help_texts: str) -> Any:
+    """A field holding a shared group of options, ``help_texts`` replacing some of its flags' help; the options
+    ``omit`` names are no flags of this command and keep their defaults."""
+    return field(default_factory=cls, metadata={"group": help_texts, "omit": omit})
 
 
 def is_option(f: dataclasses.Field) -> bool:

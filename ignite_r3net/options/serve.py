@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import OptionError
-from .commands import BACKBONE_HELP, CHECKPOINT_HELP, DEVICES, INFERENCE_AMP_MODES, TF32_HELP, TF32_MODES
-from .fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Rule, check_fields, option
+from .commands import CHECKPOINT_HELP, DEVICES, MODEL_HELP, TF32_HELP, InferenceOptions
+from .fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Rule, check_fields, group, option
 
 _PORT = Rule(lambda v: 0 <= v <= 65535, "must be a TCP port (1-65535), or 0 for a free one")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -17,14 +16,15 @@ class ServeOptions:
     """Everything ``serve`` is asked to do: the model, the address, the batching and the limits."""
 
     checkpoint: str | None = option(None, CHECKPOINT_HELP, one_of="source")
-    model: str | None = option(
-        None,
-        "a model written by 'export': FILE.onnx runs with onnxruntime (needs the onnx extra), any other name is "
-        "loaded as TorchScript; same maps as --checkpoint",
-        one_of="source",
-        metavar="FILE",
+    model: str | None = option(None, MODEL_HELP, one_of="source", metavar="FILE")
+    # each request asks its own ?max_side= and ?crf=true
+    inference: InferenceOptions = group(
+        InferenceOptions,
+        omit=("size", "max_side", "crf", "workers"),
+        amp="mixed precision inference for --checkpoint: bf16 runs the model in bfloat16 (maps may differ by a gray "
+        "level); off: float32",
+        tf32=TF32_HELP + "; off gives the maps closest to the CPU's",
     )
-    backbone: str | None = option(None, BACKBONE_HELP)
     host: str = option(
         "127.0.0.1",
         "address to listen on: 127.0.0.1 answers this machine only; another (0.0.0.0: every interface) lets other "
@@ -38,13 +38,6 @@ class ServeOptions:
         "a GPU is visible, else cpu",
         choices=DEVICES,
     )
-    amp: str = option(
-        "off",
-        "mixed precision inference for --checkpoint: bf16 runs the model in bfloat16 (maps may differ by a gray "
-        "level); off: float32",
-        choices=INFERENCE_AMP_MODES,
-    )
-    tf32: str = option("on", TF32_HELP + "; off gives the maps closest to the CPU's", choices=TF32_MODES)
     max_batch: int = option(
         8,
         "images run together in one forward pass, at most N (and no more pixels than N 400x300 images): requests "
@@ -81,13 +74,7 @@ class ServeOptions:
 
     def validate(self) -> None:
         check_fields(self)
-        if (self.checkpoint is None) == (self.model is None):
-            raise OptionError("give one of --checkpoint and --model")
-        if self.model is not None:
-            if self.backbone is not None:
-                raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
-            if self.amp != "off":
-                raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+        self.inference.check_model(self.checkpoint, self.model)
 
     @property
     def max_upload_bytes(self) -> int:

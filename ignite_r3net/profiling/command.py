@@ -18,8 +18,11 @@ from torch import nn
 from ..atomic_files import check_writable_file, write_json
 from ..config import TrainConfig
 from ..console import echo
+from ..distributed.process_setup import use_device
+from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, error_line
-from ..inference import AMP_DTYPES, ONNXRUNTIME_MISSING, OnnxModel, load_exported
+from ..inference.engine import AMP_DTYPES
+from ..inference.exported import ONNXRUNTIME_MISSING, OnnxModel, load_exported
 from ..model.r3net import R3Net
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions
@@ -63,7 +66,7 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
     """Measure every combination of ``options``, printing each row and writing ``--json`` as it comes; returns
     the rows as JSON objects. One ``OptionError`` line for a wrong option, file or device."""
     options.validate()
-    device = resolve_device(options.device)
+    device = torch.device("cuda:0" if use_device(LaunchSpec(device=options.device)) == "cuda" else "cpu")
     check_writable_file(options.json_path, "--json")
     if options.onnx is not None and not Path(options.onnx).is_file():
         raise OptionError(f"--onnx {options.onnx} does not exist")
@@ -102,15 +105,6 @@ def command_line(options: ProfileOptions) -> str:
         else:
             words += [flag, *map(str, value if isinstance(value, list) else [value])]
     return " ".join(words)
-
-
-def resolve_device(choice: str) -> torch.device:
-    """``--device``: cuda (GPU 0) when asked or, with auto, when a GPU is visible; else the CPU."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise OptionError("--device cuda: no CUDA device is visible (use --device cpu)")
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
 
 
 def load_subject(checkpoint: str | None, backbone: str | None, device: torch.device) -> Subject:

@@ -19,6 +19,8 @@ from ..config import TrainConfig
 from ..content_key import ContentKey
 from ..data.folder import listing_digest
 from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets, standard_set
+from ..distributed.process_setup import use_device
+from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, install_extra, warn
 from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_for
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
@@ -155,9 +157,9 @@ def evaluate_model(
 def model_cost(checkpoint: str, device: str, root: Path) -> dict[str, Any]:
     """The model's cost measured by ``profile`` (one 400x300 image on ``device``, the one training used), kept
     in ROOT/<sha256>/cost-<device>.json: ``{"header": ..., "rows": [row]}``."""
-    from ..profiling.command import profile, resolve_device
+    from ..profiling.command import profile
 
-    where = resolve_device(device).type
+    where = use_device(LaunchSpec(device=device))
     path = root / sha256_of(resolve_checkpoint(checkpoint))[:16] / f"cost-{where}.json"
     done = _read_json(path)
     if not isinstance(done.get("rows"), list) or not done["rows"]:

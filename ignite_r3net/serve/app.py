@@ -22,8 +22,8 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from ..errors import OptionError, error_line
-from ..evaluation.crf import require_crf
-from ..evaluation.predict_worker import cutout_image, finished_map
+from ..inference.crf import require_crf
+from ..inference.cutout import cutout_image, finished_map
 from ..options.serve import ServeOptions
 from .batching import Batcher
 from .model import ServedModel

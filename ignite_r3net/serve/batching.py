@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..evaluation.predict_worker import plan_batches
+from ..inference.batches import plan_batches
 from .model import BatchMaps
 
 

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..evaluation.predict_worker import sized_map_function
-from ..inference import OnnxModel, load_exported
-from ..model.trained_model import build_model, read_trained_weights
+from ..inference.model import load_model
 from ..options.serve import ServeOptions
 
 # a uint8 batch (N, 3, H, W) on the CPU and ``?max_side=`` to the 8-bit maps (N, H, W) on the CPU
@@ -34,17 +32,10 @@ class ServedModel:
 
 def load_served_model(options: ServeOptions, device: torch.device) -> ServedModel:
     """The model of ``options`` on ``device``; one-line ``OptionError``/``CheckpointError`` for a bad file."""
-    if options.model is not None:
-        run = load_exported(options.model, device)
-        provider = run.provider if isinstance(run, OnnxModel) else "torch"
-        sized = sized_map_function(run)
-        backbone = None
-    else:
-        weights = read_trained_weights(options.source, options.backbone)
-        sized = sized_map_function(build_model(weights, device), options.amp)
-        provider, backbone = "torch", weights.backbone
+    inference = options.inference
+    model = load_model(options.checkpoint, options.model, device, inference.backbone, inference.amp)
 
     def maps(images: torch.Tensor, max_side: int | None) -> torch.Tensor:
-        return sized(images.to(device), None, max_side).cpu()
+        return model.maps(images.to(device), None, max_side).cpu()
 
-    return ServedModel(options.source, backbone, device, provider, maps)
+    return ServedModel(options.source, model.backbone, device, model.provider, maps)

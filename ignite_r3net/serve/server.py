@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from ..console import echo
-from ..distributed.process_setup import processes_on_device
+from ..distributed.process_setup import use_device
 from ..distributed.signals import raise_on_sigterm, restore_sigterm
+from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, Terminated, install_extra
 from ..numerics import inference_numerics
-from ..options.commands import ProcessOptions
 from ..options.serve import LOOPBACK_HOSTS, ServeOptions
 from .model import ServedModel, load_served_model
 
@@ -41,7 +41,7 @@ def serve(options: ServeOptions) -> None:
     from .app import create_app
     from .middleware import RequestLog
 
-    device = torch.device(processes_on_device(ProcessOptions(device=options.device)).device)
+    device = torch.device(use_device(LaunchSpec(device=options.device)))
     listening = bind(options.host, options.port)  # a taken port is said before the model is read
     try:
         model = load_served_model(options, device)
@@ -55,7 +55,7 @@ def serve(options: ServeOptions) -> None:
     signals = say_when_stopping(server, app.state.counters)
     previous = raise_on_sigterm()  # what uvicorn raises again once it has drained the requests
     try:
-        with inference_numerics(options.tf32 == "on"):
+        with inference_numerics(options.inference.tf32 == "on"):
             echo(startup_line(model, options, listening.getsockname()[1]))
             if options.host not in LOOPBACK_HOSTS:
                 echo(

@@ -12,7 +12,7 @@ from ignite.engine import Engine
 from torch import nn
 
 from ..data.transforms import DeviceAugment
-from ..inference import AMP_DTYPES
+from ..inference.engine import AMP_DTYPES
 
 
 def prepare_batch(

@@ -16,7 +16,7 @@ from ..checkpoint_io import BEST_PATTERN, SafeDiskSaver, continue_rotation
 from ..config import TrainConfig
 from ..data.transforms import normalize_image
 from ..distributed.ranks import all_gather_items, broadcast_tensor, is_rank_zero
-from ..inference import attach_scoring, create_evaluator, score_shard
+from ..inference.engine import attach_scoring, create_evaluator, score_shard
 from ..metrics.keys import METRIC_KEYS
 from ..metrics.saliency import SaliencyMetrics
 from ..model.r3net import R3Net
