@@ -42,7 +42,6 @@ import torch
 from bench_metrics import make_maps
 from PIL import Image
 
-from ignite_r3net.distributed.topology import LaunchSpec
 from ignite_r3net.evaluation import figures, scoring
 from ignite_r3net.options import ProcessOptions
 
@@ -100,7 +99,7 @@ def bench_figure(
     try:
         files = _write_inputs(root, n_maps, size, methods)
         cells = list(files.items())
-        spec = LaunchSpec.on_one_node(ProcessOptions())
+        spec = ProcessOptions().launch_spec()
 
         with contextlib.redirect_stdout(io.StringIO()):  # its "scored ..." lines
             scores = scoring.score_cells(cells, root / "cache", "standard", spec, progress=False)

@@ -4,7 +4,6 @@ garbage collector and the launchers' logs."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import os
@@ -16,7 +15,6 @@ import ignite.distributed as idist
 import torch
 
 from ..errors import OptionError
-from ..options.commands import ProcessOptions
 from .topology import LaunchSpec, rank_set_by_launcher, slurm_task, started_by_torchrun
 
 
@@ -43,11 +41,6 @@ def use_device(spec: LaunchSpec) -> str:
         return "cpu"
     check_processes_fit(spec, gpus)
     return "cuda"
-
-
-def processes_on_device(processes: ProcessOptions) -> ProcessOptions:
-    """``processes`` of ``evaluate``, ``predict`` or ``compare`` with ``--device`` resolved (``use_device``)."""
-    return dataclasses.replace(processes, device=use_device(LaunchSpec.on_one_node(processes)))
 
 
 def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:

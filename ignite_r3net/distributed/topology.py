@@ -3,7 +3,6 @@ distribution options read together with what torchrun or srun, seen through the 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import socket
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import warn
-from ..options.commands import ProcessOptions
 
 
 def started_by_torchrun() -> bool:
@@ -115,12 +113,6 @@ class LaunchSpec:
     traceback_dir: str | None = None
     verbose: bool = False  # ignite's launcher messages at INFO (else WARNING)
     device: str = "auto"  # --device: auto, cuda or cpu (process_setup.use_device resolves it)
-
-    @classmethod
-    def on_one_node(cls, processes: ProcessOptions) -> LaunchSpec:
-        """The workers of ``evaluate``, ``predict`` or ``compare``, on one node; under srun too, they meet on a free
-        port unless ``--master-port`` is given (SLURM's derived port is the training run's)."""
-        return cls(**dataclasses.asdict(processes))  # its fields are some of ours
 
     @property
     def slurm(self) -> SlurmTask | None:

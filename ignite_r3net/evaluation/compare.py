@@ -16,8 +16,7 @@ from ..atomic_files import check_writable_folder, write_json, write_text
 from ..data.checks import assert_dataset_ok
 from ..data.folder import list_pairs
 from ..data.registry import resolve_names
-from ..distributed.process_setup import processes_on_device
-from ..distributed.topology import LaunchSpec, rank_set_by_launcher
+from ..distributed.topology import rank_set_by_launcher
 from ..errors import CheckpointError, OptionError, listing, note, warn
 from ..inference.crf import require_crf
 from ..metrics.keys import protocol_fields
@@ -77,7 +76,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
         raise OptionError("compare starts its own processes (--nproc); run it without torchrun")
     if Path(options.out).exists() and not Path(options.out).is_dir():
         raise OptionError(f"--out {options.out} exists and is not a folder")
-    options = replace(options, processes=processes_on_device(options.processes))
+    options = replace(options, processes=options.processes.on_device())
     datasets_given = resolve_names(options.datasets, options.data_root, "--datasets", named=True)
     benches = [_benchmark(name, folder) for name, folder in parse_named(datasets_given, "--datasets")]
     if options.show_stems:
@@ -94,7 +93,7 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
         pairs[method.name] = _match_method(Method(method.name, maps), benches, allow_missing=False)
     scored = [p for m in entries for p in pairs[m.name] if p.files]
     cells = [(f"{p.method} on {p.dataset}", p.files) for p in scored]
-    spec = LaunchSpec.on_one_node(options.processes)
+    spec = options.processes.launch_spec()
     scores = scoring.score_cells(cells, out_dir / "cache", options.protocol, spec, options.progress)
     results, curves = _collect(scored, scores, options.protocol)
     datasets, methods = [b.name for b in benches], [m.name for m in entries]

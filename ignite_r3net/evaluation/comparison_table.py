@@ -1,6 +1,6 @@
 """``compare``'s tables (markdown, CSV, LaTeX; best bold, second-best underlined), the per-image
 score CSVs of ``evaluate --per-image`` and ``compare``, and the published R3Net numbers
-(``paper_numbers.json``). Without torch: the command line lists ``DEFAULT_METRICS`` and ``REFERENCE_NAMES``.
+(``paper_numbers.json``, the sets ``metrics.keys.REFERENCE_NAMES`` names).
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ from importlib import resources
 from typing import Any
 
 from ..errors import warn
-from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, ImageScores, protocol_note
+from ..metrics.keys import (
+    METRIC_KEYS,
+    PROTOCOL_MARK,
+    PROTOCOL_METRICS,
+    REFERENCE_NAMES,
+    ImageScores,
+    protocol_note,
+)
 
-DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")  # unless --metrics says otherwise: the ones papers print
 LOWER_IS_BETTER = frozenset({"mae"})  # every other metric is better higher
 _LATEX_NAMES = {  # math mode
     "mae": r"\mathcal{M}",
@@ -35,7 +41,6 @@ NO_VALUE = "-"  # the cell of a method without maps for a data set
 PARTIAL = "*"  # the mark of a value scored with some maps missing (--allow-missing)
 
 Results = Mapping[str, Mapping[str, Mapping[str, float]]]  # dataset -> method -> metric / count / missing
-REFERENCE_NAMES = ("r3net-paper", "r3net-released-maps")
 PUBLISHED_MARK = "‡"
 
 

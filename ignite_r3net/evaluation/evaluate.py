@@ -20,9 +20,9 @@ from ..data.folder import listing_digest
 from ..data.loader import SaliencyEvalSet, build_eval_loader
 from ..data.registry import resolve_names
 from ..distributed.launch import launch
-from ..distributed.process_setup import freeze_long_lived_objects, processes_on_device, worker_threads
+from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only, refuse_unless_ranks_agree
-from ..distributed.topology import LaunchSpec, rank_set_by_launcher
+from ..distributed.topology import rank_set_by_launcher
 from ..errors import OptionError, listing, warn
 from ..inference.crf import crf_refine, require_crf
 from ..inference.engine import attach_scoring, create_evaluator, evaluator_step, score_shard
@@ -53,7 +53,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     default after the folder); rank 0 prints the table (unless ``quiet``) and writes the outputs. Raises
     ``OptionError``, ``DataError`` (every problem of a data set), ``CheckpointError``, ``WorkerFailed``."""
     options.validate()
-    options = replace(options, processes=processes_on_device(options.processes))
+    options = replace(options, processes=options.processes.on_device())
     assert options.checkpoint is not None and options.data
     if options.names is None:  # NAME=DIR items, or folders named after themselves
         named = named_folders(resolve_names(options.data, options.data_root, "--data", named=True), "--data")
@@ -76,7 +76,7 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     if options.save_maps:  # each data set's folder, made here so that ranks never race on it
         for name in options.names or ():
             (Path(options.save_maps) / name).mkdir(parents=True, exist_ok=True)
-    spec = LaunchSpec.on_one_node(options.processes)
+    spec = options.processes.launch_spec()
     # each spawned worker reads the file rather than receive hundreds of MB through a pipe
     in_process = None if spec.spawns() or rank_set_by_launcher() else weights
     launch(_evaluate_worker, (options, in_process, _options_every_rank_shares(options, listings)), spec)

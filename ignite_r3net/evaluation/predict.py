@@ -17,7 +17,6 @@ from ..atomic_files import check_writable_folder
 from ..console import echo
 from ..data.folder import IMAGE_EXTS, dataset_of_half, split_dirs
 from ..distributed.launch import launch
-from ..distributed.process_setup import processes_on_device
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..inference.crf import require_crf
@@ -39,7 +38,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     Raises ``OptionError``, ``CheckpointError``, ``ImagesFailed`` (the other maps were written) and
     ``WorkerFailed``."""
     options.validate()
-    options = replace(options, processes=processes_on_device(options.processes))
+    options = replace(options, processes=options.processes.on_device())
     out = _check_options(options)
     pairs = plan_outputs(collect_inputs(options.inputs), out)
     weights: TrainedWeights | None = None  # the model is read here: a bad file is one line before any work
@@ -54,7 +53,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     assert model_file is not None  # validate(): exactly one of --checkpoint and --model
     description = run_description(model_file, pixel_options(options))
     record = MapRecord(out, run_key(description))
-    spec = LaunchSpec.on_one_node(options.processes)
+    spec = options.processes.launch_spec()
     with claimed_folder(out, "--output", spec.is_leader()):
         kept = set() if options.overwrite else record.done(dst.name for _, dst in pairs)
         todo = [(src, dst) for src, dst in pairs if dst.name not in kept]
@@ -70,7 +69,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
 
 def pixel_options(options: PredictOptions) -> dict[str, Any]:
     """The options that decide the maps' pixels, by field name: all but ``PREDICT_NOT_PIXELS``, with ``--device``
-    resolved (``processes_on_device``). ``tf32`` is the TF32 this run uses: on a GPU, TF32 rounds the convolutions'
+    resolved (``ProcessOptions.on_device``). ``tf32`` is the TF32 this run uses: on a GPU, TF32 rounds the convolutions'
     inputs to a 10-bit mantissa and moves gray levels, so ``--tf32 on`` and ``off`` make other maps there; on the
     CPU, and in onnxruntime, it does nothing, so a CPU run's maps stay valid for a GPU rerun with ``--tf32 off``."""
     pixels = {f.name: value for f, value in option_fields(options) if f.name not in PREDICT_NOT_PIXELS}

@@ -28,16 +28,17 @@ from ..atomic_files import (
 )
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError, install_extra
-from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
+from ..evaluation.comparison_table import Results, build_table, table_markdown
 from ..inference.exported import load_exported, quiet_torchscript
+from ..metrics.keys import DEFAULT_METRICS
 from ..model.backbone_weights import HF_PREFIX, is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.fields import load_json
+from ..options.formats import SUFFIXES
 from ..profiling.report import markdown_table, measured_with
 from ..profiling.rows import read_report
 from .fidelity import check_fidelity
-from .formats import SUFFIXES
 from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random_rembg_input, rembg_contract
 
 INPUT_NAME = "image"

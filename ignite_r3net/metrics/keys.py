@@ -8,6 +8,13 @@ from collections.abc import Mapping
 #: Keys of the dict returned by :meth:`SaliencyMetrics.compute`, in reporting order.
 METRIC_KEYS = ("mae", "maxF", "meanF", "adpF", "Sm", "maxE", "meanE", "adpE", "wF")
 
+#: The columns of ``compare``'s table unless ``--metrics`` says otherwise: the ones papers print.
+DEFAULT_METRICS = ("mae", "maxF", "Sm", "maxE", "wF")
+
+#: The published sets of numbers (``evaluation/paper_numbers.json``) ``compare --reference`` and ``reproduce``
+#: print beside ours.
+REFERENCE_NAMES = ("r3net-paper", "r3net-released-maps")
+
 #: The metrics a protocol computes its own way; the others keep the standard (PySODMetrics) definitions.
 PROTOCOL_METRICS: dict[str, tuple[str, ...]] = {"standard": (), "r3net": ("mae", "maxF")}
 

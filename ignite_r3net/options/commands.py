@@ -5,14 +5,18 @@ raises ``OptionError`` for values or combinations that are wrong whatever the fi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import OptionError
-from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
-from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
-from ..metrics.keys import METRIC_KEYS, canonical_metric
+from ..metrics.keys import DEFAULT_METRICS, METRIC_KEYS, REFERENCE_NAMES, canonical_metric
 from ..model.backbones import BACKBONES
+
+if TYPE_CHECKING:
+    from ..distributed.topology import LaunchSpec
 from .fields import NOT_NEGATIVE, OUTPUT_FOLDER, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
+from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
 
 _RESIZED_BACK = (
     "the saliency is resized back (bilinear) to the image's own size, at which maps are written (and scored); "
@@ -85,6 +89,19 @@ class ProcessOptions:
         None, "rendezvous port of the processes on this host; default: a free port", rule=TCP_PORT, metavar="PORT"
     )
     verbose: bool = option(False, "print ignite's launcher messages too (spawn parameters, end of run)")
+
+    def launch_spec(self) -> LaunchSpec:
+        """Where the workers run: on one node; under srun too, they meet on a free port unless ``--master-port``
+        is given (SLURM's derived port is the training run's)."""
+        from ..distributed.topology import LaunchSpec  # imports torch: not for --help
+
+        return LaunchSpec(**dataclasses.asdict(self))  # our fields are some of its
+
+    def on_device(self) -> ProcessOptions:
+        """These options with ``--device`` resolved (``use_device``: before anything asks torch about CUDA)."""
+        from ..distributed.process_setup import use_device
+
+        return dataclasses.replace(self, device=use_device(self.launch_spec()))
 
 
 @dataclass(kw_only=True)

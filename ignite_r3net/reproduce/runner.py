@@ -22,8 +22,9 @@ from ..data.registry import STANDARD_BY_NAME, TEST_SETS, check_count, found_sets
 from ..distributed.process_setup import use_device
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, install_extra, warn
-from ..evaluation.comparison_table import REFERENCE_NAMES, reference, reference_for
+from ..evaluation.comparison_table import reference, reference_for
 from ..evaluation.evaluate import evaluate_checkpoint, evaluate_maps
+from ..metrics.keys import REFERENCE_NAMES
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions, ProfileOptions
