@@ -148,6 +148,30 @@ def _meter_after(updates: list[torch.Tensor], start: dict | None = None) -> Loss
     return meter
 
 
+def _saved_after(updates: list[torch.Tensor]) -> dict:
+    """What a checkpoint holds of the meter after ``updates``: saved after its last iteration's sync."""
+    meter = _meter_after(updates)
+    meter.sync(iteration=len(updates))
+    return meter.state_dict()
+
+
+def test_the_meter_is_saved_without_a_collective_only_where_it_synced(monkeypatch):
+    """A checkpoint holds the sums the iteration's sync read: saving needs no peer (rank 0 may save alone), and
+    an iteration no sync read is refused instead of saving one rank's sums as the global ones."""
+    world = ThreadWorld(monkeypatch)
+    rank0, rank1 = [_losses(1, 2, 3, 4, 5, 6, 7)], [_losses(3, 3, 3, 3, 3, 3, 3)]
+    meters = world.run(lambda: _meter_after(rank0), lambda: _meter_after(rank1))
+    world.run(lambda: meters[0].sync(iteration=1), lambda: meters[1].sync(iteration=1))
+    import ignite_r3net.training.meters as meters_module
+
+    monkeypatch.setattr(meters_module, "all_reduce_tensor", lambda *a, **k: pytest.fail("a collective in state_dict"))
+    saved = meters[0].state_dict()  # rank 0 alone
+    assert saved["count"].item() == 4 and saved["sums"][1].item() == 2 * (1 + 3)
+    meters[0].update(_losses(0, 0, 0, 0, 0, 0, 0), batch_size=2, iteration=2)
+    with pytest.raises(RuntimeError, match="iteration 2, which no sync read"):
+        meters[0].state_dict()
+
+
 def _losses(*values: float) -> torch.Tensor:
     """total, loss0..loss6 of one iteration: ``values`` and the total their sum."""
     return torch.tensor([sum(values), *values])
@@ -167,7 +191,7 @@ def test_loss_meter_averages_over_every_rank_and_iteration(monkeypatch):
 
     # resumed after these two iterations (rank 0 carries the saved sums), a third iteration gives
     # the average of all three
-    states = world.run(lambda: _meter_after(rank0).state_dict(), lambda: _meter_after(rank1).state_dict())
+    states = world.run(lambda: _saved_after(rank0), lambda: _saved_after(rank1))
     assert torch.equal(states[0]["sums"], states[1]["sums"])
     third = [_losses(0, 0, 0, 0, 0, 0, 0)], [_losses(6, 6, 6, 6, 6, 6, 6)]
     readings = world.run(

@@ -96,3 +96,41 @@ def test_the_design_cards_handlers_come_first_in_its_order(train_dir, tmp_path):
     assert isinstance(handlers[0], LRScheduler)
     assert [getattr(h, "__name__", None) for h in handlers[1:4]] == ["update_meter", "sync_meter", "write_log_line"]
     assert isinstance(getattr(handlers[4], "__wrapped__", handlers[4]), Checkpoint)
+
+
+@pytest.mark.slow
+def test_every_rank_makes_the_same_collectives_at_the_same_iterations(train_dir, tmp_path, monkeypatch):
+    """The handlers that run collectives (the loss meters, the damaged-image counter) are attached on every rank
+    by construction: rank 1, whose rank-0-only work (log file, TensorBoard, progress) is skipped, makes the very
+    collectives rank 0 makes, at the same iterations. A rank-0-only attachment of such a handler would leave
+    rank 0 waiting for its peers: this sequence would then differ."""
+    import ignite.distributed as idist
+    import ignite.distributed.utils as idist_utils
+
+    made: dict[int, list[str]] = {}
+
+    def counting(real, name: str, calls: list[str]):
+        return lambda *args, **kwargs: calls.append(name) or real(*args, **kwargs)
+
+    for rank in (0, 1):
+        calls: list[str] = made.setdefault(rank, [])
+        monkeypatch.setattr(idist_utils, "get_rank", lambda rank=rank: rank)
+        for name in ("all_reduce", "all_gather", "broadcast", "barrier"):
+            monkeypatch.setattr(idist, name, counting(getattr(idist_utils, name), name, calls))
+        config = _config(train_dir, tmp_path / f"rank{rank}", batch_size=2, iters=4, log_every=2, checkpoint_every=3)
+        plan = plan_of(config)
+        stream = build_train_stream(train_data(plan), plan.layout)
+        model = R3Net(config.backbone)
+        optimizer = build_optimizer(model, config)
+        log = TrainLog(Path(config.output_dir) / "train.log", console=False)
+        trainer = create_trainer(
+            model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu")
+        ).trainer
+        trainer.add_event_handler(
+            Events.ITERATION_STARTED, lambda e, calls=calls: calls.append(f"it {e.state.iteration}")
+        )
+        trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
+    assert made[0] == made[1]
+    synced = [made[0][i - 1] for i, call in enumerate(made[0]) if call == "all_reduce" and i > 0]
+    assert "it 2" in synced and "it 3" in synced and "it 1" not in synced  # logged at 2 and 4, saved at 3
+    assert (tmp_path / "rank0" / "checkpoint_3.pt").is_file() and not (tmp_path / "rank1" / "checkpoint_3.pt").exists()

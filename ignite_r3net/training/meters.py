@@ -1,5 +1,6 @@
 """Running averages of the 7 side-output losses and their sum over all ranks, updated on the device and
-read by one all-reduce (``sync``); with the first non-finite iteration, so that every rank stops alike."""
+read by one all-reduce (``sync``); with the first non-finite iteration, so that every rank stops alike. Saving
+the meter needs no collective: a checkpoint holds the global sums its iteration's ``sync`` read."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class LossMeter:
         self._count = torch.zeros(1, dtype=torch.float64, device=self.device)
         self._first_bad = torch.full((n,), _NEVER, dtype=torch.float64, device=self.device)
         self._reading: tuple[int, MeterReading] | None = None  # the last sync's iteration and result
+        self._global: torch.Tensor | None = None  # the sums and count over all ranks that sync read
+        self._updated_at = 0  # the iteration of the last update
 
     def reset(self) -> None:
         """Start new averages (the reference DDP script resets its meters every epoch)."""
@@ -49,13 +52,15 @@ class LossMeter:
         bad = ~torch.isfinite(losses)
         # clamp with a Python number: no host-to-device copy (and so no sync) per iteration
         self._first_bad = torch.where(bad, self._first_bad.clamp(max=float(iteration)), self._first_bad)
+        self._updated_at = iteration
 
     def sync(self, iteration: int) -> MeterReading:
         """The averages over all ranks, read on the host (a collective, once per ``iteration``: a second
         call returns the same reading); only a non-finite sum asks which iteration was first."""
         if self._reading is not None and self._reading[0] == iteration:
             return self._reading[1]
-        values = all_reduce_tensor(torch.cat([self._sums, self._count])).tolist()
+        self._global = all_reduce_tensor(torch.cat([self._sums, self._count])).cpu()
+        values = self._global.tolist()
         count = values[-1]
         averages = {name: (v / count if count else math.nan) for name, v in zip(LOSS_NAMES, values)}
         first, nonfinite = None, []
@@ -68,15 +73,22 @@ class LossMeter:
         return self._reading[1]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Sums over all ranks (a collective); restoring them on one rank restores the global average."""
-        return {
-            "sums": all_reduce_tensor(self._sums.clone()).cpu(),
-            "count": all_reduce_tensor(self._count.clone()).cpu(),
-        }
+        """The sums over all ranks that the ``sync`` of the last updated iteration read (no collective, so any
+        rank may save alone); restoring them on one rank restores the global average. ``RuntimeError`` when that
+        iteration was not synced: ``events.sync_iterations`` holds every checkpoint iteration."""
+        if self._updated_at == 0:  # nothing added since the start or a restore, which gave rank 0 the global sums
+            return {"sums": self._sums.cpu(), "count": self._count.cpu()}
+        if self._reading is None or self._reading[0] != self._updated_at or self._global is None:
+            raise RuntimeError(
+                f"the loss meter is saved at iteration {self._updated_at}, which no sync read: checkpoint only at "
+                "sync_iterations"
+            )
+        return {"sums": self._global[:-1].clone(), "count": self._global[-1:].clone()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.reset()
         self._restore_global_sums(state)
+        self._updated_at, self._reading, self._global = 0, None, None
 
     @rank_zero_only
     def _restore_global_sums(self, state: dict[str, torch.Tensor]) -> None:
