@@ -281,7 +281,7 @@ class TrainConfig:
         check_fields(self)
         if self.batch_size < MIN_BATCH:
             raise OptionError(
-                "--batch-size must be at least 2: the BatchNorm after R3Net's global-pooling "
+                f"--batch-size must be at least {MIN_BATCH}: the BatchNorm after R3Net's global-pooling "
                 "branch needs two images per process"
             )
         limits = (("--max-batch-per-device", self.max_batch_per_device), ("--global-batch", self.global_batch))

@@ -1,5 +1,5 @@
 """Options as dataclass fields carrying their ``--help`` text, argparse extras and rule, so that a
-command's flags (``cli.add_options``), its checks (``check_fields``) and the options read from a
+command's flags (``command_line.add_options``), its checks (``check_fields``) and the options read from a
 JSON file (``read_options``: ``train --config``) cannot drift apart. ``group`` composes a shared group
 of options into a command's; a field without help is no option."""
 

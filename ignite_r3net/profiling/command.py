@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..atomic_files import check_writable_file, write_json
+from ..batch_layout import MIN_BATCH
 from ..config import TrainConfig
 from ..console import echo
 from ..distributed.process_setup import use_device
@@ -207,7 +208,7 @@ def _unavailable(c: Combination, device: torch.device, onnx: OnnxModel | str | N
         return onnx if isinstance(onnx, str) else None
     if c.mode == "max-batch" and device.type != "cuda":
         return MAX_BATCH_NEEDS_CUDA
-    if c.mode == "train" and c.batch_size < 2:
+    if c.mode == "train" and c.batch_size < MIN_BATCH:
         return TRAIN_NEEDS_TWO
     return amp_problem(c.amp, device)
 
