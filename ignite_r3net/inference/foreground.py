@@ -39,31 +39,37 @@ def estimate_foreground(image: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     sums = window_sums(torch.cat(small), _reduced(RADII[0]))
     means = torch.cat([sums[:3] / sums[3:4].clamp_min(_EPSILON), sums[4:7] / sums[7:8].clamp_min(_EPSILON)])
     means = F.interpolate(means[None], size=(height, width), mode="bilinear", align_corners=False)[0]
-    foreground, background = _fuse(image, alpha, means[:3], means[3:])
-    # the second, narrow pass at full resolution
+    residual = _residual(image, alpha, means[:3], means[3:])
+    foreground = torch.addcmul(means[:3], alpha, residual).clamp_(0, 1)
+    background = (means[3:] + residual).addcmul_(alpha, residual, value=-1).clamp_(0, 1)
+    # the second, narrow pass at full resolution, from the first pass's F and B
     torch.mul(alpha, foreground, out=stack[:3])
     stack[3:4] = alpha
     torch.mul(1 - alpha, background, out=stack[4:])
     sums = window_sums(stack, RADII[1])
-    counts = window_sums(torch.ones_like(alpha), RADII[1])
+    counts = _window_counts(height, RADII[1], image.device)[:, None] * _window_counts(width, RADII[1], image.device)
     mean_foreground = sums[:3].div_(sums[3:4].clamp_min(_EPSILON))
     mean_background = sums[4:7].div_((counts - sums[3:4]).clamp_min_(_EPSILON))
-    return _fuse(image, alpha, mean_foreground, mean_background)[0]
+    residual = _residual(image, alpha, mean_foreground, mean_background)
+    return torch.addcmul(mean_foreground, alpha, residual).clamp_(0, 1)
 
 
 def _reduced(radius: int) -> int:
     return max(1, round(radius / REDUCTION))
 
 
-def _fuse(
+def _residual(
     image: torch.Tensor, alpha: torch.Tensor, mean_foreground: torch.Tensor, mean_background: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The paper's update of F and B from their local means, each clipped to 0..1."""
-    difference = mean_foreground - mean_background
-    residual = (image - mean_background).addcmul_(alpha, difference, value=-1)  # I - a F_mean - (1 - a) B_mean
-    foreground = torch.addcmul(mean_foreground, alpha, residual).clamp_(0, 1)
-    background = (mean_background + residual).addcmul_(alpha, residual, value=-1).clamp_(0, 1)
-    return foreground, background
+) -> torch.Tensor:
+    """I - alpha F_mean - (1 - alpha) B_mean: what the means leave unexplained, which the paper's update gives F
+    in proportion to alpha (F = F_mean + alpha residual) and B to 1 - alpha."""
+    return (image - mean_background).addcmul_(alpha, mean_foreground - mean_background, value=-1)
+
+
+def _window_counts(n: int, radius: int, device: torch.device) -> torch.Tensor:
+    """The pixels in each window along a side of ``n`` pixels, clipped to it."""
+    index = torch.arange(n, device=device)
+    return ((index + radius).clamp(max=n - 1) - (index - radius).clamp(min=0) + 1).float()
 
 
 def window_sums(x: torch.Tensor, radius: int) -> torch.Tensor:
