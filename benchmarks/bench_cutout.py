@@ -9,15 +9,17 @@ fur and defocus give such edges). The figure is the mean, over the pixels with 0
 RGB difference (0..255) between the cutout's RGB and F, for the plain and the refined cutout.
 
 Cost: the refinement alone (``refine_foreground``) of a ``side`` x ``side`` composite, the median of ``repeats``
-runs after one warm-up, with the threads ``predict`` uses on this machine; and its share of a whole ``predict
---cutout --refine-foreground`` of one such photo (R3Net ``backbone`` with seeded random weights, full resolution,
-in this process): the refinement's median over ``predict``'s own seconds (reading, the model, the cutout, the PNG;
-start-up excluded), the plain and refined runs alternating, each keeping its fastest.
+runs after one warm-up, with the threads ``predict`` uses on this machine and with one; and its share of a whole
+``predict --cutout --refine-foreground`` of one such photo (R3Net ``backbone`` with seeded random weights, full
+resolution, in this process): the refinement's median over ``predict``'s own seconds (reading, the model, the
+cutout, the PNG; start-up excluded), the plain and refined runs alternating, each keeping its fastest.
 """
 
 from __future__ import annotations
 
 import colorsys
+import contextlib
+import io
 import statistics
 import tempfile
 import time
@@ -117,17 +119,18 @@ def _tensor(picture: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.clip(np.round(picture), 0, 255).astype(np.uint8)).permute(2, 0, 1).contiguous()
 
 
-def time_refinement(side: int, repeats: int) -> tuple[float, int]:
-    """The median seconds of ``refine_foreground`` on a ``side`` x ``side`` composite, and the threads it used."""
+def time_refinement(side: int, repeats: int, threads: int | None = None) -> tuple[float, int]:
+    """The median seconds of ``refine_foreground`` on a ``side`` x ``side`` composite with ``threads`` torch threads
+    (default: those ``predict`` takes on this machine), and that count."""
     case = next(composites(1, (side, side), seed=1))
-    with worker_threads(torch.device("cpu")) as threads:
+    with worker_threads(torch.device("cpu"), threads) as used:
         refine_foreground(case.image, case.alpha)  # warm-up
         seconds = []
         for _ in range(repeats):
             start = time.perf_counter()
             refine_foreground(case.image, case.alpha)
             seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), threads
+    return statistics.median(seconds), used
 
 
 def predict_seconds(side: int, backbone: str, repeats: int) -> dict[str, float]:
@@ -151,7 +154,8 @@ def predict_seconds(side: int, backbone: str, repeats: int) -> dict[str, float]:
                     inference=InferenceOptions(workers=0),
                     progress=False,
                 )
-                best[kind] = min(best[kind], predict(options)["seconds"])
+                with contextlib.redirect_stdout(io.StringIO()):  # its last line, "wrote 1 cutout(s) ..."
+                    best[kind] = min(best[kind], predict(options)["seconds"])
     return best
 
 
@@ -171,6 +175,7 @@ def bench_cutout(
     plain = statistics.mean(e[0] for e in errors)
     refined = statistics.mean(e[1] for e in errors)
     refinement_s, threads = time_refinement(side, repeats)
+    one_thread_s, _ = time_refinement(side, repeats, threads=1)
     seconds = predict_seconds(side, backbone, predict_repeats)
     return {
         "plain_error": plain,
@@ -178,6 +183,7 @@ def bench_cutout(
         "error_ratio": refined / plain,
         "worst_case_ratio": max(e[1] / e[0] for e in errors),
         "refinement_s": refinement_s,
+        "refinement_1t_s": one_thread_s,
         "predict_plain_s": seconds["plain"],
         "predict_refined_s": seconds["refined"],
         "refinement_share": refinement_s / seconds["refined"],
@@ -201,6 +207,7 @@ def format_cutout(r: dict[str, Any]) -> str:
         f"cutout: mean colour error at soft pixels over {s['composites']} composites: plain {r['plain_error']:.2f}, "
         f"refined {r['refined_error']:.2f}, ratio {r['error_ratio']:.3f} (worst {r['worst_case_ratio']:.3f}; goal "
         f"<= 0.5); refinement of {s['side']}x{s['side']}: {r['refinement_s'] * 1000:.0f} ms with {s['threads']} "
-        f"thread(s) (goal <= 200 ms), {100 * r['refinement_share']:.1f}% of predict --cutout --refine-foreground "
+        f"thread(s) (goal <= 200 ms), {r['refinement_1t_s'] * 1000:.0f} ms with 1, "
+        f"{100 * r['refinement_share']:.1f}% of predict --cutout --refine-foreground "
         f"({s['backbone']}: {r['predict_refined_s']:.2f} s, plain {r['predict_plain_s']:.2f} s)"
     )
