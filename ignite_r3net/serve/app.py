@@ -169,9 +169,11 @@ def _look(output: str, refine: bool, background: str | None, jpeg: bool, default
         if given:
             raise Refused(422, f"{given[0]} goes with output=cutout")
         return Look(cutout=False)
-    chosen = default if background is None else None if background == "none" else parse_colour(background)
-    if background not in (None, "none") and chosen is None:
-        raise Refused(422, f"background: not a colour ({COLOUR_EXAMPLES}, # written %23), nor none: {background!r}")
+    chosen = default
+    if background is not None:
+        chosen = None if background == "none" else parse_colour(background)
+        if chosen is None and background != "none":
+            raise Refused(422, f"background: not a colour ({COLOUR_EXAMPLES}, # written %23), nor none: {background!r}")
     if jpeg and chosen is None:
         raise Refused(422, "jpeg=true goes with a background (a cutout keeps its transparency in a PNG)")
     return Look(cutout=True, refine=refine, background=chosen, jpeg=jpeg)
