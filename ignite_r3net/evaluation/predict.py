@@ -22,7 +22,7 @@ from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..inference.crf import require_crf
 from ..inference.cutout import parse_colour, read_background
-from ..inference.exported import is_onnx, load_exported, require_onnxruntime
+from ..inference.model import is_onnx, load_exported, require_onnxruntime
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions

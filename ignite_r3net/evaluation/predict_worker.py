@@ -34,8 +34,7 @@ from ..distributed.ranks import (
 from ..errors import DataError
 from ..inference.batches import Size, plan_batches
 from ..inference.cutout import cutout_image, finished_map, read_background
-from ..inference.exported import is_onnx, onnx_providers
-from ..inference.model import load_model
+from ..inference.model import is_onnx, load_model, onnx_providers
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights
 from ..numerics import inference_numerics
