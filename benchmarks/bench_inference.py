@@ -30,7 +30,7 @@ import torch
 from ignite_r3net.data.transforms import normalize_image
 from ignite_r3net.export.writer import export_model
 from ignite_r3net.inference.engine import predict_maps, to_8bit_maps
-from ignite_r3net.inference.exported import load_exported
+from ignite_r3net.inference.model import load_exported
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.model.trained_model import build_model, read_trained_weights
 from ignite_r3net.options import ExportOptions

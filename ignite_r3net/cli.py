@@ -369,10 +369,12 @@ COMMANDS = (
         description='Serve the model over HTTP (FastAPI on uvicorn; pip install -e ".[serve]" in the clone): POST '
         "/predict takes an image (multipart field 'image') and answers a PNG, the map predict writes for it "
         "(?output=map, the default) or the cutout (?output=cutout), with ?threshold=T, ?max_side=N and ?crf=true "
-        "as predict's options; GET /healthz says the model, device and provider; GET / is a demo page (choose or "
-        "drop a photo, see its map and cutout). A bad upload is answered 4xx with one line of JSON, a full queue "
-        "503; each request is one log line (status, bytes, milliseconds). SIGTERM or Ctrl-C answers the requests "
-        "in flight, then stops.",
+        "as predict's options, and for a cutout ?refine=true (--refine-foreground), ?background=COLOR or none "
+        "(--background; # written %23) and ?jpeg=true; GET /healthz says the model, device and provider; GET / is "
+        "a demo page (choose or drop a photo, see its map and cutout; one model run per photo, the threshold, "
+        "refinement and background composed in the page). A bad upload is answered 4xx with one line of JSON, a "
+        "full queue 503; each request is one log line (status, bytes, milliseconds). SIGTERM or Ctrl-C answers the "
+        "requests in flight, then stops.",
         epilog="example: python run.py serve --checkpoint runs/r3net/best_model_8000_maxF=0.9350.pt --port 8000 & "
         "curl --retry 30 --retry-connrefused -F image=@photo.jpg 'http://127.0.0.1:8000/predict?output=cutout' "
         "-o cutout.png",

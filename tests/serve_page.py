@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1100, "height": 540}
 
@@ -65,6 +67,43 @@ def move_threshold(page: Any) -> dict[str, Any]:
     )
     page.wait_for_function(_LOADED, arg=["map-img", "cutout-img"], timeout=60_000)
     return {"threshold": page.inner_text("#threshold-value"), "map_levels": page.evaluate(_LEVELS, "map-img")}
+
+
+_PIXELS = """id => {
+    const image = document.getElementById(id);
+    const canvas = document.createElement("canvas");
+    canvas.width = image.naturalWidth;
+    canvas.height = image.naturalHeight;
+    const context = canvas.getContext("2d");
+    context.drawImage(image, 0, 0);
+    return Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);
+}"""
+
+
+def shown_pixels(page: Any, kind: str) -> np.ndarray:
+    """The RGBA pixels (H, W, 4) of the page's ``kind`` image (photo, map or cutout), read back from a canvas."""
+    size = page.evaluate(_SIZES)[kind]
+    return np.array(page.evaluate(_PIXELS, f"{kind}-img"), dtype=np.uint8).reshape(size[1], size[0], 4)
+
+
+def _changed(page: Any, change: Any) -> None:
+    """Run ``change`` and wait for the cutout the page composes anew."""
+    before = page.get_attribute("#cutout-img", "src")
+    change()
+    page.wait_for_function(
+        "before => document.getElementById('cutout-img').getAttribute('src') !== before", arg=before, timeout=60_000
+    )
+    page.wait_for_function(_LOADED, arg=["map-img", "cutout-img"], timeout=60_000)
+
+
+def set_refine(page: Any, on: bool) -> None:
+    """Tick (or untick) the "refine edges" box and wait for the cutout."""
+    _changed(page, lambda: page.set_checked("#refine", on))
+
+
+def choose_background(page: Any, value: str) -> None:
+    """Choose the background ``value`` (none, white, black, #00b140) and wait for the cutout."""
+    _changed(page, lambda: page.select_option("#background", value))
 
 
 def choose_not_an_image(page: Any, path: Path) -> str:

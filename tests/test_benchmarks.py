@@ -89,6 +89,24 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
     assert line.startswith("inference: resnet18 48x64, batch 1; 1 thread: pytorch") and "ratio" in line
 
 
+@pytest.mark.slow  # a predict of a 128x128 photo, twice
+@pytest.mark.timeout(180)
+def test_cutout_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only cutout`` at its tiny settings: the colour errors, the refinement's time and its share of predict."""
+    bench_run = _bench_run()
+    monkeypatch.setenv("IGNITE_R3NET_BENCH_CACHE", str(tmp_path / "cache"))
+    assert bench_run.RUNNERS["cutout"] is bench_run.run_cutout
+    settings = bench_run.SETTINGS["cutout"]["tiny"]
+    result = bench_run.RUNNERS["cutout"](bench_run.default_data(tiny=True), dict(settings))
+    assert result["settings"]["composites"] == settings["generated"] + settings["masks"]
+    for key in ("plain_error", "refined_error", "refinement_s", "predict_plain_s", "predict_refined_s"):
+        assert result[key] > 0, (key, result)
+    assert result["error_ratio"] == result["refined_error"] / result["plain_error"] < 1
+    assert 0 < result["refinement_share"] == result["refinement_s"] / result["predict_refined_s"]
+    line = bench_run.format_line("cutout", result)
+    assert line.startswith("cutout: mean colour error at soft pixels over 4 composites: plain ") and "goal" in line
+
+
 def test_scan_tiny_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--only scan`` at its tiny settings: a cold scan (no cache) reads every header, the warm one
     (a relaunch) reads none, and the ratio is the key."""

@@ -65,7 +65,7 @@ def test_install_hints_name_extras_the_clone_installs() -> None:
     extra setup.cfg declares; no message points at ``pip install 'ignite_r3net[...]'``."""
     from ignite_r3net.export.writer import ONNX_EXPORT_MISSING
     from ignite_r3net.inference.crf import CRF_MISSING
-    from ignite_r3net.inference.exported import ONNXRUNTIME_MISSING
+    from ignite_r3net.inference.model import ONNXRUNTIME_MISSING
     from ignite_r3net.serve.server import SERVE_MISSING
 
     setup = configparser.ConfigParser()

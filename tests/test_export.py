@@ -23,7 +23,7 @@ from ignite_r3net import cli
 from ignite_r3net.data.transforms import normalize_image
 from ignite_r3net.export import writer as export
 from ignite_r3net.export.writer import METADATA_FILE
-from ignite_r3net.inference.exported import ONNXRUNTIME_MISSING, onnx_providers
+from ignite_r3net.inference.model import ONNXRUNTIME_MISSING, onnx_providers
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.model.trained_model import build_model, read_trained_weights
 

@@ -12,11 +12,13 @@ import pytest
 import torch
 from helpers import blob_mask
 from PIL import Image, ImageOps
+from serve_helpers import write_photo
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation.maps import output_path, safe_stem
 from ignite_r3net.evaluation.predict import pixel_options
 from ignite_r3net.inference import crf
+from ignite_r3net.inference.foreground import refine_foreground
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOptions
 from ignite_r3net.options.commands import PREDICT_NOT_PIXELS
@@ -236,6 +238,108 @@ def test_cutout_from_an_exported_onnx_model(tmp_path: Path, exported_onnx: Path)
 # ---------------------------------------------------------------------------------- at scale
 
 
+def test_a_refined_cutout_keeps_the_alpha_and_refines_the_colours_on_the_run(
+    tmp_path: Path, spread_checkpoint: Path
+) -> None:
+    _image(tmp_path / "a.png", 40, 56, seed=3)
+    assert _predict(spread_checkpoint, tmp_path / "plain", tmp_path / "a.png", extra=("--cutout",)) == 0
+    extra = ("--cutout", "--refine-foreground")
+    assert _predict(spread_checkpoint, tmp_path / "refined", tmp_path / "a.png", extra=extra) == 0
+    with Image.open(tmp_path / "plain" / "a.png") as plain, Image.open(tmp_path / "refined" / "a.png") as refined:
+        assert refined.mode == plain.mode == "RGBA" and refined.size == plain.size == (56, 40)
+        plain_pixels, refined_pixels = np.array(plain), np.array(refined)
+    np.testing.assert_array_equal(refined_pixels[..., 3], plain_pixels[..., 3])  # the same map as alpha
+    photo, alpha = torch.from_numpy(plain_pixels[..., :3]).permute(2, 0, 1), torch.from_numpy(plain_pixels[..., 3])
+    expected = refine_foreground(photo.contiguous(), alpha).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(refined_pixels[..., :3], expected)
+    assert (refined_pixels[..., :3] != plain_pixels[..., :3]).any()
+
+
+def _over(rgb: np.ndarray, alpha: np.ndarray, colour: tuple[int, int, int]) -> np.ndarray:
+    """``rgb`` laid over a flat ``colour`` by ``alpha``, rounded as a compositor rounds 8-bit values."""
+    a = alpha[..., None].astype(np.int64)
+    return (a * rgb + (255 - a) * np.array(colour) + 127) // 255
+
+
+def test_background_colour_and_image(tmp_path: Path, spread_checkpoint: Path) -> None:
+    write_photo(tmp_path / "a.png", 56, 40, seed=3)
+    Image.new("RGB", (9, 30), (0, 0, 200)).save(tmp_path / "blue.png")  # another shape: it covers the photo
+    runs = {
+        "refined": ("--cutout", "--refine-foreground"),
+        "white": ("--cutout", "--refine-foreground", "--background", "white"),
+        "blue": ("--cutout", "--background", str(tmp_path / "blue.png"), "--jpeg"),
+    }
+    for name, extra in runs.items():
+        assert _predict(spread_checkpoint, tmp_path / name, tmp_path / "a.png", extra=extra) == 0, name
+    cutout = np.asarray(Image.open(tmp_path / "refined" / "a.png")).astype(np.int64)
+    with Image.open(tmp_path / "white" / "a.png") as white:
+        assert white.mode == "RGB" and white.size == (56, 40)
+        np.testing.assert_array_equal(np.asarray(white), _over(cutout[..., :3], cutout[..., 3], (255, 255, 255)))
+    assert sorted(p.name for p in (tmp_path / "blue").iterdir() if p.is_file()) == ["a.jpg"]
+    with Image.open(tmp_path / "blue" / "a.jpg") as blue:
+        assert blue.format == "JPEG" and blue.mode == "RGB" and blue.size == (56, 40)
+        photo = np.asarray(Image.open(tmp_path / "a.png")).astype(np.int64)
+        expected, encoded = _over(photo, cutout[..., 3], (0, 0, 200)), io.BytesIO()
+        Image.fromarray(expected.astype(np.uint8)).save(encoded, format="JPEG", quality=95)
+        np.testing.assert_array_equal(np.asarray(blue), np.asarray(Image.open(encoded)))  # that composite as JPEG
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("missing.png", "neither a colour (a name such as white, or #RRGGBB) nor an image file"),
+        ("#12345z", "neither a colour (a name such as white, or #RRGGBB) nor an image file"),
+        ("notes.txt", "not a readable image: "),
+    ],
+)
+def test_a_bad_background_is_one_line_before_any_image_is_read(
+    tmp_path: Path,
+    checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    value: str,
+    message: str,
+) -> None:
+    from ignite_r3net.evaluation import predict
+
+    (tmp_path / "notes.txt").write_text("not a picture")
+    _image(tmp_path / "a.png", 20, 20)
+    listed: list[object] = []
+    monkeypatch.setattr(predict, "collect_inputs", lambda inputs: listed.append(inputs) or [])
+    monkeypatch.chdir(tmp_path)
+    extra = ("--cutout", "--background", value)
+    assert _predict(checkpoint, tmp_path / "out", tmp_path / "a.png", extra=extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --background {value}: {message}") and err.count("\n") == 1, err
+    assert listed == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # five runs of predict: over 1 s
+def test_another_background_redoes_the_cutouts_and_the_same_keeps_them(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    images = _folder_of_images(tmp_path / "in", [(20, 30)] * 2)
+    out, background = tmp_path / "out", tmp_path / "bg.png"
+
+    def run(*extra: str) -> dict[str, tuple[int, int]]:
+        assert _predict(checkpoint, out, images, extra=("--cutout", *extra)) == 0, extra
+        return _file_identities(out)
+
+    white = run("--background", "white")
+    assert len(white) == 2
+    capsys.readouterr()
+    assert run("--background", "#FFFFFF") == white  # the same colour spelled otherwise
+    assert "all 2 map(s) already in" in capsys.readouterr().out
+    black = run("--background", "black")
+    assert all(black[name] != white[name] for name in white)
+    refined = run("--background", "black", "--refine-foreground")
+    assert all(refined[name] != black[name] for name in black)
+    Image.new("RGB", (8, 8), (10, 20, 30)).save(background)
+    first = run("--background", str(background))
+    Image.new("RGB", (8, 8), (30, 20, 10)).save(background)  # the same file name, other pixels
+    assert all(run("--background", str(background))[name] != first[name] for name in first)
+
+
 def _folder_of_images(folder: Path, sizes: list[tuple[int, int]]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for i, (h, w) in enumerate(sizes):
@@ -394,7 +498,8 @@ def test_one_predict_per_output_folder(tmp_path: Path, checkpoint: Path, capsys:
 
 
 # the options that change a map's pixels: each is in the rerun key, every other option is in PREDICT_NOT_PIXELS
-PIXEL_OPTIONS = {"cutout", "threshold", "backbone", "size", "max_side", "crf", "amp", "tf32"}
+PIXEL_OPTIONS = {"cutout", "threshold", "refine_foreground", "background", "jpeg"}
+PIXEL_OPTIONS |= {"backbone", "size", "max_side", "crf", "amp", "tf32"}
 
 
 def _option_paths(cls: type, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -424,6 +529,8 @@ def _changed(options: object, path: tuple[str, ...]) -> object:
         other = [*value, "another"]
     elif field_name == "threshold":
         other = 0.5
+    elif field_name == "background":
+        other = "white"
     elif isinstance(value, int) or field_name in ("size", "max_side", "master_port"):
         other = (value or 0) + 7
     else:

@@ -100,6 +100,68 @@ def test_maps_and_cutouts_are_predicts_within_one_gray_level(
         )
 
 
+@pytest.mark.parametrize(
+    ("params", "flags"),
+    [
+        ({"output": "cutout", "refine": "true"}, ("--cutout", "--refine-foreground")),
+        (
+            {"output": "cutout", "refine": "true", "background": "#00ff00"},
+            ("--cutout", "--refine-foreground", "--background", "#00ff00"),
+        ),
+    ],
+    ids=["refined", "refined-over-green"],
+)
+def test_refined_cutouts_and_composites_are_predicts_within_one_gray_level(
+    served: ServedModel, spread_checkpoint: Path, photos: Path, tmp_path: Path, params: dict, flags: tuple
+) -> None:
+    expected = _predict_folder(spread_checkpoint, photos, tmp_path / "predict", *flags)
+    plain = _predict_folder(spread_checkpoint, photos, tmp_path / "plain", "--cutout")
+    with serving(create_app(served, ServeOptions(checkpoint=str(spread_checkpoint)))) as url:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for photo in sorted(photos.iterdir()):
+                response = _post(client, photo, **params)
+                assert response.status_code == 200 and response.headers["content-type"] == "image/png", response.text
+                got = _pixels(response.content).astype(int)
+                want = np.asarray(Image.open(expected / f"{photo.stem}.png")).astype(int)
+                assert got.shape == want.shape == (*want.shape[:2], 4 if "background" not in params else 3)
+                assert np.abs(got - want).max() <= 1, photo.name
+                unrefined = np.asarray(Image.open(plain / f"{photo.stem}.png")).astype(int)[..., : got.shape[2]]
+                assert (got != unrefined).any(), photo.name  # the refinement (or the background) acted
+
+
+def test_the_servers_background_a_requests_colour_none_and_jpeg(
+    served: ServedModel, spread_checkpoint: Path, photos: Path, tmp_path: Path
+) -> None:
+    """``serve --background FILE`` composites every cutout; a request may ask another colour, or none."""
+    Image.new("RGB", (7, 5), (250, 0, 0)).save(tmp_path / "red.png")
+    options = ServeOptions(checkpoint=str(spread_checkpoint), background=str(tmp_path / "red.png"))
+    photo = photos / "a.png"
+    with serving(create_app(served, options)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        rgba = _pixels(_post(client, photo, output="cutout", background="none").content).astype(int)
+        red = _pixels(_post(client, photo, output="cutout").content).astype(int)
+        blue = _pixels(_post(client, photo, output="cutout", background="blue").content).astype(int)
+        jpeg = _post(client, photo, output="cutout", jpeg="true")
+        gray = _pixels(_post(client, photo).content)
+    assert rgba.shape == (48, 64, 4) and red.shape == blue.shape == (48, 64, 3)
+    alpha = rgba[..., 3:]
+    for colour, got in (((250, 0, 0), red), ((0, 0, 255), blue)):
+        np.testing.assert_array_equal(got, (alpha * rgba[..., :3] + (255 - alpha) * np.array(colour) + 127) // 255)
+    assert jpeg.headers["content-type"] == "image/jpeg" and Image.open(io.BytesIO(jpeg.content)).format == "JPEG"
+    encoded = io.BytesIO()
+    Image.fromarray(red.astype(np.uint8)).save(encoded, format="JPEG", quality=95)
+    np.testing.assert_array_equal(_pixels(jpeg.content), _pixels(encoded.getvalue()))  # the red composite, as JPEG
+    assert gray.ndim == 2  # a map stays a map
+
+
+def test_a_bad_server_background_is_one_line_before_the_model_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert cli.main(["serve", "--checkpoint", str(tmp_path / "missing.pt"), "--background", "chartreuse-ish"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --background chartreuse-ish: neither a colour (a name such as white, or #RRGGBB) nor an image file\n"
+    )
+
+
 @pytest.mark.slow  # the ONNX export (a fixture made once per run, ~15 s)
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_an_exported_model_serves_the_maps_predict_makes_with_it(
@@ -139,6 +201,9 @@ def _bad_requests(tmp_path: Path) -> list[tuple[str, dict, dict, int, str]]:
         ("threshold out of range", {"threshold": 3}, good, 422, "threshold"),
         ("misspelt parameter", {"treshold": 0.5}, good, 422, "unknown parameter 'treshold'"),
         ("empty file", {}, {"image": ("e.png", b"")}, 400, "empty"),
+        ("refine on a map", {"refine": "true"}, good, 422, "refine goes with output=cutout"),
+        ("unknown colour", {"output": "cutout", "background": "nosuch"}, good, 422, "background: not a colour"),
+        ("jpeg with transparency", {"output": "cutout", "jpeg": "true"}, good, 422, "jpeg=true goes with a background"),
     ]
 
 

@@ -20,7 +20,9 @@ from ..distributed.launch import launch
 from ..distributed.topology import LaunchSpec, rank_set_by_launcher
 from ..errors import DataError, ImagesFailed, OptionError, listing, note
 from ..inference.crf import require_crf
-from ..inference.exported import is_onnx, load_exported, require_onnxruntime
+from ..inference.cutout import parse_colour, read_background
+from ..inference.model import is_onnx, load_exported, require_onnxruntime
+from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
 from ..options.commands import PREDICT_NOT_PIXELS
@@ -40,7 +42,7 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     options.validate()
     options = replace(options, processes=options.processes.on_device())
     out = _check_options(options)
-    pairs = plan_outputs(collect_inputs(options.inputs), out)
+    pairs = plan_outputs(collect_inputs(options.inputs), out, ".jpg" if options.jpeg else ".png")
     weights: TrainedWeights | None = None  # the model is read here: a bad file is one line before any work
     if options.model is not None:
         load_exported(options.model, "cpu")
@@ -75,6 +77,9 @@ def pixel_options(options: PredictOptions) -> dict[str, Any]:
     pixels = {f.name: value for f, value in option_fields(options) if f.name not in PREDICT_NOT_PIXELS}
     torch_on_gpu = options.processes.device == "cuda" and not (options.model is not None and is_onnx(options.model))
     pixels["tf32"] = options.inference.tf32 if torch_on_gpu else "off"
+    if options.background is not None:  # the colour itself (white and #ffffff alike), or the file's contents
+        colour = parse_colour(options.background)
+        pixels["background"] = "#" + bytes(colour).hex() if colour else f"sha256 {sha256_of(options.background)}"
     return pixels
 
 
@@ -113,6 +118,8 @@ def _check_options(options: PredictOptions) -> Path:
         require_onnxruntime()
     if options.inference.crf:
         require_crf()
+    if options.background is not None:
+        read_background(options.background)
     if options.processes.nproc > 1 and rank_set_by_launcher():
         raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
     out = Path(options.output)
@@ -199,12 +206,12 @@ def _no_images(folder: Path) -> str:
     return f"--input folder {folder} holds no images ({', '.join(IMAGE_EXTS)})"
 
 
-def plan_outputs(inputs: list[Path], out_dir: str | Path) -> list[tuple[Path, Path]]:
-    """(input, output PNG) pairs inside ``out_dir``; two inputs that would write one file are an error."""
+def plan_outputs(inputs: list[Path], out_dir: str | Path, suffix: str = ".png") -> list[tuple[Path, Path]]:
+    """(input, output file) pairs inside ``out_dir``; two inputs that would write one file are an error."""
     planned: dict[Path, Path] = {}
     pairs = []
     for src in inputs:
-        dst = output_path(out_dir, src.stem)
+        dst = output_path(out_dir, src.stem, suffix)
         if dst in planned:
             if planned[dst].resolve() == src.resolve():
                 continue  # the same file given twice (as a file and through its folder)

@@ -33,9 +33,8 @@ from ..distributed.ranks import (
 )
 from ..errors import DataError
 from ..inference.batches import Size, plan_batches
-from ..inference.cutout import cutout_image, finished_map
-from ..inference.exported import is_onnx, onnx_providers
-from ..inference.model import load_model
+from ..inference.cutout import cutout_image, finished_map, read_background
+from ..inference.model import is_onnx, load_model, onnx_providers
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights
 from ..numerics import inference_numerics
@@ -141,32 +140,35 @@ def _predict_batches(
     )
     world = idist.get_world_size()
     written, failed = 0, []
+    write = output_writer(job.options, device)
     with MapRecord(Path(job.options.output), job.key).journal(idist.get_rank()) as journal:
         for images, problems in loader:
             failed += problems
             for indices, batch in _same_shape(images):
                 maps = to_maps(batch.to(device)).cpu()  # written from the host: one copy per batch
                 for index, image, saliency in zip(indices, batch, maps):
-                    _write(job.options, job.outputs[index], image, saliency)
+                    write(job.outputs[index], image, saliency)
                     journal.write(json.dumps(Path(job.outputs[index]).name) + "\n")
             written += len(images)
             progress.update((len(images) + len(problems)) * world)  # rank 0's share times the ranks
     return written, failed
 
 
-def _write(options: PredictOptions, path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
-    """One image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically."""
-    saliency = finished_map(image, saliency, options.inference.crf, options.threshold)
-    if options.cutout:
-        save_cutout(path, image, saliency)
-    else:
-        save_map(path, saliency)
+def output_writer(options: PredictOptions, device: torch.device) -> Callable[[str, torch.Tensor, torch.Tensor], None]:
+    """What writes one image's map (CRF-refined, made hard with ``--threshold``) or cutout, atomically; the cutout's
+    refinement runs on ``device``, ``--background``'s file is read once."""
+    background = read_background(options.background) if options.background is not None else None
 
+    def write(path: str, image: torch.Tensor, saliency: torch.Tensor) -> None:
+        saliency = finished_map(image, saliency, options.inference.crf, options.threshold)
+        if not options.cutout:
+            save_map(path, saliency)
+            return
+        picture = cutout_image(image.to(device), saliency, options.refine_foreground, background)
+        with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
+            picture.save(tmp, format="JPEG" if options.jpeg else "PNG", quality=95)  # PNG leaves quality aside
 
-def save_cutout(path: str | Path, image: torch.Tensor, alpha: torch.Tensor) -> None:
-    """Write ``image`` (uint8 ``(3, H, W)`` RGB) with ``alpha`` (uint8 ``(H, W)``) as an RGBA PNG, atomically."""
-    with atomic_output(path, durable=False) as tmp:  # as save_map: a rerun of predict trusts whole files
-        cutout_image(image, alpha).save(tmp, format="PNG")
+    return write
 
 
 class BatchFiles(torch.utils.data.Dataset):

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import ExportError
-from ..inference.exported import require_onnxruntime
+from ..inference.model import require_onnxruntime
 
 REMBG_SIDE = 320  # rembg's u2net_custom resizes every image to 320x320
 REMBG_SHAPE = (1, 3, REMBG_SIDE, REMBG_SIDE)

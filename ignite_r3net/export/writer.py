@@ -29,7 +29,7 @@ from ..atomic_files import (
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError, install_extra
 from ..evaluation.comparison_table import Results, build_table, table_markdown
-from ..inference.exported import load_exported, quiet_torchscript
+from ..inference.model import load_exported, quiet_torchscript
 from ..metrics.keys import DEFAULT_METRICS
 from ..model.backbone_weights import HF_PREFIX, is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 from .fields import NOT_NEGATIVE, OUTPUT_FOLDER, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
 from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
 
+COLOUR_EXAMPLES = "a name such as white, or #RRGGBB"
 _RESIZED_BACK = (
     "the saliency is resized back (bilinear) to the image's own size, at which maps are written (and scored); "
     "default: full resolution, as the original"
@@ -265,6 +266,27 @@ class PredictOptions:
         rule=_FRACTION,
         metavar="T",
     )
+    refine_foreground: bool = option(
+        False,
+        "with --cutout: where the map is soft (between 0 and 255: hair, fur, blurred edges) the photo's pixels mix "
+        "the subject's colour with the old background's, a fringe that shows on another background; give those "
+        "pixels the subject's own colours, estimated from the photo and the map by blur-fusion (Forte and Pitié "
+        "2021), on the device the model runs on; pixels where the map is 0 or 255 stay the photo's",
+        action="store_true",
+    )
+    background: str | None = option(
+        None,
+        f"with --cutout: composite the cutout over COLOR ({COLOUR_EXAMPLES}) or over the image FILE (scaled to "
+        "cover the photo, centred), into an RGB <stem>.png (or .jpg with --jpeg) instead of the RGBA cutout; with "
+        "--refine-foreground the subject's estimated colours are composited; default: none (an RGBA cutout)",
+        metavar="COLOR|FILE",
+    )
+    jpeg: bool = option(
+        False,
+        "with --background: write each composite as <stem>.jpg, JPEG at quality 95 (smaller, lossy), instead of "
+        "<stem>.png",
+        action="store_true",
+    )
     inference: InferenceOptions = group(InferenceOptions)
     batch_size: int = option(
         8,
@@ -286,6 +308,12 @@ class PredictOptions:
     def validate(self) -> None:
         check_fields(self)
         self.inference.check_model(self.checkpoint, self.model)
+        needs = {"--refine-foreground": self.refine_foreground, "--background": self.background is not None}
+        given = [flag for flag, value in needs.items() if value]
+        if given and not self.cutout:
+            raise OptionError(f"{given[0]} goes with --cutout (it acts on the cutout's colours)")
+        if self.jpeg and self.background is None:
+            raise OptionError("--jpeg goes with --background (a cutout keeps its transparency in a PNG)")
 
 
 # The options of ``predict`` that do not decide a map's pixels, each with why: left out of the key that says

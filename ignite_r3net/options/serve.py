@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .commands import CHECKPOINT_HELP, DEVICES, MODEL_HELP, TF32_HELP, InferenceOptions
+from .commands import CHECKPOINT_HELP, COLOUR_EXAMPLES, DEVICES, MODEL_HELP, TF32_HELP, InferenceOptions
 from .fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Rule, check_fields, group, option
 
 _PORT = Rule(lambda v: 0 <= v <= 65535, "must be a TCP port (1-65535), or 0 for a free one")
@@ -37,6 +37,13 @@ class ServeOptions:
         "where the model runs: cuda = the first visible GPU, cpu = the CPU (even on a GPU host), auto = cuda when "
         "a GPU is visible, else cpu",
         choices=DEVICES,
+    )
+    background: str | None = option(
+        None,
+        f"composite every cutout (?output=cutout) over COLOR ({COLOUR_EXAMPLES}) or over the image FILE (scaled "
+        "to cover the photo, centred) into an RGB PNG, unless the request asks ?background=none (transparent) or "
+        "another colour; default: none (RGBA cutouts)",
+        metavar="COLOR|FILE",
     )
     max_batch: int = option(
         8,

@@ -23,7 +23,7 @@ from ..distributed.process_setup import use_device
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, error_line
 from ..inference.engine import AMP_DTYPES
-from ..inference.exported import ONNXRUNTIME_MISSING, OnnxModel, load_exported
+from ..inference.model import ONNXRUNTIME_MISSING, OnnxModel, load_exported
 from ..model.r3net import R3Net
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions

@@ -9,6 +9,7 @@ import io
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +24,8 @@ from starlette.exceptions import HTTPException
 
 from ..errors import OptionError, error_line
 from ..inference.crf import require_crf
-from ..inference.cutout import cutout_image, finished_map
+from ..inference.cutout import Background, cutout_image, finished_map, parse_colour, read_background
+from ..options.commands import COLOUR_EXAMPLES
 from ..options.serve import ServeOptions
 from .batching import Batcher
 from .model import ServedModel
@@ -31,7 +33,7 @@ from .uploads import Refused, decode_upload, read_limited
 
 STATIC = Path(__file__).resolve().parent / "static"
 FIELD = "image"  # the form field that holds the image
-PARAMETERS = {"output", "threshold", "max_side", "crf"}
+PARAMETERS = {"output", "threshold", "max_side", "crf", "refine", "background", "jpeg"}
 _HOW = f"post the image as multipart/form-data in a field named '{FIELD}' (curl -F {FIELD}=@photo.jpg)"
 
 
@@ -47,6 +49,7 @@ def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
     """The application serving ``model`` under ``options``' batching and limits."""
     batcher = Batcher(model.maps, options.max_batch, options.max_wait_ms / 1000)
     counters = Counters()
+    backdrop = read_background(options.background) if options.background is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,10 +91,14 @@ def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
         threshold: float | None = Query(None, ge=0, le=1),
         max_side: int | None = Query(None, ge=1),
         crf: bool = False,
+        refine: bool = False,
+        background: str | None = None,
+        jpeg: bool = False,
     ) -> Response:
         unknown = sorted(set(request.query_params) - PARAMETERS)
         if unknown:
             raise Refused(422, f"unknown parameter {unknown[0]!r} (known: {', '.join(sorted(PARAMETERS))})")
+        look = _look(output, refine, background, jpeg, backdrop)
         if crf:
             try:
                 require_crf()
@@ -104,7 +111,7 @@ def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
             start = time.perf_counter()
             image = await asyncio.to_thread(decode_upload, await _posted_file(request, options), options.max_pixels)
             saliency = await batcher.maps_of(image, max_side)
-            png = await asyncio.to_thread(_png, image, saliency, output, crf, threshold)
+            picture = await asyncio.to_thread(_picture, image, saliency, crf, threshold, look, model.device)
             milliseconds = (time.perf_counter() - start) * 1000
             counters.answered += 1
         finally:
@@ -113,7 +120,7 @@ def create_app(model: ServedModel, options: ServeOptions) -> FastAPI:
             "Server-Timing": f"total;dur={milliseconds:.1f}",
             "X-Image-Size": f"{image.shape[2]}x{image.shape[1]}",
         }
-        return Response(png, media_type="image/png", headers=headers)
+        return Response(picture, media_type="image/jpeg" if jpeg else "image/png", headers=headers)
 
     return app
 
@@ -144,12 +151,45 @@ async def _posted_file(request: Request, options: ServeOptions) -> bytes:
         await form.close()
 
 
-def _png(image: torch.Tensor, saliency: torch.Tensor, output: str, crf: bool, threshold: float | None) -> bytes:
-    """``predict``'s map (or cutout) of ``image`` as PNG bytes."""
+@dataclass(frozen=True)
+class Look:
+    """What a request makes of its map: the map itself, or a cutout (refined, over a background, as JPEG)."""
+
+    cutout: bool
+    refine: bool = False
+    background: Background | None = None
+    jpeg: bool = False
+
+
+def _look(output: str, refine: bool, background: str | None, jpeg: bool, default: Background | None) -> Look:
+    """The request's ``Look``; ``Refused`` (422) for a parameter that does not fit (``background``: a colour or
+    ``none``; an image is the server's ``--background``)."""
+    if output == "map":
+        given = [name for name, value in (("refine", refine), ("background", background), ("jpeg", jpeg)) if value]
+        if given:
+            raise Refused(422, f"{given[0]} goes with output=cutout")
+        return Look(cutout=False)
+    chosen = default
+    if background is not None:
+        chosen = None if background == "none" else parse_colour(background)
+        if chosen is None and background != "none":
+            raise Refused(422, f"background: not a colour ({COLOUR_EXAMPLES}, # written %23), nor none: {background!r}")
+    if jpeg and chosen is None:
+        raise Refused(422, "jpeg=true goes with a background (a cutout keeps its transparency in a PNG)")
+    return Look(cutout=True, refine=refine, background=chosen, jpeg=jpeg)
+
+
+def _picture(
+    image: torch.Tensor, saliency: torch.Tensor, crf: bool, threshold: float | None, look: Look, device: torch.device
+) -> bytes:
+    """``predict``'s map (or cutout) of ``image`` as PNG (or JPEG) bytes; a cutout's refinement runs on ``device``."""
     saliency = finished_map(image, saliency, crf, threshold)
-    picture = cutout_image(image, saliency) if output == "cutout" else Image.fromarray(saliency.numpy(), mode="L")
+    if look.cutout:
+        picture = cutout_image(image.to(device), saliency, look.refine, look.background)
+    else:
+        picture = Image.fromarray(saliency.numpy(), mode="L")
     buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
+    picture.save(buffer, format="JPEG" if look.jpeg else "PNG", quality=95)
     return buffer.getvalue()
 
 

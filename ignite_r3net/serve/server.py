@@ -17,6 +17,7 @@ from ..distributed.process_setup import use_device
 from ..distributed.signals import raise_on_sigterm, restore_sigterm
 from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, Terminated, install_extra
+from ..inference.cutout import read_background
 from ..numerics import inference_numerics
 from ..options.serve import LOOPBACK_HOSTS, ServeOptions
 from .model import ServedModel, load_served_model
@@ -36,6 +37,8 @@ def serve(options: ServeOptions) -> None:
     """Serve ``options``' model until SIGTERM or Ctrl-C (raised once the requests in flight are answered)."""
     options.validate()
     require_serve_extra()
+    if options.background is not None:
+        read_background(options.background)  # a bad colour or file is one line before the model is read
     import uvicorn
 
     from .app import create_app
