@@ -20,8 +20,9 @@ from .errors import Terminated, UserError, ending_line
 from .model.backbones import BACKBONES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions, ProfileOptions
 from .options.command_line import add_options, given_options, options_from_args, with_default
-from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.fields import OUTPUT_FOLDER, flags_named, is_option
+from .options.predict import PREDICT_NOT_PIXELS
+from .options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.serve import ServeOptions
 from .recipes import R3NET_PAPER
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .batch_layout import MIN_BATCH
 from .errors import OptionError
-from .options.commands import (
+from .options.common import (
     BACKEND_HELP,
     BACKENDS,
     DEVICE_HELP,

@@ -17,7 +17,7 @@ import pytest
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
-from ignite_r3net.options.commands import ReproduceOptions
+from ignite_r3net.options.reproduce import ReproduceOptions
 from ignite_r3net.training.recipe_config import config_from_options
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from ignite_r3net.inference import crf
 from ignite_r3net.inference.foreground import refine_foreground
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOptions
-from ignite_r3net.options.commands import PREDICT_NOT_PIXELS
 from ignite_r3net.options.fields import is_group, is_option
+from ignite_r3net.options.predict import PREDICT_NOT_PIXELS
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from helpers import make_data_root, run_cli
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation.comparison_table import reference
-from ignite_r3net.options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
+from ignite_r3net.options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from ignite_r3net.reproduce.runner import Model, _training_configs, build_results, to_csv, to_markdown
 
 # SOD left out: the table must name it as missing

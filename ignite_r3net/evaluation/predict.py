@@ -25,8 +25,8 @@ from ..inference.model import is_onnx, load_exported, require_onnxruntime
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import TrainedWeights, read_trained_weights
 from ..options import PredictOptions
-from ..options.commands import PREDICT_NOT_PIXELS
 from ..options.fields import option_fields, values_by_flag
+from ..options.predict import PREDICT_NOT_PIXELS
 from ..run_lock import claimed_folder
 from .maps import output_path
 from .predict_worker import RECORD_DIR, MapRecord, PredictJob, predict_worker, run_description, run_key

@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageColor, ImageOps
 
 from ..errors import OptionError, error_line
-from ..options.commands import COLOUR_EXAMPLES
+from ..options.common import COLOUR_EXAMPLES
 from .crf import crf_refine
 from .foreground import refine_foreground
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .commands import CHECKPOINT_HELP, COLOUR_EXAMPLES, DEVICES, MODEL_HELP, TF32_HELP, InferenceOptions
+from .common import CHECKPOINT_HELP, COLOUR_EXAMPLES, DEVICES, MODEL_HELP, TF32_HELP, InferenceOptions
 from .fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Rule, check_fields, group, option
 
 _PORT = Rule(lambda v: 0 <= v <= 65535, "must be a TCP port (1-65535), or 0 for a free one")

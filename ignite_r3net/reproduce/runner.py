@@ -28,7 +28,7 @@ from ..metrics.keys import REFERENCE_NAMES
 from ..model.backbone_weights import sha256_of
 from ..model.trained_model import resolve_checkpoint
 from ..options import EvaluateOptions, InferenceOptions, ProcessOptions, ProfileOptions
-from ..options.commands import REPRODUCE_DEFAULTS, ReproduceOptions
+from ..options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
 from ..profiling.report import markdown_table, measured_with
 from ..training.recipe_config import config_from_options
 from ..training.start import train

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from ..errors import OptionError, error_line
 from ..inference.crf import require_crf
 from ..inference.cutout import Background, cutout_image, finished_map, parse_colour, read_background
-from ..options.commands import COLOUR_EXAMPLES
+from ..options.common import COLOUR_EXAMPLES
 from ..options.serve import ServeOptions
 from .batching import Batcher
 from .model import ServedModel
