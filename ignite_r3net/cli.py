@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 from .config import TrainConfig
 from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
-from .model.backbones import BACKBONES
+from .model.backbones import BACKBONE_NAMES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions, ProfileOptions
 from .options.commands import PREDICT_NOT_PIXELS, REPRODUCE_DEFAULTS, ReproduceOptions
 from .options.fields import flag_of, flags_named, is_group, is_option
@@ -97,7 +97,7 @@ def add_train(sub: Subparsers) -> None:
         "options given)",
     )
     backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
-    add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
+    add_options(train, TrainConfig, backbone=f"{backbone_help}; one of: {BACKBONE_NAMES}")
     train.set_defaults(handler=run_train)
 
 

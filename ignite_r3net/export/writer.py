@@ -31,6 +31,7 @@ from ..errors import CheckpointError, ExportError, OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, Results, build_table, table_markdown
 from ..inference import load_exported, quiet_torchscript
 from ..model.backbone_weights import HF_PREFIX, is_hub_source
+from ..model.backbones import model_name
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.fields import load_json
@@ -93,6 +94,7 @@ def contract(weights: TrainedWeights) -> dict[str, str]:
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": weights.backbone,
+        "head_width": f"{weights.head_width:g}",
         "source": str(weights.source) if is_hub_source(str(weights.source)) else Path(weights.source).name,
         "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
         "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
@@ -260,6 +262,7 @@ def write_hub_folder(options: ExportOptions) -> Path:
         "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
         "architecture": "R3Net",
         "backbone": weights.backbone,
+        "head_width": weights.head_width,
         "contract": meta,
         "checkpoint": {"source": meta["source"], "sha256": weights.sha256()},  # a Hub id, or the file's name
         "starting_weights": starting,
@@ -345,7 +348,7 @@ def model_card(
     repo = options.get("repo_id") or "ORG/NAME"
     parts = [
         _metadata(config, options),
-        f"# R3Net ({config['backbone']}) for salient object detection\n\n"
+        f"# {model_name(config['backbone'], config.get('head_width', 1))} for salient object detection\n\n"
         "R3Net (Deng et al., *R3Net: Recurrent Residual Refinement Network for Saliency Detection*, IJCAI 2018) "
         "predicts a saliency map: for every pixel, the probability that it belongs to the most noticeable "
         f"object. Exported with `ignite_r3net` {config['ignite_r3net']['version']}.",
@@ -394,8 +397,10 @@ def _files(config: Mapping[str, Any]) -> str:
     return (
         "## Files\n\n"
         "| | |\n|---|---|\n"
-        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}` |\n"
-        "| `config.json` | backbone, input contract, training recipe, starting weights, sha256 of the source |\n"
+        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}`, "
+        f"head width {config.get('head_width', 1):g} |\n"
+        "| `config.json` | backbone, head width, input contract, training recipe, starting weights, sha256 of the "
+        "source |\n"
         f"| input | {contract['input']} |\n"
         f"| output | {contract['output']} |\n"
         f"| preprocessing | {contract['preprocessing'].removeprefix('inside the graph: ')} (`predict` does it; "

@@ -11,7 +11,7 @@ from ..errors import OptionError
 from ..evaluation.comparison_table import DEFAULT_METRICS, REFERENCE_NAMES
 from ..export.formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
 from ..metrics.keys import METRIC_KEYS, canonical_metric
-from ..model.backbones import BACKBONES
+from ..model.backbones import BACKBONE_NAMES
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, group, option
 
 _RESIZED_BACK = (
@@ -123,6 +123,7 @@ POSITIVE_COUNT_EACH = Rule(lambda v: all(n >= 1 for n in v), "must be positive i
 _FRACTION = Rule(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 _DIGITS = Rule(lambda v: 1 <= v <= 8, "must be between 1 and 8")
 _OPSET = Rule(lambda v: v in OPSETS, f"must be between {OPSETS[0]} and {OPSETS[-1]}")
+HEAD_WIDTH = Rule(lambda v: v > 0 and float(v * 128).is_integer(), "must be a positive multiple of 1/128")
 
 
 @dataclass(kw_only=True)
@@ -523,10 +524,17 @@ class ProfileOptions:
     backbone: str | None = option(
         None,
         f"the architecture to profile (random weights: the cost does not depend on them), one of: "
-        f"{', '.join(BACKBONES)}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
+        f"{BACKBONE_NAMES}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
         "one config.json beside it names, else inferred from "
         "its weights",
         metavar="NAME",
+    )
+    head_width: float = option(
+        1.0,
+        "with --backbone: the head width of the architecture (train --head-width); a checkpoint's is its own; "
+        "default: 1",
+        rule=HEAD_WIDTH,
+        metavar="F",
     )
     sizes: list[int] = option(
         default_factory=lambda: [300, 300, 400, 300],

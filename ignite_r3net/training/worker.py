@@ -93,7 +93,7 @@ def _say_validation_subset(dataset: SaliencyEvalSet, config: TrainConfig, log: T
 
 def _build_model(config: TrainConfig, device: torch.device) -> torch.nn.Module:
     """R3Net with the starting weights start-up checked (a resumed run's come from its checkpoint)."""
-    model = R3Net(config.backbone)
+    model = R3Net(config.backbone, config.head_width)
     if not config.resume and config.weights:
         if config.init_from:
             load_model_state(model, model_state_dict(load_checkpoint(config.weights["file"]), config.init_from))
