@@ -39,6 +39,7 @@ from ..profiling.report import markdown_table, measured_with
 from ..profiling.rows import read_report
 from .fidelity import check_fidelity
 from .formats import SUFFIXES
+from .quantize import Int8Plan, quantize_in_place
 from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random_rembg_input, rembg_contract
 
 INPUT_NAME = "image"
@@ -114,6 +115,9 @@ def export_model(options: ExportOptions) -> Path:
     if options.format == "onnx" and any(importlib.util.find_spec(m) is None for m in _ONNX_MODULES):
         raise OptionError(ONNX_EXPORT_MISSING)
     weights = read_trained_weights(options.checkpoint, options.backbone)
+    int8 = None
+    if options.quantize:  # the folders listed before any work
+        int8 = Int8Plan.of(str(options.calibrate), str(options.check_data), options.max_drop)
     plan = _rembg_plan(weights) if options.target == "rembg" else _plan(weights)
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
@@ -122,13 +126,16 @@ def export_model(options: ExportOptions) -> Path:
             else:
                 _write_torchscript(plan.graph, plan.example, tmp, plan.metadata)
             difference = _check_written(tmp, plan.graph, plan.load, plan.check_input)
+            checked = quantize_in_place(tmp, plan.graph, int8, plan.metadata) if int8 else None
     except OSError as e:
         raise CheckpointError(f"cannot write {out}: {e.strerror or e}") from e
-    details = f"opset {options.onnx_opset}, " if options.format == "onnx" else ""
+    details = f"{'INT8, ' if checked else ''}opset {options.onnx_opset}, " if options.format == "onnx" else ""
     print(
         f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; {plan.summary}; max difference to "
-        f"PyTorch {difference:.1e})"
+        f"PyTorch {difference:.1e}{' before quantization' if checked else ''})"
     )
+    if checked is not None:
+        print(f"INT8 against float: {checked.summary()}")
     return out
 
 
