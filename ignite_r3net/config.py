@@ -122,7 +122,7 @@ class TrainConfig:
         1.0,
         "scales the channels of R3Net's head (everything after the backbone): 256 x F in its integrated "
         "features and 128 x F in its refinement blocks; 1 is the paper's model, 0.25 a slim head of about a "
-        "fifteenth of its work; a multiple of 1/128; default: 1",
+        "tenth of its multiply-accumulates; a multiple of 1/128; default: 1",
         rule=HEAD_WIDTH,
         metavar="F",
     )
