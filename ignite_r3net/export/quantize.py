@@ -110,7 +110,8 @@ def quantize_in_place(
             self.images = (load_image(image).unsqueeze(0).contiguous().numpy() for image, _ in plan.calibration)
 
         def get_next(self) -> dict | None:
-            return next(({"image": image} for image in self.images), None)
+            image = next(self.images, None)
+            return None if image is None else {"image": image}
 
     with tempfile.TemporaryDirectory(prefix="int8-") as work:
         prepared, int8 = Path(work) / "float.onnx", Path(work) / "int8.onnx"
