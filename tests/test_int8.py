@@ -142,7 +142,9 @@ def test_a_model_made_sensitive_to_int8_is_refused_and_nothing_is_written(timm_r
     assert not out.exists() and list(out.parent.iterdir()) == []  # nor a temporary file
 
 
-def test_int8_options_are_one_line_before_any_work(spread_checkpoint: Path, tmp_path: Path, capsys) -> None:
+def test_int8_options_are_one_line_before_any_work(tmp_path: Path, capsys) -> None:
+    """Before the checkpoint is even read (here there is none)."""
+    checkpoint = tmp_path / "checkpoint_1.pt"
     train, val = make_tiny_dataset(tmp_path / "data", n=2, n_val=1)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -163,12 +165,12 @@ def test_int8_options_are_one_line_before_any_work(spread_checkpoint: Path, tmp_
             f"--check-data {val / 'syn_00000.jpg'} is not a folder",
         ),
     ]
-    export = ["export", "--checkpoint", str(spread_checkpoint), "--format", "onnx", "--output", str(out)]
+    export = ["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--output", str(out)]
     for extra, expected in cases:
         assert cli.main([*export, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {expected}") and len(err.splitlines()) == 1, err
-    args = ["export", "--checkpoint", str(spread_checkpoint), "--format", "torchscript", "--output", str(out)]
+    args = ["export", "--checkpoint", str(checkpoint), "--format", "torchscript", "--output", str(out)]
     assert cli.main([*args[:-1], str(tmp_path / "r3net.pt"), "--quantize", "int8"]) == 2
     assert "--quantize int8 applies to --format onnx without --for" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

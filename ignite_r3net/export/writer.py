@@ -114,10 +114,10 @@ def export_model(options: ExportOptions) -> Path:
     out = _check_output(options)
     if options.format == "onnx" and any(importlib.util.find_spec(m) is None for m in _ONNX_MODULES):
         raise OptionError(ONNX_EXPORT_MISSING)
-    weights = read_trained_weights(options.checkpoint, options.backbone)
     int8 = None
     if options.quantize:  # the folders listed before any work
         int8 = Int8Plan.of(str(options.calibrate), str(options.check_data), options.max_drop)
+    weights = read_trained_weights(options.checkpoint, options.backbone)
     plan = _rembg_plan(weights) if options.target == "rembg" else _plan(weights)
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
