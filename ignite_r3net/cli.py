@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from .config import TrainConfig
 from .console import echo, tolerate_closed_console
 from .errors import Terminated, UserError, ending_line
-from .model.backbones import BACKBONES
+from .model.backbones import BACKBONE_NAMES
 from .options import CompareOptions, EvaluateOptions, ExportOptions, PredictOptions, ProfileOptions
 from .options.command_line import add_options, given_options, options_from_args, with_default
 from .options.fields import OUTPUT_FOLDER, flags_named, is_option
@@ -116,7 +116,7 @@ def add_train(sub: Subparsers) -> None:
         "options given)",
     )
     backbone_help = next(f for f in dataclasses.fields(TrainConfig) if f.name == "backbone").metadata["help"]
-    add_options(train, TrainConfig, backbone=f"{backbone_help} (one of: {', '.join(BACKBONES)})")
+    add_options(train, TrainConfig, backbone=f"{backbone_help}; one of: {BACKBONE_NAMES}")
     train.set_defaults(handler=run_train)
 
 

@@ -16,6 +16,7 @@ from .options.common import (
     BACKENDS,
     DEVICE_HELP,
     DEVICES,
+    HEAD_WIDTH,
     TF32_HELP,
     TF32_MODES,
     TRACKERS,
@@ -114,14 +115,27 @@ class TrainConfig:
     rotate: float = option(
         10.0, "random rotation range in degrees: uniform in [-rotate, rotate); 0 disables", rule=_DEGREES
     )
-    backbone: str = option("resnext101_32x4d", "backbone network")
+    backbone: str = option(
+        "resnext101_32x4d",
+        "backbone network: a ResNet or ResNeXt, or timm:NAME, a timm model whose features_only levels "
+        "include strides 4, 8, 16 and 32 (the timm extra: pip install -e \".[timm]\"; docs/training.md)",
+    )
+    head_width: float = option(
+        1.0,
+        "scales the channels of R3Net's head (everything after the backbone): 256 x F in its integrated "
+        "features and 128 x F in its refinement blocks; 1 is the paper's model, 0.25 a slim head of about a "
+        "tenth of its multiply-accumulates; a multiple of 1/128; default: 1",
+        rule=HEAD_WIDTH,
+        metavar="F",
+    )
     pretrained: str = option(
         "imagenet",
         "backbone weights to start from: 'imagenet' (the backbone's ImageNet-1k weights, listed in "
-        "docs/training.md; downloaded once per node into the torch or Hugging Face cache), 'none' "
-        "(random), a file (.pth/.pt/.bin/.safetensors: torchvision, timm or the original "
-        "resnext_101_32x4d.pth layout), a torchvision weights name (IMAGENET1K_V1, IMAGENET1K_V2, "
-        "DEFAULT) or hf-hub:ORG/NAME (e.g. hf-hub:timm/resnext101_32x4d.gluon_in1k); default: imagenet",
+        "docs/training.md; for timm:NAME, the weights timm loads for NAME; downloaded once per node into the "
+        "torch or Hugging Face cache), 'none' (random), a file (.pth/.pt/.bin/.safetensors: torchvision, timm "
+        "or the original resnext_101_32x4d.pth layout; for timm:NAME, a timm checkpoint of NAME), a "
+        "torchvision weights name (IMAGENET1K_V1, IMAGENET1K_V2, DEFAULT) or hf-hub:ORG/NAME (e.g. "
+        "hf-hub:timm/resnext101_32x4d.gluon_in1k); default: imagenet",
     )
     init_from: str | None = option(
         None,

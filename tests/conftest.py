@@ -45,7 +45,7 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 # what makes a test slow besides starting processes of its own (marked where they are written)
-SLOW_FIXTURES = {"reference_run", "exported_onnx"}
+SLOW_FIXTURES = {"reference_run", "exported_onnx", "timm_run"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook names each test's group)
@@ -131,6 +131,37 @@ def spread_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     name = "best_model_1_maxF=0.5000.pt"
     return made_once("spread", tmp_path_factory, lambda folder: save_spread_r3net(folder / name)) / name
+
+
+# a timm backbone with a slim head, trained briefly: tests/test_timm.py and tests/test_int8.py
+TIMM_TRAIN = ["--backbone", "timm:test_efficientnet", "--head-width", "0.25", "--pretrained", "none", "--crop", "48"]
+TIMM_ITERS, TIMM_EVERY = 24, 4
+
+
+@pytest.fixture(scope="session")
+def timm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output folder of ``TIMM_ITERS`` iterations of R3Net on timm's smallest EfficientNet (82k parameters,
+    random weights) at head width 0.25, in one process, the last 3 checkpoints kept (every ``TIMM_EVERY``),
+    validated at the end; its data beside it (8 training pairs, 4 held-out ones). Enough training for confident
+    maps (max F about 0.85), whose max F INT8 must keep (an untrained model's maps are about 0.5 everywhere,
+    where max F jumps with any change)."""
+    from helpers import make_tiny_dataset
+
+    from ignite_r3net import cli
+
+    def make(folder: Path) -> None:
+        make_tiny_dataset(folder / "data", n=8, n_val=4)
+        assert cli.main(timm_run_args(folder / "data", folder / "out")) == 0
+
+    return made_once("timm-run", tmp_path_factory, make)
+
+
+def timm_run_args(data: Path, out: Path) -> list[str]:
+    """The options of ``timm_run``: its data in ``data`` (train/, val/), its output in ``out``."""
+    args = ["--data", str(data / "train"), "--val-data", str(data / "val"), "--output-dir", str(out), *TIMM_TRAIN]
+    args += ["--iters", str(TIMM_ITERS), "--checkpoint-every", str(TIMM_EVERY), "--val-every", str(TIMM_ITERS)]
+    args += ["--batch-size", "4"]
+    return [*args, "--lr", "0.01", "--workers", "0", "--no-val-at-start", "--no-progress"]
 
 
 def _export(checkpoint: Path, fmt: str, output: Path) -> Path:

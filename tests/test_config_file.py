@@ -98,7 +98,7 @@ def test_options_that_choose_the_weights_drop_the_saved_record(tmp_path: Path, s
         (
             {"backbone": "resnet99"},  # choices of the model package, not of the field
             "'backbone' must be one of resnext101_32x4d, resnext101_32x8d, resnext50_32x4d, resnet101, resnet50, "
-            "resnet34, resnet18, got 'resnet99'",
+            "resnet34, resnet18, or timm:NAME (a timm model), got 'resnet99'",
         ),
         ({"val_data": 3}, "'val_data' must be a string or null, got 3"),
         ([1, 2], "expected a JSON object of options, got list"),

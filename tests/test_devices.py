@@ -68,7 +68,7 @@ def test_one_process_builds_no_data_parallel(gpus, monkeypatch):
 
     monkeypatch.setattr(torch.nn.parallel, "DataParallel", Recorder)
     monkeypatch.setattr(torch.nn, "DataParallel", Recorder)
-    monkeypatch.setattr(worker, "R3Net", lambda backbone: OnTheGpu(2, 2))
+    monkeypatch.setattr(worker, "R3Net", lambda backbone, head_width=1.0: OnTheGpu(2, 2))
     model = worker._build_model(plan_of(TrainConfig(pretrained="none")), torch.device("cuda"))
     assert isinstance(model, OnTheGpu) and not wrapped
 

@@ -32,6 +32,7 @@ from ..evaluation.comparison_table import Results, build_table, table_markdown
 from ..inference.model import load_exported, quiet_torchscript
 from ..metrics.keys import DEFAULT_METRICS
 from ..model.backbone_weights import HF_PREFIX, is_hub_source
+from ..model.backbones import model_name
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.fields import load_json
@@ -39,6 +40,7 @@ from ..options.formats import SUFFIXES
 from ..profiling.report import markdown_table, measured_with
 from ..profiling.rows import read_report
 from .fidelity import check_fidelity
+from .quantize import Int8Plan, quantize_in_place
 from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random_rembg_input, rembg_contract
 
 INPUT_NAME = "image"
@@ -94,6 +96,7 @@ def contract(weights: TrainedWeights) -> dict[str, str]:
     return {
         "model": "R3Net saliency detection (Deng et al., IJCAI 2018), inference graph",
         "backbone": weights.backbone,
+        "head_width": f"{weights.head_width:g}",
         "source": str(weights.source) if is_hub_source(str(weights.source)) else Path(weights.source).name,
         "input": f"{INPUT_NAME}: uint8 (N, 3, H, W), RGB, 0..255; N, H and W are dynamic",
         "output": f"{OUTPUT_NAME}: float32 (N, 1, H, W), saliency probability in 0..1 at the input's size",
@@ -112,6 +115,9 @@ def export_model(options: ExportOptions) -> Path:
     out = _check_output(options)
     if options.format == "onnx" and any(importlib.util.find_spec(m) is None for m in _ONNX_MODULES):
         raise OptionError(ONNX_EXPORT_MISSING)
+    int8 = None
+    if options.quantize:  # the folders listed before any work
+        int8 = Int8Plan.of(str(options.calibrate), str(options.check_data), options.max_drop)
     weights = read_trained_weights(options.checkpoint, options.backbone)
     plan = _rembg_plan(weights) if options.target == "rembg" else _plan(weights)
     try:
@@ -121,13 +127,16 @@ def export_model(options: ExportOptions) -> Path:
             else:
                 _write_torchscript(plan.graph, plan.example, tmp, plan.metadata)
             difference = _check_written(tmp, plan.graph, plan.load, plan.check_input)
+            checked = quantize_in_place(tmp, plan.graph, int8, plan.metadata) if int8 else None
     except OSError as e:
         raise CheckpointError(f"cannot write {out}: {e.strerror or e}") from e
-    details = f"opset {options.onnx_opset}, " if options.format == "onnx" else ""
+    details = f"{'INT8, ' if checked else ''}opset {options.onnx_opset}, " if options.format == "onnx" else ""
     print(
         f"wrote {out} ({options.format}, {details}backbone {weights.backbone}; {plan.summary}; max difference to "
-        f"PyTorch {difference:.1e})"
+        f"PyTorch {difference:.1e}{' before quantization' if checked else ''})"
     )
+    if checked is not None:
+        print(f"INT8 against float: {checked.summary()}")
     return out
 
 
@@ -261,6 +270,7 @@ def write_hub_folder(options: ExportOptions) -> Path:
         "ignite_r3net": {"format": HUB_FORMAT, "version": __version__},
         "architecture": "R3Net",
         "backbone": weights.backbone,
+        "head_width": weights.head_width,
         "contract": meta,
         "checkpoint": {"source": meta["source"], "sha256": weights.sha256()},  # a Hub id, or the file's name
         "starting_weights": starting,
@@ -346,7 +356,7 @@ def model_card(
     repo = options.get("repo_id") or "ORG/NAME"
     parts = [
         _metadata(config, options),
-        f"# R3Net ({config['backbone']}) for salient object detection\n\n"
+        f"# {model_name(config['backbone'], config.get('head_width', 1))} for salient object detection\n\n"
         "R3Net (Deng et al., *R3Net: Recurrent Residual Refinement Network for Saliency Detection*, IJCAI 2018) "
         "predicts a saliency map: for every pixel, the probability that it belongs to the most noticeable "
         f"object. Exported with `ignite_r3net` {config['ignite_r3net']['version']}.",
@@ -395,8 +405,10 @@ def _files(config: Mapping[str, Any]) -> str:
     return (
         "## Files\n\n"
         "| | |\n|---|---|\n"
-        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}` |\n"
-        "| `config.json` | backbone, input contract, training recipe, starting weights, sha256 of the source |\n"
+        f"| `model.safetensors` | the R3Net state_dict (ignite_r3net key layout), backbone `{config['backbone']}`, "
+        f"head width {config.get('head_width', 1):g} |\n"
+        "| `config.json` | backbone, head width, input contract, training recipe, starting weights, sha256 of the "
+        "source |\n"
         f"| input | {contract['input']} |\n"
         f"| output | {contract['output']} |\n"
         f"| preprocessing | {contract['preprocessing'].removeprefix('inside the graph: ')} (`predict` does it; "

@@ -20,8 +20,9 @@ from torch import nn
 
 from ..checkpoint_io import load_checkpoint
 from ..errors import CheckpointError, OptionError, error_line
-from .backbones import backbone_spec
+from .backbones import backbone_spec, is_timm
 from .key_layouts import backbone_state_dict_from_any, strict_load
+from .timm_backbone import TimmBackbone, imagenet_weights
 
 NONE = "none"
 IMAGENET = "imagenet"
@@ -56,8 +57,9 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
         return None
     what = f"--pretrained {source}"
     if source == IMAGENET:
-        source = backbone_spec(backbone).imagenet
-        what += f" (the ImageNet-1k weights of {backbone}, {source})"
+        kind = "timm's ImageNet" if is_timm(backbone) else "the ImageNet-1k"
+        source = imagenet_weights(backbone) if is_timm(backbone) else backbone_spec(backbone).imagenet
+        what += f" ({kind} weights of {backbone}, {source})"
     if is_hub_source(source):  # before the file test: a repository id holds a "/"
         path = _fetch_from_hub(source, what)
     elif "/" in source or os.sep in source or source.endswith(WEIGHT_SUFFIXES) or os.path.exists(source):
@@ -71,12 +73,16 @@ def resolve_weights(source: str, backbone: str) -> Weights | None:
 
 
 def load_backbone_weights(backbone: nn.Module, file: str | Path) -> None:
-    """Load a backbone state_dict file of any layout; a ``ValueError`` line lists missing / unexpected keys."""
+    """Load a backbone state_dict file of any layout (a timm backbone's: a timm checkpoint); a ``ValueError``
+    line lists missing / unexpected keys."""
     try:
         state = load_checkpoint(file, what="weights file")
     except CheckpointError as e:
         raise ValueError(str(e)) from None
-    strict_load(backbone, backbone_state_dict_from_any(state), f"backbone weights {file}")
+    if isinstance(backbone, TimmBackbone):
+        backbone.load_timm_weights(state, f"backbone weights {file}")
+    else:
+        strict_load(backbone, backbone_state_dict_from_any(state), f"backbone weights {file}")
 
 
 def sha256_of(path: str | Path, chunk: int = 1 << 22) -> str:
@@ -101,6 +107,11 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
     import torch.hub
     from torchvision.models import get_model_weights
 
+    if is_timm(backbone):
+        raise OptionError(
+            f"{what}: not a file; a timm backbone takes '{IMAGENET}' (timm's weights), '{NONE}', a file (a timm "
+            f"checkpoint) or {HF_PREFIX}ORG/NAME"
+        )
     tv_name = backbone_spec(backbone).torchvision_name
     if tv_name is None:
         raise OptionError(

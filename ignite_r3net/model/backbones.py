@@ -1,5 +1,6 @@
 """The backbones R3Net can be built on: how torchvision's ``ResNet`` class builds each, and their
-ImageNet weights. Plain data, without torch: the command line lists the names in ``--help``."""
+ImageNet weights; besides them, any timm model as ``timm:NAME`` (``timm_backbone.py``). Plain data,
+without torch: the command line lists the names in ``--help``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,25 @@ BACKBONES: dict[str, BackboneSpec] = {
     "resnet34": BackboneSpec("BasicBlock", (3, 4, 6, 3), torchvision_name="resnet34"),
     "resnet18": BackboneSpec("BasicBlock", (2, 2, 2, 2), torchvision_name="resnet18"),
 }
+
+
+TIMM_PREFIX = "timm:"
+BACKBONE_NAMES = f"{', '.join(BACKBONES)}, or {TIMM_PREFIX}NAME (a timm model)"
+
+
+def is_timm(name: str) -> bool:
+    """Whether ``name`` is a timm model, ``timm:NAME``."""
+    return name.startswith(TIMM_PREFIX)
+
+
+def is_known_backbone(name: str) -> bool:
+    """One of ``BACKBONES``, or ``timm:NAME`` (whether timm builds NAME is found when the model is built)."""
+    return name in BACKBONES or (is_timm(name) and len(name) > len(TIMM_PREFIX))
+
+
+def model_name(backbone: str, head_width: float = 1.0) -> str:
+    """``R3Net (BACKBONE)``, with the head width when it is not the paper's (1)."""
+    return f"R3Net ({backbone})" if head_width == 1 else f"R3Net ({backbone}, head width {head_width:g})"
 
 
 def backbone_spec(name: str) -> BackboneSpec:

@@ -1,6 +1,7 @@
 """R3Net (Deng et al., IJCAI 2018) on a torchvision ResNet / ResNeXt backbone (torchvision and timm
-weights load after a key rename, ``key_layouts``). The head mirrors the authors' release module for
-module (Sequential indices, conv biases, one PReLU slope per activation): their head keys load unchanged."""
+weights load after a key rename, ``key_layouts``) or a timm model (``timm_backbone``). The head mirrors the
+authors' release module for module (Sequential indices, conv biases, one PReLU slope per activation): their
+head keys load unchanged. ``head_width`` scales its channels (1: the paper's 256 and 128)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbones import backbone_spec
+from .backbones import backbone_spec, is_timm
+from .timm_backbone import TimmBackbone
 
 if TYPE_CHECKING:
     from torchvision.models.resnet import ResNet
@@ -58,8 +60,11 @@ class Backbone(nn.Module):
         return features
 
 
-def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
-    """A randomly initialised backbone (``backbone_weights.load_backbone_weights`` loads weights into it)."""
+def build_backbone(name: str = "resnext101_32x4d") -> Backbone | TimmBackbone:
+    """A randomly initialised backbone (``backbone_weights.load_backbone_weights`` loads weights into it): a
+    module whose ``forward`` gives the stages finest first and whose ``channels`` are theirs."""
+    if is_timm(name):
+        return TimmBackbone(name)
     # torchvision (about a second, with torch._dynamo) when a model is built: the launching process
     # of `train` imports this module for its checks but builds no model unless it checks weights
     from torchvision.models import resnet
@@ -69,13 +74,18 @@ def build_backbone(name: str = "resnext101_32x4d") -> Backbone:
     return Backbone(resnet.ResNet(block, list(spec.layers), groups=spec.groups, width_per_group=spec.width_per_group))
 
 
-def num_parameters(backbone: str) -> int:
+def num_parameters(backbone: str, head_width: float = 1.0) -> int:
     """R3Net's parameter count for ``backbone``: ``NUM_PARAMETERS``'s, else counted on the meta device."""
-    if backbone in NUM_PARAMETERS:
+    if backbone in NUM_PARAMETERS and head_width == 1:
         return NUM_PARAMETERS[backbone]
     with torch.device("meta"):
-        model = R3Net(backbone)
+        model = R3Net(backbone, head_width)
     return sum(p.numel() for p in model.parameters())
+
+
+def head_channels(head_width: float) -> tuple[int, int]:
+    """The channels of the head's features and of its refinement blocks at ``head_width`` (a multiple of 1/128)."""
+    return round(HEAD_CHANNELS * head_width), round(REFINE_CHANNELS * head_width)
 
 
 def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
@@ -142,12 +152,12 @@ class ASPP(nn.Module):
         return self.fuse(torch.cat(branches, dim=1))
 
 
-def _refinement_block() -> nn.Sequential:
-    # Input: previous prediction (1 channel) concatenated with a 256-ch feature map.
+def _refinement_block(head: int, refine: int) -> nn.Sequential:
+    # Input: previous prediction (1 channel) concatenated with a head-wide (256-ch) feature map.
     return nn.Sequential(
-        *_conv_bn_prelu(HEAD_CHANNELS + 1, REFINE_CHANNELS, 3),
-        *_conv_bn_prelu(REFINE_CHANNELS, REFINE_CHANNELS, 3),
-        nn.Conv2d(REFINE_CHANNELS, 1, kernel_size=1),
+        *_conv_bn_prelu(head + 1, refine, 3),
+        *_conv_bn_prelu(refine, refine, 3),
+        nn.Conv2d(refine, 1, kernel_size=1),
     )
 
 
@@ -155,32 +165,33 @@ class R3Net(nn.Module):
     """R3Net. ``forward`` returns, in training mode, the seven logit maps ``(predict0, ..., predict6)``
     of shape ``(N, 1, H, W)``; in eval mode, the sigmoid of the last, ``(N, 1, H, W)`` in ``[0, 1]``."""
 
-    def __init__(self, backbone: str = "resnext101_32x4d") -> None:
+    def __init__(self, backbone: str = "resnext101_32x4d", head_width: float = 1.0) -> None:
         super().__init__()
-        self.backbone = build_backbone(backbone)
-        c0, c1, c2, c3, c4 = self.backbone.channels
+        self.backbone: Backbone | TimmBackbone = build_backbone(backbone)
+        channels = self.backbone.channels  # layer0..layer4 (a timm model without a stem: layer1..layer4)
+        head, refine = head_channels(head_width)
 
         # Low-level integrated features (layer0..layer2), kept at layer0's resolution.
         self.reduce_low = nn.Sequential(
-            *_conv_bn_prelu(c0 + c1 + c2, HEAD_CHANNELS, 3),
-            *_conv_bn_prelu(HEAD_CHANNELS, HEAD_CHANNELS, 3),
-            *_conv_bn_prelu(HEAD_CHANNELS, HEAD_CHANNELS, 1),
+            *_conv_bn_prelu(sum(channels[:-2]), head, 3),
+            *_conv_bn_prelu(head, head, 3),
+            *_conv_bn_prelu(head, head, 1),
         )
         # High-level integrated features (layer3, layer4) with multi-scale context.
         self.reduce_high = nn.Sequential(
-            *_conv_bn_prelu(c3 + c4, HEAD_CHANNELS, 3),
-            *_conv_bn_prelu(HEAD_CHANNELS, HEAD_CHANNELS, 3),
-            ASPP(HEAD_CHANNELS),
+            *_conv_bn_prelu(channels[-2] + channels[-1], head, 3),
+            *_conv_bn_prelu(head, head, 3),
+            ASPP(head),
         )
-        self.predict0 = nn.Conv2d(HEAD_CHANNELS, 1, kernel_size=1)
+        self.predict0 = nn.Conv2d(head, 1, kernel_size=1)
         for i in range(1, NUM_REFINEMENTS + 1):
-            self.add_module(f"predict{i}", _refinement_block())
+            self.add_module(f"predict{i}", _refinement_block(head, refine))
 
     def integrated_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Low- and high-level integrated features, both at layer0's resolution."""
-        l0, l1, l2, l3, l4 = self.backbone(x)
-        size0 = l0.shape[2:]
-        low = self.reduce_low(torch.cat([l0, _resize(l1, size0), _resize(l2, size0)], dim=1))
+        *low_levels, l3, l4 = self.backbone(x)
+        size0 = low_levels[0].shape[2:]
+        low = self.reduce_low(torch.cat([low_levels[0], *(_resize(f, size0) for f in low_levels[1:])], dim=1))
         high = self.reduce_high(torch.cat([l3, _resize(l4, l3.shape[2:])], dim=1))
         return low, _resize(high, size0)
 

@@ -1,6 +1,7 @@
 """A trained R3Net from a checkpoint file (ours, the original release's, ``export --format hub``'s) or
 ``hf-hub:ORG/NAME[@REVISION]``. The backbone is ``--backbone``, else ``config.json``'s beside the file,
-else inferred from the shapes; checked on the meta device, so a mismatch is one line before any allocation."""
+else inferred from the shapes (a timm backbone cannot be); the head width is read from the shapes; checked
+on the meta device, so a mismatch is one line before any allocation."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from ..atomic_files import read_json_object
 from ..checkpoint_io import load_checkpoint, model_state_dict
 from ..errors import OptionError, error_line
 from .backbone_weights import fetch_hub_file, is_hub_source, sha256_of
-from .backbones import BACKBONES
+from .backbones import BACKBONE_NAMES, BACKBONES, is_known_backbone
 from .key_layouts import load_model_state, to_our_layout
-from .r3net import R3Net
+from .r3net import HEAD_CHANNELS, R3Net
 
 HUB_WEIGHTS = "model.safetensors"  # what ``export --format hub`` writes, beside its config.json
 HUB_CONFIG = "config.json"
@@ -32,6 +33,7 @@ class TrainedWeights:
     backbone: str
     state: dict[str, torch.Tensor]
     source: str = ""
+    head_width: float = 1.0
 
     def sha256(self) -> str:
         return sha256_of(self.path)
@@ -59,8 +61,9 @@ def read_trained_weights(source: str | Path, backbone: str | None = None) -> Tra
     name = backbone or find_backbone(path, state)
     if name is None:
         raise OptionError(f"cannot tell the backbone of {source}: pass --backbone")
-    check_fits(name, state, source)
-    return TrainedWeights(str(path), name, state, str(source))
+    width = infer_head_width(state)
+    check_fits(name, state, source, width)
+    return TrainedWeights(str(path), name, state, str(source), width)
 
 
 def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | None:
@@ -71,17 +74,17 @@ def find_backbone(path: str | Path, state: Mapping[str, torch.Tensor]) -> str | 
 
 def build_model(weights: TrainedWeights, device: torch.device | str = "cpu") -> nn.Module:
     """R3Net with ``weights`` loaded, in eval mode on ``device``."""
-    model = R3Net(weights.backbone)
+    model = R3Net(weights.backbone, weights.head_width)
     load_model_state(model, weights.state)
     return model.to(device).eval()
 
 
-def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Path) -> None:
+def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Path, head_width: float = 1.0) -> None:
     """Load ``state`` into an R3Net on the meta device: a mismatch is one ``OptionError`` line."""
-    if backbone not in BACKBONES:
-        raise OptionError(f"unknown --backbone {backbone!r}; valid names: {', '.join(sorted(BACKBONES))}")
+    if not is_known_backbone(backbone):
+        raise OptionError(f"unknown --backbone {backbone!r}; valid names: {BACKBONE_NAMES}")
     with torch.device("meta"):
-        model = R3Net(backbone)
+        model = R3Net(backbone, head_width)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "copying into a meta parameter is a no-op": intended
@@ -90,6 +93,15 @@ def check_fits(backbone: str, state: Mapping[str, torch.Tensor], path: str | Pat
         raise OptionError(
             f"checkpoint {path} does not fit backbone {backbone} (wrong --backbone?): {error_line(e)}"
         ) from None
+
+
+def infer_head_width(state: Mapping[str, torch.Tensor]) -> float:
+    """The head width of an R3Net state_dict (any layout): ``predict0``'s input channels / 256; 1 if not there."""
+    try:
+        weight = to_our_layout(state).get("predict0.weight")
+    except ValueError:
+        return 1.0
+    return weight.shape[1] / HEAD_CHANNELS if weight is not None and weight.dim() == 4 else 1.0
 
 
 def infer_backbone(state: Mapping[str, torch.Tensor]) -> str | None:

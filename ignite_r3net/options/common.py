@@ -13,7 +13,7 @@ from ..errors import OptionError
 
 if TYPE_CHECKING:
     from ..distributed.topology import LaunchSpec
-from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, option
+from .fields import NOT_NEGATIVE, POSITIVE_COUNT, TCP_PORT, Rule, option
 
 COLOUR_EXAMPLES = "a name such as white, or #RRGGBB"
 _RESIZED_BACK = (
@@ -146,3 +146,6 @@ class InferenceOptions:
                 raise OptionError("--backbone goes with --checkpoint (an exported --model holds its backbone)")
             if self.amp != "off":
                 raise OptionError("--amp goes with --checkpoint (an exported --model runs as it was exported)")
+
+
+HEAD_WIDTH = Rule(lambda v: v > 0 and float(v * 128).is_integer(), "must be a positive multiple of 1/128")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from .common import BACKBONE_HELP, CHECKPOINT_HELP
-from .fields import Rule, check_fields, option
-from .formats import DEFAULT_OPSET, FORMATS, OPSETS, SUFFIXES, TARGETS
+from .fields import NOT_NEGATIVE, Rule, check_fields, option
+from .formats import DEFAULT_OPSET, FORMATS, OPSETS, QUANTIZATIONS, SUFFIXES, TARGETS
 
 _OPSET = Rule(lambda v: v in OPSETS, f"must be between {OPSETS[0]} and {OPSETS[-1]}")
 
@@ -48,6 +48,34 @@ class ExportOptions:
         choices=TARGETS,
     )
     backbone: str | None = option(None, BACKBONE_HELP)
+    quantize: str | None = option(
+        None,
+        "int8: a statically quantized ONNX file (onnxruntime's quantizer: INT8 weights per output channel, UINT8 "
+        "activations calibrated on --calibrate's images), written only if it keeps the float model's quality "
+        "on --check-data's images (--max-drop); predict --model, serve --model and profile --onnx run it; onnx "
+        "only; default: none (float32)",
+        choices=QUANTIZATIONS,
+    )
+    calibrate: str | None = option(
+        None,
+        "--quantize: a folder of images (a data set folder's images too) the activation ranges are calibrated "
+        "on, each at its own size: a few dozen like those the model will see; required with --quantize",
+        metavar="DIR",
+    )
+    check_data: str | None = option(
+        None,
+        "--quantize: held-out images (not --calibrate's), each run at its own size by the INT8 file and the float "
+        "model: a data set folder (images and masks: max F and MAE of each) or a folder of images (the MAE "
+        "between the two maps); required with --quantize",
+        metavar="DIR",
+    )
+    max_drop: float = option(
+        0.01,
+        "--quantize: the most the INT8 file may lose on --check-data: max F (with masks), else the MAE between "
+        "its maps and the float model's (0 to 1); a file that loses more is not written; default: 0.01",
+        rule=NOT_NEGATIVE,
+        metavar="D",
+    )
     # the model card of --format hub
     results: str | None = option(
         None,
@@ -89,6 +117,14 @@ class ExportOptions:
             raise OptionError("--opset applies to --format onnx only")
         if self.target is not None and self.format != "onnx":
             raise OptionError(f"--for {self.target} applies to --format onnx only ({self.target} runs ONNX files)")
+        if self.quantize is not None and (self.format != "onnx" or self.target is not None):
+            raise OptionError("--quantize int8 applies to --format onnx without --for (the file predict --model runs)")
+        int8 = {"--calibrate": self.calibrate, "--check-data": self.check_data}
+        lacking = [flag for flag, value in int8.items() if value is None]
+        if self.quantize is not None and lacking:
+            raise OptionError(f"--quantize int8 needs {' and '.join(lacking)} DIR")
+        if self.quantize is None and len(lacking) < len(int8):
+            raise OptionError(f"{next(f for f, v in int8.items() if v is not None)} goes with --quantize int8")
         card = {"--results": self.results, "--license": self.license, "--trained-on": self.trained_on}
         card["--repo-id"] = self.repo_id
         card["--profile"] = self.profile

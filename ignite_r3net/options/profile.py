@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OptionError
-from ..model.backbones import BACKBONES
-from .common import CHECKPOINT_HELP, DEVICES
+from ..model.backbones import BACKBONE_NAMES
+from .common import CHECKPOINT_HELP, DEVICES, HEAD_WIDTH
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, option
 
 PROFILE_AMP_MODES = ("off", "bf16", "fp16")
@@ -25,10 +25,17 @@ class ProfileOptions:
     backbone: str | None = option(
         None,
         f"the architecture to profile (random weights: the cost does not depend on them), one of: "
-        f"{', '.join(BACKBONES)}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
+        f"{BACKBONE_NAMES}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
         "one config.json beside it names, else inferred from "
         "its weights",
         metavar="NAME",
+    )
+    head_width: float = option(
+        1.0,
+        "with --backbone: the head width of the architecture (train --head-width); a checkpoint's is its own; "
+        "default: 1",
+        rule=HEAD_WIDTH,
+        metavar="F",
     )
     sizes: list[int] = option(
         default_factory=lambda: [300, 300, 400, 300],

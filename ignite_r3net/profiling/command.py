@@ -24,6 +24,7 @@ from ..distributed.topology import LaunchSpec
 from ..errors import OptionError, error_line
 from ..inference.engine import AMP_DTYPES
 from ..inference.model import ONNXRUNTIME_MISSING, OnnxModel, load_exported
+from ..model.backbones import model_name
 from ..model.r3net import R3Net
 from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions
@@ -71,7 +72,7 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
     check_writable_file(options.json_path, "--json")
     if options.onnx is not None and not Path(options.onnx).is_file():
         raise OptionError(f"--onnx {options.onnx} does not exist")
-    subject = load_subject(options.checkpoint, options.backbone, device)
+    subject = load_subject(options.checkpoint, options.backbone, device, options.head_width)
     header = make_header(subject, command_line(options))
     for line in header_lines(header):
         echo(line)
@@ -108,7 +109,9 @@ def command_line(options: ProfileOptions) -> str:
     return " ".join(words)
 
 
-def load_subject(checkpoint: str | None, backbone: str | None, device: torch.device) -> Subject:
+def load_subject(
+    checkpoint: str | None, backbone: str | None, device: torch.device, head_width: float = 1.0
+) -> Subject:
     """The checkpoint's model (``hf-hub:`` too), or R3Net on ``backbone`` with random weights, on ``device``."""
     if checkpoint is not None:
         weights = read_trained_weights(checkpoint, backbone)
@@ -117,10 +120,10 @@ def load_subject(checkpoint: str | None, backbone: str | None, device: torch.dev
         assert backbone is not None  # validate() asks for one of them
         torch.manual_seed(0)
         try:
-            model = R3Net(backbone)
+            model = R3Net(backbone, head_width)
         except ValueError as e:
             raise OptionError(f"--backbone: {e}") from None
-        name = f"R3Net ({backbone})"
+        name = model_name(backbone, head_width)
     return Subject(model.to(device).eval(), name, backbone, device, measure.device_name(device))
 
 

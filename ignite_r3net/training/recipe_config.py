@@ -11,7 +11,7 @@ from ..batch_layout import MIN_BATCH, BatchLayout, fit, possible_processes
 from ..config import TrainConfig
 from ..data.synthetic import synthetic_paths
 from ..errors import OptionError
-from ..model.backbones import BACKBONES
+from ..model.backbones import BACKBONE_NAMES, is_known_backbone
 from ..options.fields import is_option, read_options
 from ..recipes import DEFAULT_RECIPE, RECIPES
 
@@ -113,11 +113,9 @@ def config_from_file(path: str, given: dict[str, Any]) -> TrainConfig:
     still given, under ``given``; its generated data is ``synthetic`` again. ``OptionError``: the file cannot be
     read, a key is no option of ``train``, or a value is wrong."""
     saved = read_options(TrainConfig, path, "--config", records=RECORDED_KEYS)
-    if "backbone" not in given and "backbone" in saved and saved["backbone"] not in BACKBONES:
+    if "backbone" not in given and "backbone" in saved and not is_known_backbone(saved["backbone"]):
         # its choices are the model package's, not the field's: read_options cannot check them
-        raise OptionError(
-            f"--config {path}: 'backbone' must be one of {', '.join(BACKBONES)}, got {saved['backbone']!r}"
-        )
+        raise OptionError(f"--config {path}: 'backbone' must be one of {BACKBONE_NAMES}, got {saved['backbone']!r}")
     options = {f.name for f in dataclasses.fields(TrainConfig) if is_option(f)}
     recipe = {k: v for k, v in saved.items() if k in options and k not in ("resume", "device")}
     saved_given = set(saved.get("given", ())) & recipe.keys()

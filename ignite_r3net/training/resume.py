@@ -19,8 +19,8 @@ from ..options.fields import flag_named
 # restores them), what each iteration samples and how it is computed (precision, TF32, determinism), and
 # which --data pairs are held out for validation rather than trained on.
 RESUME_FIXED = tuple(
-    "iters lr lr_power momentum weight_decay batch_size accumulate global_batch crop rotate backbone seed amp recipe "
-    "tf32 deterministic val_split".split()
+    "iters lr lr_power momentum weight_decay batch_size accumulate global_batch crop rotate backbone head_width seed "
+    "amp recipe tf32 deterministic val_split".split()
 )
 # The batch layout: another one is accepted when the global batch is kept (the same pairs and augmentations
 # in each global batch, not the same bits), refused with the rest otherwise.

@@ -31,10 +31,10 @@ from ..distributed.ranks import rank_zero_only, refuse_unless_ranks_agree
 from ..distributed.topology import LaunchSpec, started_by_torchrun
 from ..errors import CheckpointError, OptionError, ending_line, error_line, note, warn
 from ..model.backbone_weights import IMAGENET, NONE, Weights, load_backbone_weights, resolve_weights, sha256_of
-from ..model.backbones import BACKBONES
+from ..model.backbones import BACKBONE_NAMES, is_known_backbone
 from ..model.key_layouts import HEAD_PREFIXES, backbone_state_dict_from_any, to_our_layout
 from ..model.r3net import build_backbone, num_parameters
-from ..model.trained_model import check_fits, find_backbone, infer_backbone, resolve_checkpoint
+from ..model.trained_model import check_fits, find_backbone, infer_backbone, infer_head_width, resolve_checkpoint
 from ..numerics import set_deterministic_environment
 from ..options.fields import flag_named, values_by_flag
 from ..run_lock import claimed_folder
@@ -128,12 +128,12 @@ def planned_run(config: TrainConfig, expected_weights: dict[str, str] | None = N
     if shared is not None and spec.is_leader():  # every torchrun or srun process plans the run
         note(shared)
     check_torchrun(config)
-    if config.backbone not in BACKBONES:
-        raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {', '.join(BACKBONES)}")
+    if not is_known_backbone(config.backbone):
+        raise OptionError(f"--backbone {config.backbone!r} is unknown; choose one of {BACKBONE_NAMES}")
     device = use_device(spec)  # before anything else asks torch about CUDA: --device cpu hides it
     output = Path(config.output_dir)
     with claimed_folder(output, "--output-dir", spec.is_leader()):
-        check_disk_space(config, num_parameters(config.backbone))
+        check_disk_space(config, num_parameters(config.backbone, config.head_width))
         # a fresh run must not mix its checkpoints (periodic or best) with an earlier run's
         if not config.resume and (list_checkpoints(output) or any(output.glob("best_model_*.pt"))):
             raise OptionError(
@@ -347,8 +347,14 @@ def _init_from_weights(config: TrainConfig, init_from: str) -> Weights:
             f"--init-from {init_from} holds backbone weights{named}, not a whole trained R3Net: start from them "
             f"with --pretrained {init_from}{flag}"
         )
+    width = infer_head_width(state)
+    if width != config.head_width:
+        raise OptionError(
+            f"--init-from {init_from} holds an R3Net of head width {width:g}, not {config.head_width:g}: "
+            f"add --head-width {width:g}"
+        )
     try:
-        check_fits(config.backbone, state, init_from)  # or one line saying why not
+        check_fits(config.backbone, state, init_from, width)  # or one line saying why not
     except OptionError as e:
         raise OptionError(f"--init-from: {e}") from None
     # absolute, not resolved: a Hub cache's file is a symlink to a blob without the .safetensors suffix

@@ -17,6 +17,7 @@ from ..config import TrainConfig
 from ..console import echo
 from ..data.split import VAL_SPLIT_FILE
 from ..distributed.ranks import rank_zero_only
+from ..model.backbones import model_name
 from .plan import RunPlan
 
 LOG_NAME = "train.log"
@@ -93,7 +94,8 @@ def header_lines(
         )
     header = [config_line, world, *weights, *split, *notes, *resumed, *layout_note]
     summary = (  # the one console line about a run
-        f"training R3Net ({config.backbone}) on {pairs} pairs ({folders}): world size {layout.processes}, "
+        f"training {model_name(config.backbone, config.head_width)} on {pairs} pairs ({folders}): "
+        f"world size {layout.processes}, "
         f"global batch {layout.global_batch}{f' ({layout.describe()})' if layout.accumulate > 1 else ''}, "
         f"{config.iters} iterations, "
         f"output {config.output_dir}"

@@ -110,7 +110,7 @@ def _say_validation_subset(dataset: SaliencyEvalSet, plan: RunPlan, log: TrainLo
 def _build_model(plan: RunPlan, device: torch.device) -> torch.nn.Module:
     """R3Net with the starting weights start-up checked (a resumed run's come from its checkpoint)."""
     config, weights = plan.options, plan.weights
-    model = R3Net(config.backbone)
+    model = R3Net(config.backbone, config.head_width)
     if not plan.resume and weights:
         if config.init_from:
             load_model_state(model, model_state_dict(load_checkpoint(weights["file"]), config.init_from))
