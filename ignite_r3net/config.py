@@ -118,7 +118,7 @@ class TrainConfig:
     backbone: str = option(
         "resnext101_32x4d",
         "backbone network: a ResNet or ResNeXt, or timm:NAME, a timm model whose features_only levels "
-        "include strides 4, 8, 16 and 32 (the timm extra: pip install -e \".[timm]\"; docs/training.md)",
+        'include strides 4, 8, 16 and 32 (the timm extra: pip install -e ".[timm]"; docs/training.md)',
     )
     head_width: float = option(
         1.0,

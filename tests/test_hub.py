@@ -22,7 +22,7 @@ from ignite_r3net import cli
 from ignite_r3net.checkpoint_io import load_checkpoint
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.export import writer
-from ignite_r3net.export.writer import model_card, read_results
+from ignite_r3net.export.model_card import model_card, read_results
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.start import resolve_initial_weights
 
