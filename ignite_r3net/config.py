@@ -123,8 +123,8 @@ class TrainConfig:
     head_width: float = option(
         1.0,
         "scales the channels of R3Net's head (everything after the backbone): 256 x F in its integrated "
-        "features and 128 x F in its refinement blocks; 1 is the paper's model, 0.25 a slim head of about a "
-        "tenth of its multiply-accumulates; a multiple of 1/128; default: 1",
+        "features and 128 x F in its refinement blocks; 1 is the paper's model, 0.25 a slim head of a seventh "
+        "(ResNeXt-101) to a twelfth (MobileNetV3) of its multiply-accumulates; a multiple of 1/128; default: 1",
         rule=HEAD_WIDTH,
         metavar="F",
     )

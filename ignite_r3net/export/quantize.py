@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from ..data.decode import load_image, load_mask
 from ..data.folder import IMAGE_EXTS, scan
 from ..errors import DataError, ExportError, OptionError
 from ..inference.engine import saliency_at_input_size, to_8bit_maps
-from ..inference.model import load_exported
+from ..inference.model import SaliencyFunction, load_exported
 from ..metrics.saliency import SaliencyMetrics
 
 # an image, and its mask when the folder is a data set
@@ -92,9 +91,7 @@ class Int8Check:
         )
 
 
-def quantize_in_place(
-    path: Path, model: Callable[[torch.Tensor], torch.Tensor], plan: Int8Plan, metadata: dict[str, str]
-) -> Int8Check:
+def quantize_in_place(path: Path, model: SaliencyFunction, plan: Int8Plan, metadata: dict[str, str]) -> Int8Check:
     """Replace the float ONNX file ``path`` by its INT8 quantization, scored against ``model`` (the float model,
     uint8 images in), with ``metadata`` and the check's figures; ``ExportError`` when it loses too much."""
     import onnx
@@ -147,35 +144,23 @@ _RECORD = (
 
 
 @torch.no_grad()
-def compare(
-    int8: Callable[[torch.Tensor], torch.Tensor],
-    model: Callable[[torch.Tensor], torch.Tensor],
-    samples: list[Sample],
-    folder: str,
-) -> Int8Check:
+def compare(int8: SaliencyFunction, model: SaliencyFunction, samples: list[Sample], folder: str) -> Int8Check:
     """The 8-bit maps of ``int8`` and ``model`` on each image at its own size, scored against each other and,
     where the images have masks, against the masks."""
-    with_masks = all(mask is not None for _, mask in samples)
-    scores = {"float": SaliencyMetrics(), "int8": SaliencyMetrics()}
+    runs = {"float": model, "int8": int8}
+    scores = {side: SaliencyMetrics() for side in runs}
     differences = []
-    for (image_path, mask_path), maps in zip(samples, _maps(samples, int8, model), strict=True):
+    for image_path, mask_path in samples:
+        image = load_image(image_path).unsqueeze(0).contiguous()
+        maps = {side: to_8bit_maps(saliency_at_input_size(run, image))[0] for side, run in runs.items()}
         differences.append(float((maps["float"].float() - maps["int8"].float()).abs().mean() / 255))
-        if with_masks:
-            mask = load_mask(mask_path)[0]  # type: ignore[arg-type]
+        if mask_path is not None:
+            mask = load_mask(mask_path)[0]
             for side, metric in scores.items():
-                metric.update(([maps[side]], [mask], [image_path.stem]))
+                metric.update(([maps[side]], [mask]))
     figures: dict[str, float] = {}
-    if with_masks:
+    if all(mask is not None for _, mask in samples):
         for side, metric in scores.items():
             computed = metric.compute()
             figures.update({f"{side}_maxF": float(computed["maxF"]), f"{side}_mae": float(computed["mae"])})
     return Int8Check(len(samples), folder, sum(differences) / len(differences), **figures)
-
-
-def _maps(
-    samples: list[Sample], int8: Callable[[torch.Tensor], torch.Tensor], model: Callable[[torch.Tensor], torch.Tensor]
-) -> Iterator[dict[str, torch.Tensor]]:
-    for image_path, _ in samples:
-        image = load_image(image_path).unsqueeze(0).contiguous()
-        runs = {"float": model, "int8": int8}
-        yield {side: to_8bit_maps(saliency_at_input_size(run, image))[0] for side, run in runs.items()}
