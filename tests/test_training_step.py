@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import make_tiny_dataset, plan_of, training_conv_outputs
-from ignite.engine import Events
+from ignite.engine import Engine, Events
 
 from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.loader import build_train_stream
+from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.training.engine import create_trainer
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
@@ -27,9 +28,8 @@ def train_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_dataset(tmp_path_factory.mktemp("data"), n=16, n_val=0)[0]
 
 
-def run_trainer(config: TrainConfig, iters: int) -> list[float]:
-    """Train ``iters`` iterations with the Engine ``training()`` runs on one process (no checkpoints,
-    no validation); the total loss of each iteration."""
+def build_trainer(config: TrainConfig) -> tuple[Engine, StepStream]:
+    """The Engine ``training()`` runs on one process (no validation), and its stream of steps."""
     plan = plan_of(config)
     stream = build_train_stream(train_data(plan), plan.layout)
     torch.manual_seed(config.seed)
@@ -38,9 +38,15 @@ def run_trainer(config: TrainConfig, iters: int) -> list[float]:
     optimizer = build_optimizer(model, config)
     log = TrainLog(Path(config.output_dir) / "train.log", console=False)
     parts = create_trainer(model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu"))
+    return parts.trainer, stream
+
+
+def run_trainer(config: TrainConfig, iters: int) -> list[float]:
+    """Train ``iters`` iterations (no checkpoints, no validation); the total loss of each iteration."""
+    trainer, stream = build_trainer(config)
     losses: list[float] = []
-    parts.trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: losses.append(float(e.state.output[0])))
-    parts.trainer.run(stream, max_iters=iters, epoch_length=len(stream))
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: losses.append(float(e.state.output[0])))
+    trainer.run(stream, max_iters=iters, epoch_length=len(stream))
     return losses
 
 
@@ -83,15 +89,7 @@ def test_the_design_cards_handlers_come_first_in_its_order(train_dir, tmp_path):
     log line that reads them, then the checkpoint; the rest (validation, loggers, ...) after them."""
     from ignite.handlers import Checkpoint, LRScheduler
 
-    config = _config(train_dir, tmp_path / "out", batch_size=2, iters=1)
-    plan = plan_of(config)
-    stream = build_train_stream(train_data(plan), plan.layout)
-    model = R3Net(config.backbone)
-    optimizer = build_optimizer(model, config)
-    log = TrainLog(Path(config.output_dir) / "train.log", console=False)
-    trainer = create_trainer(
-        model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu")
-    ).trainer
+    trainer, _ = build_trainer(_config(train_dir, tmp_path / "out", batch_size=2, iters=1))
     handlers = [h for h, *_ in trainer._event_handlers[Events.ITERATION_COMPLETED]]
     assert isinstance(handlers[0], LRScheduler)
     assert [getattr(h, "__name__", None) for h in handlers[1:4]] == ["update_meter", "sync_meter", "write_log_line"]
@@ -118,14 +116,7 @@ def test_every_rank_makes_the_same_collectives_at_the_same_iterations(train_dir,
         for name in ("all_reduce", "all_gather", "broadcast", "barrier"):
             monkeypatch.setattr(idist, name, counting(getattr(idist_utils, name), name, calls))
         config = _config(train_dir, tmp_path / f"rank{rank}", batch_size=2, iters=4, log_every=2, checkpoint_every=3)
-        plan = plan_of(config)
-        stream = build_train_stream(train_data(plan), plan.layout)
-        model = R3Net(config.backbone)
-        optimizer = build_optimizer(model, config)
-        log = TrainLog(Path(config.output_dir) / "train.log", console=False)
-        trainer = create_trainer(
-            model, optimizer, build_poly_lr(optimizer, config), stream, log, plan, torch.device("cpu")
-        ).trainer
+        trainer, stream = build_trainer(config)
         trainer.add_event_handler(
             Events.ITERATION_STARTED, lambda e, calls=calls: calls.append(f"it {e.state.iteration}")
         )
