@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from rembg_cost import run_py  # noqa: E402  (the same benchmarks folder)
 
 from ignite_r3net.data.synthetic import make_synthetic_dataset  # noqa: E402
 from ignite_r3net.data.transforms import normalize_image  # noqa: E402
-from ignite_r3net.inference import load_exported  # noqa: E402
+from ignite_r3net.inference.model import load_exported  # noqa: E402
 from ignite_r3net.model.backbones import model_name  # noqa: E402
 from ignite_r3net.model.trained_model import build_model, read_trained_weights  # noqa: E402
 from ignite_r3net.profiling import measure  # noqa: E402
@@ -51,15 +51,6 @@ CONFIGS = (
 )
 SIZE = 320
 MODES = ("pytorch_fp32", "onnx_fp32", "onnx_int8")
-
-
-def run_py(*args: str) -> str:
-    """``python run.py ARGS`` on the CPU; its output, or the error it ended with."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), *args], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"run.py {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return proc.stdout
 
 
 def prepare(backbone: str, width: float, work: Path, iters: int) -> dict[str, Any]:

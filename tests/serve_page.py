@@ -20,19 +20,6 @@ _SIZES = """() => Object.fromEntries(["photo", "map", "cutout"].map(kind => {
     const image = document.getElementById(kind + "-img");
     return [kind, [image.naturalWidth, image.naturalHeight]];
 }))"""
-# the gray levels of an image on the page: drawn into a canvas and read back (blob URLs are same-origin)
-_LEVELS = """id => {
-    const image = document.getElementById(id);
-    const canvas = document.createElement("canvas");
-    canvas.width = image.naturalWidth;
-    canvas.height = image.naturalHeight;
-    const context = canvas.getContext("2d");
-    context.drawImage(image, 0, 0);
-    const pixels = context.getImageData(0, 0, canvas.width, canvas.height).data;
-    const levels = new Set();
-    for (let i = 0; i < pixels.length; i += 4) levels.add(pixels[i]);
-    return Array.from(levels).sort((a, b) => a - b);
-}"""
 
 
 def launch_chromium(playwright: Any) -> Any:
@@ -53,7 +40,7 @@ def show_photo(page: Any, url: str, photo: Path) -> dict[str, Any]:
         "timing": page.inner_text("#timing"),
         "model": page.inner_text("#model"),
         "downloads": [page.get_attribute(f"#{kind}-download", "download") for kind in ("map", "cutout")],
-        "map_levels": page.evaluate(_LEVELS, "map-img"),
+        "map_levels": _levels(page, "map-img"),
     }
 
 
@@ -66,7 +53,7 @@ def move_threshold(page: Any) -> dict[str, Any]:
         "before => document.getElementById('map-img').getAttribute('src') !== before", arg=before, timeout=60_000
     )
     page.wait_for_function(_LOADED, arg=["map-img", "cutout-img"], timeout=60_000)
-    return {"threshold": page.inner_text("#threshold-value"), "map_levels": page.evaluate(_LEVELS, "map-img")}
+    return {"threshold": page.inner_text("#threshold-value"), "map_levels": _levels(page, "map-img")}
 
 
 _PIXELS = """id => {
@@ -111,3 +98,8 @@ def choose_not_an_image(page: Any, path: Path) -> str:
     page.set_input_files("#file", str(path))
     page.wait_for_selector("#error:not([hidden])", timeout=60_000)
     return str(page.inner_text("#error"))
+
+
+def _levels(page: Any, image_id: str) -> list[int]:
+    """The gray levels (red channel) of an image on the page, sorted."""
+    return sorted(set(page.evaluate(_PIXELS, image_id)[0::4]))

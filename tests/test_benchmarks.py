@@ -211,3 +211,20 @@ def test_gpu_check_runs_every_check_on_the_cpu(tmp_path: Path) -> None:
     assert report["evaluate"]["max_gray_levels_gpu_vs_cpu"] == 0 == report["predict"]["max_gray_levels_gpu_vs_cpu"]
     assert report["export_onnx"]["megabytes"] > 1
     assert "deterministic_resume: tensors" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_every_benchmark_script_imports() -> None:
+    """A benchmark no test runs (cost_table.py, rembg_cost.py) still imports what the package now provides."""
+    scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
+    code = "import importlib, sys; sys.path[:0] = sys.argv[1:3]; [importlib.import_module(m) for m in sys.argv[3:]]"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(REPO / "benchmarks"), str(REPO), *scripts],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"cost_table", "rembg_cost", "gpu_check"} <= set(scripts)
