@@ -1,18 +1,17 @@
-"""The command line: ``train`` (the default), ``evaluate``, ``predict``, ``compare``, ``export``, ``profile``,
-``reproduce``, ``make-data``, ``check-data``, their flags generated from the options dataclasses. A ``UserError``
-becomes one ``error: ...`` line. The options need no torch and each command imports its code only when it runs, so
-``--help`` answers at once and a process imports only what its command needs."""
+"""The command line, its flags generated from the options dataclasses; a ``UserError`` becomes one ``error: ...``
+line. The options need no torch and each command imports its code only when it runs: ``--help`` answers at once."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import difflib
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from .config import TrainConfig
 from .console import echo, tolerate_closed_console
@@ -30,8 +29,7 @@ Subparsers = argparse._SubParsersAction
 
 
 class OneLineErrors(argparse.ArgumentParser):
-    """A parser whose refusals are one ``error:`` line (exit 2) like every other check's, not the usage first;
-    its sub-commands' parsers are of this class too (``add_subparsers``' default)."""
+    """A parser whose refusals are one ``error:`` line (exit 2), not the usage first; its sub-commands' too."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} ({self.prog} --help lists the options)\n")
@@ -237,50 +235,14 @@ def run_check_data(args: argparse.Namespace) -> int:
     return check_data(args.folders, decode=args.decode)
 
 
-def run_evaluate(options: EvaluateOptions) -> None:
-    from .evaluation.evaluate import evaluate
-
-    evaluate(options)
-
-
-def run_predict(options: PredictOptions) -> None:
-    from .evaluation.predict import predict
-
-    predict(options)
-
-
-def run_compare(options: CompareOptions) -> None:
-    from .evaluation.compare import compare
-
-    compare(options)
-
-
-def run_export(options: ExportOptions) -> None:
-    from .export.writer import export_model
-
-    export_model(options)
-
-
-def run_serve(options: ServeOptions) -> None:
-    from .serve.server import serve
-
-    serve(options)
-
-
-def run_profile(options: ProfileOptions) -> None:
-    from .profiling.command import profile
-
-    profile(options)
-
-
 @dataclass(frozen=True)
 class Command:
-    """A command whose flags come from its options dataclass and that runs ``run`` with them (each
-    ``run_*`` imports its command's code when it runs)."""
+    """A command whose flags come from its options dataclass and that runs with them the function ``run`` names
+    (``.module:function``, imported only when the command runs)."""
 
     name: str
     options: type
-    run: Callable[[Any], None]
+    run: str
     help: str
     description: str
     epilog: str | None = None
@@ -291,7 +253,8 @@ class Command:
         parser.set_defaults(handler=self._handle)
 
     def _handle(self, args: argparse.Namespace) -> int:
-        self.run(options_from_args(self.options, args))
+        module, function = self.run.split(":")
+        getattr(importlib.import_module(module, __package__), function)(options_from_args(self.options, args))
         return 0
 
 
@@ -304,7 +267,7 @@ COMMANDS = (
     Command(
         "evaluate",
         EvaluateOptions,
-        run_evaluate,
+        ".evaluation.evaluate:evaluate",
         help="score a checkpoint on data sets, or existing saliency maps against masks",
         description="Score a checkpoint on one or more data sets (full resolution unless --size or "
         "--max-side, batch 1), or score saliency maps already on disk (--maps/--gt). Prints one row per "
@@ -313,7 +276,7 @@ COMMANDS = (
     Command(
         "predict",
         PredictOptions,
-        run_predict,
+        ".evaluation.predict:predict",
         help="write saliency maps (or cutouts) for images",
         description="Write an 8-bit PNG saliency map, at the input's own size and with its stem, for "
         "every input image (files, or every image directly inside a folder), with PyTorch from a "
@@ -330,7 +293,7 @@ COMMANDS = (
     Command(
         "compare",
         CompareOptions,
-        run_compare,
+        ".evaluation.compare:compare",
         help="tables and PR / F-measure curves of many methods on many data sets",
         description="Score every method on every data set with the code of 'evaluate --maps', and write "
         "OUT/results.json ({dataset: {method: {metric: value, count}}}), OUT/table.md, table.csv and "
@@ -338,16 +301,16 @@ COMMANDS = (
         "OUT/curves/pr_<dataset>.png/.svg and fm_<dataset>.png/.svg (one line per method) with the "
         "curves' numbers in curves/curves.json, and the visual comparison OUT/figures/visual_<dataset>.png/.pdf "
         "(image, ground truth and each method's map for --show images; see --show). Scores are cached in "
-        "OUT/cache per (method, data set), "
-        "keyed by the files, their modification times, the protocol and the metric code: running again "
-        "with one more method scores only that method. Rows and columns follow the command line.",
+        "OUT/cache per (method, data set), keyed by the files, their modification times, the protocol and the "
+        "metric code: running again with one more method scores only that method. Rows and columns follow the "
+        "command line.",
         epilog="example: python run.py compare --datasets ECSSD=data/ECSSD/GT DUTS_TE=data/DUTS_TE "
         "--methods Ours=runs/a/best.pt PoolNet=maps/PoolNet --out comparison",
     ),
     Command(
         "export",
         ExportOptions,
-        run_export,
+        ".export.writer:export_model",
         help="write the trained model as one ONNX or TorchScript file for use outside this package, or as a "
         "folder for the Hugging Face Hub",
         description="Write R3Net's inference graph (eval mode, sigmoid output at the input's size) as one "
@@ -365,7 +328,7 @@ COMMANDS = (
     Command(
         "serve",
         ServeOptions,
-        run_serve,
+        ".serve.server:serve",
         help="answer HTTP requests with saliency maps and cutouts, with a demo page (needs the serve extra)",
         description='Serve the model over HTTP (FastAPI on uvicorn; pip install -e ".[serve]" in the clone): POST '
         "/predict takes an image (multipart field 'image') and answers a PNG, the map predict writes for it "
@@ -383,7 +346,7 @@ COMMANDS = (
     Command(
         "profile",
         ProfileOptions,
-        run_profile,
+        ".profiling.command:profile",
         help="what a model costs: parameters, GMACs, latency, images/s and peak memory per size, batch and mode",
         description="Measure a checkpoint (or a bare --backbone) at each --size, --batch-size and --amp mode on one "
         "device, in inference (and with --onnx an exported file in onnxruntime), in a training step (--train), or "
