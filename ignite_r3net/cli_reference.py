@@ -1,14 +1,12 @@
 """``docs/cli.md``, the command-line reference, written from the parser (``cli.build_parser``): each command's
-description and example, and every option with its value (metavar or choices) and its help, which says its
-default. ``python -m ignite_r3net.cli_reference --write`` rewrites the file after an option changed; ``--check``
-exits with 1 while it is stale (``tests/test_cli_reference.py`` fails then too). The text depends on the parser
-alone: no terminal width, no program name, no path of this machine."""
+description and example, and every option with its value and help. ``--write`` rewrites the file, ``--check``
+exits with 1 while it is stale. The text depends on the parser alone: no terminal width, program name or path."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from .cli import build_parser
@@ -33,7 +31,10 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
     for name, _, command in commands:
         lines += ["", f"## {name}", "", _text(command.description or ""), *_example(command.epilog)]
         lines += ["", "| option | description |", "|---|---|"]
-        lines += [f"| {_invocation(action)} | {_text(_help(action))} |" for action in _options(command)]
+        for action in command._actions:
+            if not isinstance(action, argparse._HelpAction):
+                help_text = (action.help or "").replace("%%", "%")  # argparse's %-formatting; no help uses % otherwise
+                lines.append(f"| {_invocation(action)} | {_text(help_text)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -45,27 +46,13 @@ def _commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.
     return [(name, summaries.get(name, ""), command) for name, command in sub.choices.items()]
 
 
-def _options(command: argparse.ArgumentParser) -> Iterator[argparse.Action]:
-    """The command's arguments as ``--help`` lists them, but ``--help`` itself."""
-    return (a for a in command._actions if not isinstance(a, argparse._HelpAction))
-
-
-def _help(action: argparse.Action) -> str:
-    return (action.help or "").replace("%%", "%")  # argparse's %-formatting, which no help text uses otherwise
-
-
 def _invocation(action: argparse.Action) -> str:
     """The option as it is typed, each spelling in code: ``--data DATA [DATA ...]``, ``--tf32 {on,off}``."""
     if action.choices is not None and action.metavar is None:
         value = "{" + ",".join(map(str, action.choices)) + "}"
     else:
         value = str(action.metavar or (action.dest if not action.option_strings else action.dest.upper()))
-    if action.nargs == "+":
-        value = f"{value} [{value} ...]"
-    elif action.nargs == "*":
-        value = f"[{value} ...]"
-    elif action.nargs == "?":
-        value = f"[{value}]"
+    value = {"+": f"{value} [{value} ...]", "*": f"[{value} ...]", "?": f"[{value}]"}.get(str(action.nargs), value)
     spellings = action.option_strings or [""]
     typed = [f"{flag} {value}".strip() if action.nargs != 0 else flag for flag in spellings]
     return ", ".join(f"`{text.replace('|', chr(92) + '|')}`" for text in typed)

@@ -18,19 +18,14 @@ T = TypeVar("T")
 def with_default(help_text: str, default: Any) -> str:
     """``help_text`` ending in ``(default: ...)``, unless the default is None (the text says what giving no value
     means) or the text says ``default:`` already (argparse's ``%(default)s`` cannot show a default that
-    ``add_options`` suppresses). A flag's default reads on or off, a list's its values."""
+    ``add_options`` suppresses). A flag's default reads on or off, a list's its values (``none`` for ``[]``)."""
     if default is None or "default:" in help_text:
         return help_text
-    return f"{help_text} (default: {default_text(default)})"
-
-
-def default_text(default: Any) -> str:
-    """A default as the command line spells it: ``on``/``off`` for a flag, a list's values, ``none`` for ``[]``."""
     if isinstance(default, bool):
-        return "on" if default else "off"
-    if isinstance(default, list):
-        return " ".join(map(str, default)) or "none"
-    return str(default)
+        default = "on" if default else "off"
+    elif isinstance(default, list):
+        default = " ".join(map(str, default)) or "none"
+    return f"{help_text} (default: {default})"
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, omit: tuple[str, ...] = (), /, **help_texts: str) -> None:
@@ -39,7 +34,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, omit: tuple[str, ...
     group of mutually exclusive flags, those sharing ``exclusive`` an optional one. Only the options given reach the
     namespace."""
     hints = typing.get_type_hints(cls)
-    exclusive: dict[tuple[str, bool], argparse._MutuallyExclusiveGroup] = {}
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     one_of: dict[str, list[str]] = {}  # each required group's flags
     for f in dataclasses.fields(cls):
         if is_option(f) and f.metadata.get("one_of"):
@@ -51,19 +46,16 @@ def add_options(parser: argparse.ArgumentParser, cls: type, omit: tuple[str, ...
         if not is_option(f) or f.name in omit:  # filled in by the program, or not this command's
             continue
         kwargs = dict(f.metadata["argparse"])
-        kind = _option_type(hints[f.name])
-        default = None
+        help_text = help_texts.get(f.name, f.metadata["help"])
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs["required"] = True
+            kwargs.update(required=True, help=f"{help_text} (required)")
         else:
             make_default = typing.cast(Callable[[], Any], f.default_factory)
             default = make_default() if f.default is dataclasses.MISSING else f.default
-            kwargs["default"] = argparse.SUPPRESS
-        kwargs["help"] = with_default(help_texts.get(f.name, f.metadata["help"]), default)
-        if kwargs.get("required"):
-            kwargs["help"] += " (required)"
-        elif f.metadata.get("one_of"):
-            kwargs["help"] += f" (required: one of {' and '.join(one_of[f.metadata['one_of']])})"
+            kwargs.update(default=argparse.SUPPRESS, help=with_default(help_text, default))
+            if f.metadata.get("one_of"):
+                kwargs["help"] += f" (required: one of {' and '.join(one_of[f.metadata['one_of']])})"
+        kind = _option_type(hints[f.name])
         if kind is bool:
             kwargs.setdefault("action", argparse.BooleanOptionalAction)
         else:
@@ -72,11 +64,10 @@ def add_options(parser: argparse.ArgumentParser, cls: type, omit: tuple[str, ...
             kwargs.setdefault("metavar", "N")  # "--iters N", not "--iters ITERS": the help says what N counts
         target: Any = parser
         group_name: str | None = f.metadata.get("one_of") or f.metadata.get("exclusive")
-        if group_name:
-            key = (group_name, bool(f.metadata.get("one_of")))
-            if key not in exclusive:
-                exclusive[key] = parser.add_mutually_exclusive_group(required=key[1])
-            target = exclusive[key]
+        if group_name:  # the names of one_of and exclusive groups differ
+            if group_name not in exclusive:
+                exclusive[group_name] = parser.add_mutually_exclusive_group(required=bool(f.metadata.get("one_of")))
+            target = exclusive[group_name]
         target.add_argument(flag_of(f), *f.metadata.get("aliases", ()), dest=f.name, **kwargs)
 
 
