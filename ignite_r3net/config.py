@@ -141,27 +141,21 @@ class TrainConfig:
         None,
         "start a new run (iteration 1, fresh optimiser and schedule) from the weights of a trained "
         "model: any checkpoint_N.pt or best_model_*.pt of ours, an original R3Net release file, or "
-        "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); "
-        "for fine-tuning on other data or training longer than a finished run. Unlike --resume, "
-        "nothing but the weights is taken; --backbone must match them; default: none (--pretrained's weights)",
+        "hf-hub:ORG/NAME[@REVISION] (a model written by 'export --format hub'); for fine-tuning on other data or "
+        "training longer than a finished run. Unlike --resume, nothing but the weights is taken; --backbone must "
+        "match them; default: none (--pretrained's weights)",
     )
     seed: int = option(2018, "random seed (model init, sampling, augmentation)")
     # run control
     workers: int = option(
-        2,
-        "DataLoader worker processes per training process (0 loads in the main process)",
-        rule=NOT_NEGATIVE,
+        2, "DataLoader worker processes per training process (0 loads in the main process)", rule=NOT_NEGATIVE
     )
     checkpoint_every: int = option(400, "save a checkpoint every N iterations (and at the end)", rule=POSITIVE_COUNT)
     keep: int = option(
-        3,
-        "number of periodic checkpoints kept on disk (the best one is kept besides)",
-        rule=POSITIVE_COUNT,
+        3, "number of periodic checkpoints kept on disk (the best one is kept besides)", rule=POSITIVE_COUNT
     )
     log_every: int = option(
-        1,
-        "write a log line (and sync the loss meters across ranks) every N iterations",
-        rule=POSITIVE_COUNT,
+        1, "write a log line (and sync the loss meters across ranks) every N iterations", rule=POSITIVE_COUNT
     )
     val_every: int = option(0, "validate every N iterations (0: at the checkpoint iterations)", rule=NOT_NEGATIVE)
     val_at_start: bool = option(
@@ -249,9 +243,7 @@ class TrainConfig:
         choices=DEVICES,
     )
     nnodes: int = option(
-        1,
-        "number of nodes of a multi-node run started by hand (under srun: from SLURM)",
-        rule=POSITIVE_COUNT,
+        1, "number of nodes of a multi-node run started by hand (under srun: from SLURM)", rule=POSITIVE_COUNT
     )
     node_rank: int = option(
         0, "rank of this node in a multi-node run started by hand, 0 to N-1 (under srun: from SLURM)", metavar="R"

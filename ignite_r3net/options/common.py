@@ -1,7 +1,5 @@
 """What several commands' options share: the groups (where the work runs, ``ProcessOptions``; how a checkpoint's
-maps are made, ``InferenceOptions``), the help texts and the choices. Each command's own options are in the module
-of its name (``evaluate.py``, ``predict.py``, ...); each ``validate`` raises ``OptionError`` for values or
-combinations that are wrong whatever the files."""
+maps are made, ``InferenceOptions``), the help texts and the choices."""
 
 from __future__ import annotations
 

@@ -135,6 +135,3 @@ class ExportOptions:
     @property
     def onnx_opset(self) -> int:
         return DEFAULT_OPSET if self.opset is None else self.opset
-
-
-# the training options ``reproduce`` sets unless given: the original recipe on MSRA10K, continued

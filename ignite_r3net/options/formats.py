@@ -6,4 +6,3 @@ DEFAULT_OPSET = 18  # the oldest the exporter writes natively (17 fails for R3Ne
 OPSETS = range(18, 24)  # 18..23: torch's exporter writes these
 TARGETS = ("rembg",)  # --for: programs whose own input contract an ONNX file can follow
 QUANTIZATIONS = ("int8",)  # --quantize: onnxruntime's static quantization of an ONNX file
-QUANTIZATIONS = ("int8",)  # --quantize: onnxruntime's static quantization of an ONNX file

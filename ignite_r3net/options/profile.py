@@ -10,8 +10,6 @@ from .common import CHECKPOINT_HELP, DEVICES, HEAD_WIDTH
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, option
 
 PROFILE_AMP_MODES = ("off", "bf16", "fp16")
-
-
 POSITIVE_COUNT_EACH = Rule(lambda v: all(n >= 1 for n in v), "must be positive integers")
 
 
@@ -26,8 +24,7 @@ class ProfileOptions:
         None,
         f"the architecture to profile (random weights: the cost does not depend on them), one of: "
         f"{BACKBONE_NAMES}; or with --checkpoint the checkpoint's backbone; default: with --checkpoint the "
-        "one config.json beside it names, else inferred from "
-        "its weights",
+        "one config.json beside it names, else inferred from its weights",
         metavar="NAME",
     )
     head_width: float = option(

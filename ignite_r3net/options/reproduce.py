@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..errors import OptionError
 from .fields import NOT_NEGATIVE, check_fields, option
 
+# the training options ``reproduce`` sets unless given: the original recipe on MSRA10K, continued
 REPRODUCE_DEFAULTS = {"recipe": "r3net-paper", "data": ["MSRA10K"], "output_dir": "runs/r3net-paper", "resume": "auto"}
 
 
