@@ -68,18 +68,15 @@ class WorkerFailed(UserError):
     exit_code = 1
 
 
-# PyTorch re-raises an exception from a DataLoader worker with this first line and the worker's
-# traceback below; the cause a user can act on ("cannot read image X") is the traceback's last line.
-_WORKER_WRAPPER = ("Caught ", "Original Traceback")
-
-
 def error_line(e: BaseException, default: str | None = None) -> str:
     """The first line of ``e``'s message (a DataLoader worker's: the original's); empty: ``default`` or the type."""
     text = str(e).strip()
     if not text:
         return type(e).__name__ if default is None else default
     lines = text.splitlines()
-    if lines[0].startswith(_WORKER_WRAPPER[0]) and _WORKER_WRAPPER[1] in text:
+    # PyTorch re-raises an exception from a DataLoader worker as "Caught ..." with the worker's traceback below;
+    # the cause a user can act on ("cannot read image X") is the traceback's last line
+    if lines[0].startswith("Caught ") and "Original Traceback" in text:
         _, sep, message = lines[-1].partition(": ")  # "package.module.DataError: message"
         return message.strip() if sep else lines[-1].strip()
     return lines[0]
