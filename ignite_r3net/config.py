@@ -12,6 +12,7 @@ from pathlib import Path
 from .batch_layout import MIN_BATCH
 from .errors import OptionError
 from .options.common import (
+    AMP_MODES,
     BACKEND_HELP,
     BACKENDS,
     DEVICE_HELP,
@@ -24,8 +25,6 @@ from .options.common import (
 )
 from .options.fields import NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, TCP_PORT, Rule, check_fields, option
 from .recipes import DEFAULT_RECIPE, RECIPES, recipes_help
-
-AMP_MODES = ("off", "bf16", "fp16")  # the autocast dtype of each: inference.AMP_DTYPES
 
 _MOMENTUM = Rule(lambda v: 0 <= v < 1, "must be in [0, 1)")
 _SECONDS = Rule(lambda v: v >= 1, "must be at least 1 second")

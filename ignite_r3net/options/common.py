@@ -43,6 +43,7 @@ DEVICE_HELP = (
     "processes), auto = cuda when a GPU is visible, else cpu"
 )
 PROTOCOLS = ("standard", "r3net")
+AMP_MODES = ("off", "bf16", "fp16")  # train's and profile's; the autocast dtype of each: inference.AMP_DTYPES
 INFERENCE_AMP_MODES = ("off", "bf16")
 TF32_MODES = ("on", "off")
 TRACKERS = ("mlflow", "wandb", "clearml")

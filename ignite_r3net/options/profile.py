@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from ..model.backbones import BACKBONE_NAMES
-from .common import CHECKPOINT_HELP, DEVICES, HEAD_WIDTH
+from .common import AMP_MODES, CHECKPOINT_HELP, DEVICES, HEAD_WIDTH
 from .fields import NOT_NEGATIVE, POSITIVE_COUNT, Rule, check_fields, option
 
-PROFILE_AMP_MODES = ("off", "bf16", "fp16")
 POSITIVE_COUNT_EACH = Rule(lambda v: all(n >= 1 for n in v), "must be positive integers")
 
 
@@ -62,7 +61,7 @@ class ProfileOptions:
         help="precision modes, one row each: off = float32, bf16 / fp16 = autocast to bfloat16 / float16 "
         "(a mode this device or torch does not run is a row saying why)",
         nargs="+",
-        choices=PROFILE_AMP_MODES,
+        choices=AMP_MODES,
     )
     channels_last: bool = option(False, "run the model and its input in channels-last memory format")
     compile: bool = option(
