@@ -163,6 +163,6 @@ def listing_digest(root: str | Path, pairs: list[tuple[Path, Path]] | None = Non
     """``list_pairs(root)`` (or ``pairs``, its result) in a few words, ``"12 pairs (sha256 0123456789ab)"``: a
     digest of the names relative to ``root``, the same for the data set mounted elsewhere on other nodes."""
     pairs = list_pairs(root) if pairs is None else pairs
-    prefix = os.path.join(os.fspath(root), "")
+    prefix = os.path.join(os.fspath(Path(root)), "")  # as the paths of list_pairs begin
     names = "\n".join(f"{relative_name(image, prefix)}\t{relative_name(mask, prefix)}" for image, mask in pairs)
     return f"{len(pairs)} pairs (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})"
