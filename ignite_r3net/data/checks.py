@@ -154,11 +154,6 @@ def _checksum(entries: dict[str, Any]) -> str:
     return ContentKey("scan entries", _CACHE_VERSION).add_values(entries).hexdigest()
 
 
-def _code_version() -> str:
-    # what decides a header check's finding: this module's code and Pillow's version
-    return ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
-
-
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
     # a cached problem names the path as given this time
     def probe() -> Finding:
@@ -183,7 +178,9 @@ def scan_dataset(root: str | Path) -> Scan:
     pairs, problems = scan(root)
     sizes: list[tuple[int, int]] = []
     sound: list[tuple[Path, Path]] = []
-    with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
+    # what decides a header check's finding: this module's code and Pillow's version
+    code = ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
+    with collector_paused(), ScanCache(root, "headers", code) as cache:
         findings = [(_cached_probe(cache, image), _cached_probe(cache, mask)) for image, mask in pairs]
     for (image, mask), ((image_size, image_problem), (mask_size, mask_problem)) in zip(pairs, findings):
         problems.extend(p for p in (image_problem, mask_problem) if p)
