@@ -15,14 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import warn
-from ..metrics.keys import (
-    METRIC_KEYS,
-    PROTOCOL_MARK,
-    PROTOCOL_METRICS,
-    REFERENCE_NAMES,
-    ImageScores,
-    protocol_note,
-)
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, REFERENCE_NAMES, ImageScores, protocol_note
 
 LOWER_IS_BETTER = frozenset({"mae"})  # every other metric is better higher
 _LATEX_NAMES = {  # math mode
