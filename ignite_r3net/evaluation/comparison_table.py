@@ -115,9 +115,7 @@ def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[st
         for dataset in datasets
         if (entry := results.get(dataset, {}).get(method)) and entry.get("missing")
     ]
-    if not notes:
-        return []
-    return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)]
+    return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)] if notes else []
 
 
 def _arrow(metric: str, down: str, up: str) -> str:
