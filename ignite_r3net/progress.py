@@ -65,7 +65,10 @@ class Progress:
         self.rate_unit, self.per_unit = rate_unit or unit, per_unit
         self.stream = stream if stream is not None else sys.stderr
         self.clock = Clock(self.n)
-        terminal = _is_terminal(self.stream)
+        try:
+            terminal = self.stream.isatty()
+        except (AttributeError, ValueError):  # a closed or replaced stream
+            terminal = False
         self._bar = _tqdm_bar(self, transient) if enabled and terminal and self.total else None
         # plain lines: the next percentage to report (beyond 100: never)
         self._next_percent = 101 if not enabled or terminal or transient else self._after(self.n)
@@ -133,13 +136,6 @@ def console_print(line: str, file: IO[str] | None = None) -> None:
         file.flush()
     else:
         print(line, file=file, flush=True)
-
-
-def _is_terminal(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # a closed or replaced stream
-        return False
 
 
 def _tqdm_bar(progress: Progress, transient: bool) -> Any:

@@ -16,7 +16,7 @@ from PIL import Image
 from ..atomic_files import write_text
 from ..content_key import ContentKey
 from ..errors import DataError, note
-from .folder import collector_paused, scan
+from .folder import collector_paused, relative_name, scan
 
 _CACHE_FORMAT = "ignite_r3net scan cache"
 _CACHE_VERSION = 1
@@ -26,8 +26,8 @@ _TRANSPOSED = {5, 6, 7, 8}  # orientations that swap width and height
 _PATH = "\x00"  # stands for the file's path in a problem kept in the scan cache
 
 
-def _header(path: Path) -> tuple[str, tuple[int, int]]:
-    """The format and the (width, height) in display (EXIF) orientation, from the header alone."""
+def _header(path: Path, verify: bool = False) -> tuple[str, tuple[int, int]]:
+    """The format and the (width, height) in display (EXIF) orientation from the header (``verify``: a PNG's CRCs)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with Image.open(path) as img:
@@ -40,6 +40,11 @@ def _header(path: Path) -> tuple[str, tuple[int, int]]:
                 orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if has_exif else 1
             except Exception:
                 orientation = 1
+        if verify and fmt == "PNG":
+            # verify() walks the chunks and checks CRCs without inflating the pixels; it must
+            # come straight after open, hence the second (header-only) open.
+            with Image.open(path) as again:
+                again.verify()
     return fmt, ((h, w) if orientation in _TRANSPOSED else (w, h))
 
 
@@ -57,14 +62,7 @@ def _probe(path: Path) -> tuple[tuple[int, int] | None, str | None]:
     try:
         if path.stat().st_size == 0:
             return None, f"empty file: {path}"
-        fmt, size = _header(path)
-        if fmt == "PNG":
-            # verify() walks the chunks and checks CRCs without inflating the pixels; it must
-            # come straight after open, hence the second (header-only) open.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                with Image.open(path) as again:
-                    again.verify()
+        fmt, size = _header(path, verify=True)
     except Image.UnidentifiedImageError:
         return None, f"not an image (unrecognised format): {path}"
     except Exception as exc:  # PIL raises OSError, SyntaxError, struct.error... on damaged headers
@@ -111,18 +109,12 @@ class ScanCache:
             st = os.stat(where)
         except OSError:
             return check()
-        name = self._name(where)
+        name = relative_name(where, self._prefix)
         stamp = [st.st_size, st.st_mtime_ns]
         entry = self._old.get(name)
         finding = entry[2:] if entry is not None and entry[:2] == stamp else check()
         self._new[name] = stamp + finding
         return finding
-
-    def _name(self, path: str) -> str:
-        # relative to the folder: string work for the paths a scan of it lists
-        if path.startswith(self._prefix):
-            return path[len(self._prefix) :]
-        return os.path.relpath(os.path.abspath(path), self.folder)
 
     def _load(self) -> dict[str, list[Any]]:
         if not self.path.exists():
@@ -162,11 +154,6 @@ def _checksum(entries: dict[str, Any]) -> str:
     return ContentKey("scan entries", _CACHE_VERSION).add_values(entries).hexdigest()
 
 
-def _code_version() -> str:
-    # what decides a header check's finding: this module's code and Pillow's version
-    return ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
-
-
 def _cached_probe(cache: ScanCache, path: Path) -> tuple[tuple[int, int] | None, str | None]:
     # a cached problem names the path as given this time
     def probe() -> Finding:
@@ -191,7 +178,9 @@ def scan_dataset(root: str | Path) -> Scan:
     pairs, problems = scan(root)
     sizes: list[tuple[int, int]] = []
     sound: list[tuple[Path, Path]] = []
-    with collector_paused(), ScanCache(root, "headers", _code_version()) as cache:
+    # what decides a header check's finding: this module's code and Pillow's version
+    code = ContentKey("header checks", 1).add_sources([Path(__file__)]).add_libraries(["pillow"]).hexdigest()
+    with collector_paused(), ScanCache(root, "headers", code) as cache:
         findings = [(_cached_probe(cache, image), _cached_probe(cache, mask)) for image, mask in pairs]
     for (image, mask), ((image_size, image_problem), (mask_size, mask_problem)) in zip(pairs, findings):
         problems.extend(p for p in (image_problem, mask_problem) if p)

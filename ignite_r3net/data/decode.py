@@ -20,38 +20,6 @@ _capture_pipe: dict[int, tuple[int, int]] = {}  # pid -> (read end, write end)
 _capture_lock = Lock()
 
 
-def _tv_decode(raw: bytes, mode: str, messages: list[str] | None = None) -> torch.Tensor | None:
-    """Decode with torchvision (libjpeg-turbo); None when it cannot. ``messages`` collects libjpeg's warnings."""
-    from torchvision.io import ImageReadMode, decode_image
-
-    if not raw:
-        return None
-
-    def decode(into: list[str] | None) -> torch.Tensor | None:
-        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        try:
-            with warnings.catch_warnings(), _stderr_lines(into):
-                warnings.simplefilter("ignore")
-                return decode_image(data, mode=getattr(ImageReadMode, mode), apply_exif_orientation=True)
-        except Exception:
-            return None
-
-    if messages is None or not raw.startswith(b"\xff\xd8"):
-        return decode(None)
-    first: list[str] = []
-    out = decode(first)
-    if first:
-        # fd 2 is the whole process's: another thread may have written to it during the decode.
-        # libjpeg says the same again for the same bytes; the other lines go back to stderr.
-        again: list[str] = []
-        decode(again)
-        messages.extend(line for line in first if line in again)
-        if others := [line for line in first if line not in again]:
-            sys.stderr.flush()
-            os.write(2, "".join(line + "\n" for line in others).encode())
-    return out
-
-
 @contextmanager
 def _stderr_lines(into: list[str] | None) -> Iterator[None]:
     """Collect what is written to fd 2 while the block decodes a JPEG: libjpeg's warnings on damaged data, which
@@ -93,18 +61,43 @@ def _pipe_of_this_process() -> tuple[int, int]:
 
 
 def _tv_load(path: Path, mode: str, what: str, strict: bool, warn_damaged: bool) -> torch.Tensor | None:
-    # torchvision's decode or None; a JPEG that libjpeg decoded with messages is refused (strict) or named
-    messages: list[str] | None = [] if strict or warn_damaged else None
+    """torchvision's decode (libjpeg-turbo), or None when it cannot; a JPEG that libjpeg decodes with warnings is
+    refused (``strict``) or named (``warn_damaged``)."""
+    from torchvision.io import ImageReadMode, decode_image
+
     try:
         raw = path.read_bytes()  # in Python, so that any file name the OS accepts works
     except OSError as exc:
         raise DataError(f"cannot read image {path}: {exc}") from exc
-    out = _tv_decode(raw, mode, messages)
-    if messages:
-        said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
-        if strict:
-            raise DataError(f"{said} (part of the picture is missing or garbled)")
-        warn(f"{said}; used as decoded (part of the picture may be missing or grey)")
+    if not raw:
+        return None
+
+    def decode(into: list[str] | None) -> torch.Tensor | None:
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        try:
+            with warnings.catch_warnings(), _stderr_lines(into):
+                warnings.simplefilter("ignore")
+                return decode_image(data, mode=getattr(ImageReadMode, mode), apply_exif_orientation=True)
+        except Exception:
+            return None
+
+    if not (strict or warn_damaged) or not raw.startswith(b"\xff\xd8"):
+        return decode(None)
+    first: list[str] = []
+    out = decode(first)
+    if first:
+        # fd 2 is the whole process's: another thread may have written to it during the decode.
+        # libjpeg says the same again for the same bytes; the other lines go back to stderr.
+        again: list[str] = []
+        decode(again)
+        if others := [line for line in first if line not in again]:
+            sys.stderr.flush()
+            os.write(2, "".join(line + "\n" for line in others).encode())
+        if messages := [line for line in first if line in again]:
+            said = f"damaged {what} {path}: libjpeg: {'; '.join(messages)}"
+            if strict:
+                raise DataError(f"{said} (part of the picture is missing or garbled)")
+            warn(f"{said}; used as decoded (part of the picture may be missing or grey)")
     return out
 
 

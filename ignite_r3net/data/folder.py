@@ -152,18 +152,17 @@ def list_pairs(root: str | Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def relative_name(path: str | Path, prefix: str) -> str:
+    """``path`` relative to the folder ``prefix`` (its name and a separator): string work for the paths a listing
+    of it gives, as pathlib's relative_to on 20,000 paths was a quarter of a relaunch's cached scan."""
+    text = os.fspath(path)
+    return text[len(prefix) :] if text.startswith(prefix) else os.path.relpath(text, prefix)
+
+
 def listing_digest(root: str | Path, pairs: list[tuple[Path, Path]] | None = None) -> str:
     """``list_pairs(root)`` (or ``pairs``, its result) in a few words, ``"12 pairs (sha256 0123456789ab)"``: a
     digest of the names relative to ``root``, the same for the data set mounted elsewhere on other nodes."""
-    root = Path(root)
     pairs = list_pairs(root) if pairs is None else pairs
-    prefix = os.path.join(os.fspath(root), "")
-
-    def relative(path: Path) -> str:
-        # string work for the paths list_pairs gives (root / name): pathlib's relative_to on
-        # 20,000 paths was a quarter of a relaunch's cached scan
-        text = os.fspath(path)
-        return text[len(prefix) :] if text.startswith(prefix) else os.fspath(path.relative_to(root))
-
-    names = "\n".join(f"{relative(image)}\t{relative(mask)}" for image, mask in pairs)
+    prefix = os.path.join(os.fspath(Path(root)), "")  # as the paths of list_pairs begin
+    names = "\n".join(f"{relative_name(image, prefix)}\t{relative_name(mask, prefix)}" for image, mask in pairs)
     return f"{len(pairs)} pairs (sha256 {hashlib.sha256(names.encode()).hexdigest()[:12]})"

@@ -161,9 +161,8 @@ def _names(n: int) -> list[str]:
 
 
 def _write_image(path: Path, array: np.ndarray, **save: Any) -> None:
-    # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not
-    # durable (fsyncs cost milliseconds per file): the manifest, written durably last, decides
-    # whether a set is complete
+    # Atomic, so concurrent writers of the same (deterministic) bytes do not corrupt each other; not durable (fsyncs
+    # cost milliseconds per file): the manifest, written durably last, decides whether a set is complete
     with atomic_output(path, durable=False) as tmp:
         Image.fromarray(array).save(tmp, **save)
 

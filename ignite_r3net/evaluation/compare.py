@@ -27,7 +27,7 @@ from . import scoring
 from .comparison_table import build_table, comparison_csv, published_rows, table_csv, table_latex, table_markdown
 from .evaluate import evaluate_checkpoint
 from .figures import check_stems, draw_figures, figure_data, plot_fm, plot_pr
-from .maps import MAP_EXTS, locate_dataset, match_maps, parse_named
+from .maps import MAP_EXTS, DatasetFolder, locate_dataset, match_maps, parse_named
 
 # each scored (data set, method)'s per-image scores: {stem: {metric: value}}
 CellScores = Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]
@@ -36,12 +36,10 @@ StaleMaps = list[tuple["Benchmark", str, int]]  # (data set, inference key, imag
 
 
 @dataclass(frozen=True)
-class Benchmark:
-    """A data set: its masks folder and the folder ``list_pairs`` reads (None: no images found)."""
+class Benchmark(DatasetFolder):
+    """A data set of ``--datasets``, by name."""
 
     name: str
-    masks: Path
-    data: Path | None
 
 
 @dataclass(frozen=True)
@@ -111,12 +109,11 @@ def compare(options: CompareOptions) -> dict[str, dict[str, dict[str, float]]]:
 
 def _benchmark(name: str, folder: str) -> Benchmark:
     path = Path(folder)
-
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise OptionError(f"--datasets {name}={folder}: {folder} {what}")
     located = locate_dataset(path, f"--datasets {name}={folder}")
-    return Benchmark(name, located.masks, located.data)
+    return Benchmark(located.masks, located.data, name)
 
 
 def _method(name: str, source: str) -> Method:

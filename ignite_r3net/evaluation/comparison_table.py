@@ -15,14 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import warn
-from ..metrics.keys import (
-    METRIC_KEYS,
-    PROTOCOL_MARK,
-    PROTOCOL_METRICS,
-    REFERENCE_NAMES,
-    ImageScores,
-    protocol_note,
-)
+from ..metrics.keys import METRIC_KEYS, PROTOCOL_MARK, PROTOCOL_METRICS, REFERENCE_NAMES, ImageScores, protocol_note
 
 LOWER_IS_BETTER = frozenset({"mae"})  # every other metric is better higher
 _LATEX_NAMES = {  # math mode
@@ -122,9 +115,7 @@ def _notes(results: Results, datasets: list[str], methods: list[str]) -> list[st
         for dataset in datasets
         if (entry := results.get(dataset, {}).get(method)) and entry.get("missing")
     ]
-    if not notes:
-        return []
-    return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)]
+    return [f"{PARTIAL} scored on the maps present (--allow-missing), not ranked: " + "; ".join(notes)] if notes else []
 
 
 def _arrow(metric: str, down: str, up: str) -> str:

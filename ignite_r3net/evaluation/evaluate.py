@@ -41,7 +41,6 @@ Row = dict[str, float]
 
 def evaluate(options: EvaluateOptions) -> None:
     """``evaluate_maps`` with ``--maps``, else ``evaluate_checkpoint``."""
-    options.validate()
     if options.maps is not None:
         evaluate_maps(options)
     else:
@@ -58,16 +57,15 @@ def evaluate_checkpoint(options: EvaluateOptions) -> None:
     if options.names is None:  # NAME=DIR items, or folders named after themselves
         named = named_folders(resolve_names(options.data, options.data_root, "--data", named=True), "--data")
         options = replace(options, names=[name for name, _ in named], data=[folder for _, folder in named])
-    checkpoint, data = options.checkpoint, options.data
-    assert checkpoint is not None and data
+    assert options.checkpoint is not None and options.data
     if options.inference.crf:
         require_crf()
     # DataError listing every problem (headers read), before any work; the listings the ranks compare
-    listings = [listing_digest(folder, assert_dataset_ok(folder, option="--data")) for folder in data]
+    listings = [listing_digest(folder, assert_dataset_ok(folder, option="--data")) for folder in options.data]
     check_writable_file(options.json_path, "--json")
     check_writable_file(options.per_image, "--per-image")
     check_writable_folder(options.save_maps, "--save-maps")
-    weights = read_trained_weights(checkpoint, options.inference.backbone)
+    weights = read_trained_weights(options.checkpoint, options.inference.backbone)
     options = replace(
         options,
         checkpoint=weights.path,  # a Hub source's local file: the workers read it, not the Hub
@@ -143,7 +141,7 @@ def _evaluate_dataset(
     attach_scoring(evaluator, metric)
     values = score_shard(evaluator, loader, metric, progress)
     images = metric.per_image_scores() if options.per_image else []
-    return {"images": len(cast(SaliencyEvalSet, loader.dataset)), **{k: float(values[k]) for k in METRIC_KEYS}}, images
+    return {"images": len(cast(SaliencyEvalSet, loader.dataset)), **values}, images
 
 
 def _refine_with_crf(engine: Engine) -> None:
@@ -182,8 +180,7 @@ def evaluate_maps(options: EvaluateOptions) -> Row:
         resized = score_maps(progress.counted([(m, k) for _, m, k in match.pairs]), metric)
     if resized:
         warn(f"{len(resized)} map(s) resized (bilinear) to their mask's size: {listing(resized)}")
-    values = metric.compute()
-    row = {"images": len(match.pairs), **{k: float(values[k]) for k in METRIC_KEYS}}
+    row = {"images": len(match.pairs), **metric.compute()}
     name = dataset_names([gt])[0]
     report({name: row}, json_path, options.protocol)
     if options.per_image:

@@ -203,8 +203,7 @@ def _draw_cell(fig: Figure, box: Box, picture: np.ndarray | None, pixels: tuple[
         ax.add_patch(Rectangle((0, 0), 1, 1, facecolor=MISSING_FACE, edgecolor=MISSING_LINE, linewidth=0.6))
         ax.plot([0, 1], [0, 1], [0, 1], [1, 0], color=MISSING_LINE, linewidth=0.6)
         ax.text(0.5, 0.5, "missing", ha="center", va="center", fontsize=FONT_SIZE - 1, color="#555555")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
+        ax.set(xlim=(0, 1), ylim=(0, 1))
         return
     shown = _resize(picture, pixels) if picture.shape[:2] != pixels else picture
     # masks and maps: their gray values as they are, not stretched to their range
@@ -273,9 +272,7 @@ def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 
     fig = Figure(figsize=CURVE_SIZE, dpi=CURVE_DPI, layout="tight")
     ax = fig.add_subplot()
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(True, color="#dddddd", linewidth=0.6)
     return fig, ax
 

@@ -164,13 +164,10 @@ def locate_dataset(folder: str | Path, given: str) -> DatasetFolder:
         )
     if half is not None:
         return DatasetFolder(path, half[0])
-    return DatasetFolder(path, path if _has_images_beside_masks(path) else None)
-
-
-def _has_images_beside_masks(folder: Path) -> bool:
     # MSRA10K-style: an image beside some .png mask of the same stem
-    pngs = {p.stem for p in folder.glob("*.png")}
-    return any(p.suffix.lower() != ".png" and p.stem in pngs for p in folder.iterdir() if p.is_file())
+    pngs = {p.stem for p in path.glob("*.png")}
+    images = any(p.suffix.lower() != ".png" and p.stem in pngs for p in path.iterdir() if p.is_file())
+    return DatasetFolder(path, path if images else None)
 
 
 def parse_named(values: list[str], option: str) -> list[tuple[str, str]]:

@@ -41,7 +41,16 @@ def predict(options: PredictOptions) -> dict[str, Any]:
     ``WorkerFailed``."""
     options.validate()
     options = replace(options, processes=options.processes.on_device())
-    out = _check_options(options)
+    if options.model is not None and is_onnx(options.model):
+        require_onnxruntime()
+    if options.inference.crf:
+        require_crf()
+    if options.background is not None:
+        read_background(options.background)
+    if options.processes.nproc > 1 and rank_set_by_launcher():
+        raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
+    out = Path(options.output)
+    check_writable_folder(out, "--output")
     pairs = plan_outputs(collect_inputs(options.inputs), out, ".jpg" if options.jpeg else ".png")
     weights: TrainedWeights | None = None  # the model is read here: a bad file is one line before any work
     if options.model is not None:
@@ -110,21 +119,6 @@ def _predict_on_workers(
         return json.loads(path.read_text(encoding="utf-8"))
     finally:
         path.unlink(missing_ok=True)
-
-
-def _check_options(options: PredictOptions) -> Path:
-    """Checks the extras the options need and the launcher; returns the output folder."""
-    if options.model is not None and is_onnx(options.model):
-        require_onnxruntime()
-    if options.inference.crf:
-        require_crf()
-    if options.background is not None:
-        read_background(options.background)
-    if options.processes.nproc > 1 and rank_set_by_launcher():
-        raise OptionError("--nproc spawns processes; under torchrun, leave it out (torchrun gives the ranks)")
-    out = Path(options.output)
-    check_writable_folder(out, "--output")
-    return out
 
 
 def _announce(total: int, kept: int, out: Path, spec: LaunchSpec) -> None:

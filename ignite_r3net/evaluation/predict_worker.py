@@ -134,7 +134,6 @@ def _predict_batches(
         BatchFiles(job.sources, batches),
         batch_size=None,
         num_workers=workers,
-        collate_fn=_as_is,
         worker_init_fn=init_loader_worker,
         multiprocessing_context=worker_context(workers),
     )
@@ -188,10 +187,6 @@ class BatchFiles(torch.utils.data.Dataset):
             except DataError as e:
                 problems.append(str(e))
         return images, problems
-
-
-def _as_is(item: Any) -> Any:
-    return item
 
 
 def _same_shape(images: dict[int, torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:

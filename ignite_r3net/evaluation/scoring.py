@@ -23,7 +23,6 @@ from ..distributed.launch import launch
 from ..distributed.process_setup import freeze_long_lived_objects, worker_threads
 from ..distributed.ranks import is_rank_zero, rank_zero_only
 from ..distributed.topology import LaunchSpec
-from ..metrics.keys import METRIC_KEYS
 from ..metrics.saliency import SaliencyMetrics
 from ..progress import Progress
 from .maps import load_saliency_map, score_maps
@@ -112,32 +111,26 @@ def score_cells(
 def _score_worker(local_rank: int, job: ScoreJob) -> None:
     """Every rank: score its share of each cell's images; rank 0 stores the entries."""
     freeze_long_lived_objects()
-    total = sum(len(files) for _, files, _ in job.cells)
+    rank, world = idist.get_rank(), idist.get_world_size()
+    total, dealt = sum(len(files) for _, files, _ in job.cells), 0
     # one thread: a map's tensors are small (~0.1 M pixels) and intra-op threads cost more than
     # they give (scoring ran 10x slower with 2 threads than with 1 on a busy 2-core machine)
     with worker_threads(idist.device(), limit=1):
         with Progress(total, "score", "map", enabled=job.progress and is_rank_zero()) as progress:
-            _score_cells(job, progress)
-
-
-def _score_cells(job: ScoreJob, progress: Progress) -> None:
-    rank, world = idist.get_rank(), idist.get_world_size()
-    dealt = 0
-    for label, files, entry_path in job.cells:
-        start = time.perf_counter()
-        mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
-        dealt += len(files)
-        metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol, per_image=True)
-        resized = idist.all_reduce(float(len(score_maps(progress.counted(mine, world), metric))))
-        values, curves = metric.compute(), metric.curves()
-        entry = {
-            "count": len(files),
-            "resized": int(resized),
-            "metrics": {k: float(values[k]) for k in METRIC_KEYS},
-            "curves": {name: [float(v) for v in curve] for name, curve in curves.items()},
-            "per_image": dict(metric.per_image_scores()),
-        }
-        _store(Path(entry_path), entry, label, time.perf_counter() - start)
+            for label, files, entry_path in job.cells:
+                start = time.perf_counter()
+                mine = [(Path(m), Path(k)) for i, (m, k) in enumerate(files) if (dealt + i) % world == rank]
+                dealt += len(files)
+                metric = SaliencyMetrics(device=idist.device(), protocol=job.protocol, per_image=True)
+                resized = idist.all_reduce(float(len(score_maps(progress.counted(mine, world), metric))))
+                entry = {
+                    "count": len(files),
+                    "resized": int(resized),
+                    "metrics": metric.compute(),
+                    "curves": {name: [float(v) for v in curve] for name, curve in metric.curves().items()},
+                    "per_image": dict(metric.per_image_scores()),
+                }
+                _store(Path(entry_path), entry, label, time.perf_counter() - start)
 
 
 @rank_zero_only

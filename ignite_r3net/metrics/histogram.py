@@ -152,11 +152,10 @@ def adaptive_scores(stats: MapStats) -> tuple[torch.Tensor, torch.Tensor]:
     """Adaptive F and E per map: the prediction binarised at ``min(2 * mean(pred), 1)``."""
     threshold = (2 * stats.mean_pred()).clamp_max(1).view(-1, 1)
     selected = (stats.levels >= threshold).double()
-    fg_fg = (stats.hist[:, 1] * selected).sum(1)
-    fg_bg = (stats.hist[:, 0] * selected).sum(1)
-    _, _, adp_f = fmeasure_curves(fg_fg.view(-1, 1), fg_bg.view(-1, 1), stats.n_fg)
-    adp_e = emeasure(fg_fg.view(-1, 1), fg_bg.view(-1, 1), stats.n_fg, stats.size)
-    return adp_f[:, 0], adp_e[:, 0]
+    # selected pixels on gt foreground / background: one-threshold counts (N, 1)
+    fg_fg, fg_bg = ((stats.hist[:, gt] * selected).sum(1, keepdim=True) for gt in (1, 0))
+    _, _, adp_f = fmeasure_curves(fg_fg, fg_bg, stats.n_fg)
+    return adp_f[:, 0], emeasure(fg_fg, fg_bg, stats.n_fg, stats.size)[:, 0]
 
 
 def smeasure(stats: MapStats) -> torch.Tensor:
@@ -226,9 +225,8 @@ def r3net_precision_recall(pred_u8: torch.Tensor, gt_u8: torch.Tensor) -> tuple[
     key = pred_u8.to(torch.int32).add_(hard, alpha=256).flatten(1)
     key += 512 * torch.arange(n, device=key.device, dtype=torch.int32).view(-1, 1)
     hist = torch.bincount(key.flatten(), minlength=512 * n).view(n, 2, 256).double()
-    # count of values > t: reversed cumulative sum shifted by one
-    gt_counts = hist.flip(-1).cumsum(-1).flip(-1)[..., 1:]
-    gt_counts = torch.cat([gt_counts, torch.zeros_like(gt_counts[..., :1])], -1)
+    # count of values > t: reversed cumulative sum shifted by one, 0 for t = 255
+    gt_counts = torch.nn.functional.pad(hist.flip(-1).cumsum(-1).flip(-1)[..., 1:], (0, 1))
     tp, positives = gt_counts[:, 1], gt_counts.sum(1)
     n_true = hist[:, 1].sum(1, keepdim=True)
     return (tp + R3NET_EPS) / (positives + R3NET_EPS), (tp + R3NET_EPS) / (n_true + R3NET_EPS)

@@ -33,12 +33,8 @@ def canonical_metric(name: str) -> str | None:
 def protocol_note(protocol: str) -> str | None:
     """The note under a table whose marked columns follow ``protocol``; None when none does."""
     changed = PROTOCOL_METRICS[protocol]
-    if not changed:
-        return None
-    return (
-        f"{PROTOCOL_MARK} --protocol {protocol}: {' and '.join(changed)} as the original R3Net code computes "
-        "them; the other metrics as PySODMetrics"
-    )
+    how = "as the original R3Net code computes them; the other metrics as PySODMetrics"
+    return f"{PROTOCOL_MARK} --protocol {protocol}: {' and '.join(changed)} {how}" if changed else None
 
 
 def protocol_fields(protocol: str) -> dict[str, object]:

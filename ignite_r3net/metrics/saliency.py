@@ -28,12 +28,14 @@ _SLOTS = dict(mae=1, precision=256, recall=256, fmeasure=256, adpF=1, emeasure=2
 _OFFSETS = MappingProxyType(  # name -> its slice of the sums vector
     {name: slice(end - n, end) for (name, n), end in zip(_SLOTS.items(), accumulate(_SLOTS.values()))}
 )
-_SUMS_LENGTH = sum(_SLOTS.values())
 
 _QUANTUM = 2.0**32
 _CHUNK_PIXELS = 1 << 21  # maps scored together: ~2 M pixels keep the int32 histogram keys at 8 MB
 WF_BETA2 = 1.0  # beta^2 of the weighted F-measure
 _REACH = 3  # half the Gaussian window: how far a foreground pixel's EA reads Et
+# one axis of MATLAB's fspecial('gaussian', 7, 5), whose zeroing of tiny values never triggers for 7, 5
+_TAPS = np.exp(-((np.arange(7) - 3.0) ** 2) / (2 * 5.0 * 5.0))
+_TAPS /= _TAPS.sum()
 
 
 def _exact(per_image: torch.Tensor) -> torch.Tensor:
@@ -93,34 +95,6 @@ def _f_of(precision: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
     return (1 + histogram.F_BETA2) * precision * recall / (histogram.F_BETA2 * precision + recall)
 
 
-def _gaussian_taps(size: int = 7, sigma: float = 5.0) -> np.ndarray:
-    """The 1-D factor of MATLAB's ``fspecial('gaussian', size, sigma)`` (its zeroing never triggers for 7, 5)."""
-    x = np.arange(size) - (size - 1) / 2
-    taps = np.exp(-(x * x) / (2 * sigma * sigma))
-    return taps / taps.sum()
-
-
-def _foreground_box(gt: np.ndarray, margin: int) -> tuple[slice, slice]:
-    """Rows and columns of the bounding box of ``gt``'s foreground grown by ``margin``, within the map."""
-    rows, cols = np.flatnonzero(gt.any(1)), np.flatnonzero(gt.any(0))
-    h, w = gt.shape
-    return (
-        slice(max(rows[0] - margin, 0), min(rows[-1] + margin + 1, h)),
-        slice(max(cols[0] - margin, 0), min(cols[-1] + margin + 1, w)),
-    )
-
-
-def _squared_distances(nearest: np.ndarray) -> np.ndarray:
-    """Squared distances (int) of every pixel to the pixel ``nearest`` (2, H, W) points it to."""
-    h, w = nearest.shape[1:]
-    dr = nearest[0] - np.arange(h, dtype=nearest.dtype)[:, None]
-    dc = nearest[1] - np.arange(w, dtype=nearest.dtype)[None, :]
-    dr *= dr
-    dc *= dc
-    dr += dc
-    return dr
-
-
 def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
     """Weighted F-measure (Margolin et al., CVPR 2014), beta^2 = 1, of one map: ``pred`` (H, W) float64
     normalised to [0, 1], ``gt`` (H, W) bool; 0 for an empty ``gt``, as PySODMetrics.
@@ -142,21 +116,25 @@ def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
     if not gt.any():
         return 0.0
     nearest = ndimage.distance_transform_edt(~gt, return_distances=False, return_indices=True)
-    rows, cols = _foreground_box(gt, _REACH)
+    # the foreground's bounding box grown by _REACH (a slice past the map's end stops at it)
+    fg_rows, fg_cols = np.flatnonzero(gt.any(1)), np.flatnonzero(gt.any(0))
+    rows = slice(max(fg_rows[0] - _REACH, 0), fg_rows[-1] + _REACH + 1)
+    cols = slice(max(fg_cols[0] - _REACH, 0), fg_cols[-1] + _REACH + 1)
     fg = gt[rows, cols]
     box_pred = pred[rows, cols]
     err = np.where(fg, 1 - box_pred, box_pred)
     # Et: each pixel of the box takes E of its nearest foreground pixel (itself on the foreground), in the box
     err_t = err[nearest[0, rows, cols] - rows.start, nearest[1, rows, cols] - cols.start]
-    taps = _gaussian_taps()
-    ea = ndimage.correlate1d(err_t, taps, axis=0, mode="constant")  # the kernel is symmetric:
-    ea = ndimage.correlate1d(ea, taps, axis=1, mode="constant")  # correlation == convolution
+    ea = ndimage.correlate1d(err_t, _TAPS, axis=0, mode="constant")  # the kernel is symmetric:
+    ea = ndimage.correlate1d(ea, _TAPS, axis=1, mode="constant")  # correlation == convolution
     n_fg = float(np.count_nonzero(fg))
     fg_ew = float(np.minimum(err, ea)[fg].sum())  # sum of Ew over the foreground
     fg_pred = float(box_pred[fg].sum())
     bg_pred = float(pred.sum()) - fg_pred
-
-    decay = np.sqrt(_squared_distances(nearest), dtype=np.float64)
+    # Dst from the indices, exactly: squared distances in integers
+    dr = nearest[0] - np.arange(gt.shape[0], dtype=nearest.dtype)[:, None]
+    dc = nearest[1] - np.arange(gt.shape[1], dtype=nearest.dtype)[None, :]
+    decay = np.sqrt(dr * dr + dc * dc, dtype=np.float64)
     decay *= math.log(0.5) / 5
     np.exp(decay, out=decay)  # 0.5 ** (Dst / 5), as PySODMetrics computes it; 1 on the foreground
     bg_decay = float(np.dot(pred.ravel(), decay.ravel())) - fg_pred
@@ -201,16 +179,14 @@ class SaliencyMetrics(Metric):
     ) -> None:
         if protocol not in ("standard", "r3net"):
             raise ValueError(f"protocol must be 'standard' or 'r3net', got {protocol!r}")
-        self.protocol = protocol
-        self.per_image = per_image
+        self.protocol, self.per_image = protocol, per_image
         super().__init__(output_transform=output_transform, device=device)
 
     @reinit__is_reduced
     def reset(self) -> None:
-        self._sums = torch.zeros(_SUMS_LENGTH, dtype=torch.float64, device=self._device)
+        self._sums = torch.zeros(sum(_SLOTS.values()), dtype=torch.float64, device=self._device)
         # per-map histogram statistics not yet folded into the sums (see _flush)
         self._pending: list[histogram.MapStats] = []
-        self._pending_maps = 0
         # per_image: the names in update order, and per metric the values' chunks in that order
         self._names: list[str] = []
         self._columns: dict[str, list[torch.Tensor]] = {key: [] for key in METRIC_KEYS}
@@ -260,8 +236,7 @@ class SaliencyMetrics(Metric):
         self._record(wF=self._add("wF", torch.tensor(w_f, dtype=torch.float64)))
         self._add("images", torch.ones(len(gt), dtype=torch.float64))
         self._pending.append(stats)
-        self._pending_maps += len(gt)
-        if self._pending_maps >= self._PENDING_MAPS:
+        if sum(len(p.n_fg) for p in self._pending) >= self._PENDING_MAPS:
             self._flush()
 
     def _flush(self) -> None:
@@ -269,7 +244,7 @@ class SaliencyMetrics(Metric):
         if not self._pending:
             return
         stats = histogram.MapStats.cat(self._pending)
-        self._pending, self._pending_maps = [], 0
+        self._pending = []
         tp, fp = histogram.threshold_counts(stats)
         precision, recall, fmeasure = histogram.fmeasure_curves(tp, fp, stats.n_fg)
         fmeasure = self._add("fmeasure", fmeasure)
@@ -306,7 +281,7 @@ class SaliencyMetrics(Metric):
 
     def load_state_dict(self, state_dict: Mapping) -> None:
         """Replace everything, pending maps included, by the saved sums."""
-        self._pending, self._pending_maps = [], 0
+        self._pending = []
         super().load_state_dict(state_dict)
 
     @sync_all_reduce("_sums")
