@@ -5,6 +5,7 @@ README's install from a clone."""
 from __future__ import annotations
 
 import configparser
+import importlib
 
 import pytest
 from helpers import REPO
@@ -83,3 +84,11 @@ def test_install_hints_name_extras_the_clone_installs() -> None:
     assert 'pip install -e ".[serve]"' in readme
     sources = "".join(p.read_text(encoding="utf-8") for p in (REPO / "ignite_r3net").rglob("*.py"))
     assert "ignite_r3net[" not in sources
+
+
+def test_every_command_names_a_function_its_module_has() -> None:
+    """``Command.run`` is a ``.module:function`` string imported when the command runs (so ``--help`` imports no
+    torch): a renamed or moved function fails here, not in a user's first run of that command."""
+    for command in cli.COMMANDS:
+        module, function = command.run.split(":")
+        assert callable(getattr(importlib.import_module(module, "ignite_r3net"), function)), command.name
