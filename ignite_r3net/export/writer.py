@@ -33,7 +33,7 @@ from ..model.backbone_weights import is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.formats import SUFFIXES
-from ..profiling.rows import read_report
+from ..profiling.report import read_report
 from .fidelity import check_fidelity
 from .model_card import model_card, read_results
 from .quantize import Int8Plan, quantize_in_place
