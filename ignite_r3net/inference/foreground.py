@@ -36,7 +36,7 @@ def estimate_foreground(image: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     torch.mul(alpha, image, out=stack[:3])
     small = [F.avg_pool2d(x[None], REDUCTION, ceil_mode=True)[0] for x in (stack[:3], alpha, image)]
     small = [small[0], small[1], small[2] - small[0], 1 - small[1]]
-    sums = window_sums(torch.cat(small), _reduced(RADII[0]))
+    sums = window_sums(torch.cat(small), max(1, round(RADII[0] / REDUCTION)))
     means = torch.cat([sums[:3] / sums[3:4].clamp_min(_EPSILON), sums[4:7] / sums[7:8].clamp_min(_EPSILON)])
     means = F.interpolate(means[None], size=(height, width), mode="bilinear", align_corners=False)[0]
     residual = _residual(image, alpha, means[:3], means[3:])
@@ -52,10 +52,6 @@ def estimate_foreground(image: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     mean_background = sums[4:7].div_((counts - sums[3:4]).clamp_min_(_EPSILON))
     residual = _residual(image, alpha, mean_foreground, mean_background)
     return torch.addcmul(mean_foreground, alpha, residual).clamp_(0, 1)
-
-
-def _reduced(radius: int) -> int:
-    return max(1, round(radius / REDUCTION))
 
 
 def _residual(

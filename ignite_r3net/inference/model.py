@@ -18,16 +18,13 @@ from ..errors import OptionError, error_line, install_extra
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from .engine import SaliencyFunction, predict_maps, saliency_at_input_size, to_8bit_maps
 
-# a uint8 batch (N, 3, H, W) on the device, ``--size`` and ``--max-side`` to 8-bit maps (N, H, W)
-SizedMapFunction = Callable[[torch.Tensor, int | None, int | None], torch.Tensor]
-
 
 @dataclass(frozen=True)
 class LoadedModel:
     """A model's 8-bit maps at ``inference_shape(size, max_side)`` (before ``--crf`` and ``--threshold``), and what
     runs them."""
 
-    maps: SizedMapFunction
+    maps: Callable[[torch.Tensor, int | None, int | None], torch.Tensor]  # a uint8 batch, --size, --max-side
     backbone: str | None  # None: an exported file (it holds its backbone)
     provider: str  # "torch", or onnxruntime's execution provider
 

@@ -73,8 +73,10 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
         raise OptionError(f"--onnx {options.onnx} does not exist")
     subject = load_subject(options.checkpoint, options.backbone, device, options.head_width)
     header = make_header(subject, command_line(options))
-    for line in header_lines(header):
-        echo(line)
+    echo(f"profile: {header['model']} on {header['device']} ({header['device_name']})")
+    echo(
+        f"torch {header['torch']}, {header['threads']} threads, load average {header['load_average']}, {header['date']}"
+    )
     plan = list(combinations(options))
     profiler = Profiler(subject, options)
     rows: list[dict[str, Any]] = []
@@ -141,24 +143,12 @@ def make_header(subject: Subject, command: str) -> dict[str, Any]:
     }
 
 
-def header_lines(header: dict[str, Any]) -> list[str]:
-    return [
-        f"profile: {header['model']} on {header['device']} ({header['device_name']})",
-        f"torch {header['torch']}, {header['threads']} threads, load average {header['load_average']}, "
-        f"{header['date']}",
-    ]
-
-
 def combinations(options: ProfileOptions) -> Iterator[Combination]:
-    """The rows of ``options`` in order: per size, per batch, each --amp mode, then the ONNX file."""
-    if options.find_max_batch:
-        for height, width in options.shapes:
-            for amp in options.amp:
-                yield Combination("max-batch", height, width, 0, amp, options.channels_last, options.compile)
-        return
-    mode = "train" if options.train else "inference"
+    """The rows of ``options`` in order: per size, per batch (none to search for the largest), each --amp mode,
+    then the ONNX file."""
+    mode = "max-batch" if options.find_max_batch else "train" if options.train else "inference"
     for height, width in options.shapes:
-        for batch in options.batch_sizes:
+        for batch in [0] if options.find_max_batch else options.batch_sizes:
             for amp in options.amp:
                 yield Combination(mode, height, width, batch, amp, options.channels_last, options.compile)
             if options.onnx is not None:
