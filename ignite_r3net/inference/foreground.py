@@ -1,11 +1,5 @@
-"""The foreground's own colours where a cutout's alpha is soft. There a photo's pixel I mixes the foreground F
-and the background B, I = alpha F + (1 - alpha) B, so the photo's colour keeps a fringe of the old background.
-Blur-fusion (Forte and Pitié, "Approximate Fast Foreground Colour Estimation", ICIP 2021) estimates F from I and
-alpha alone: with the local means of F weighted by alpha and of B weighted by 1 - alpha,
-
-    F' = mean_F + alpha (I - alpha mean_F - (1 - alpha) mean_B),   B' = mean_B + (1 - alpha) (I - ...),
-
-applied twice, with a wide window and then a narrow one (the paper's "Blur-Fusion x2"). Box sums make each
+"""The foreground's own colours where a cutout's alpha is soft, by Blur-fusion x2 (Forte and Pitié, ICIP 2021),
+from the photo and its alpha alone: docs/deployment.md gives the update and its two windows. Box sums make each
 window cost the same whatever its size; torch runs it on the device of the image."""
 
 from __future__ import annotations

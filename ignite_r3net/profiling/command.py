@@ -1,7 +1,6 @@
-"""``profile``: what a model costs, one row per size, batch and mode: parameters, GMACs per image, latency (median
-and 95th percentile), images/s and peak memory, on the CPU or a GPU, in inference (PyTorch or an exported ONNX
-file), in a training step, or as the largest training batch a GPU holds. A mode that cannot run is a row saying
-why; the others still run."""
+"""``profile``: what a model costs, one row per size, batch and mode (docs/profile.md), in inference (PyTorch or
+an exported ONNX file), in a training step, or as the largest training batch a GPU holds. A mode that cannot
+run is a row saying why; the others still run."""
 
 from __future__ import annotations
 

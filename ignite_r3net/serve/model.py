@@ -1,11 +1,7 @@
 """The model ``serve`` answers with: a checkpoint or an exported file, loaded by the code ``predict`` uses, whose
-maps are ``predict``'s for the same image and options; and the batches of requests it runs (``Batcher``).
-
-Requests that arrive together run as one forward pass. One asyncio task takes the first waiting image, waits
-up to ``max_wait`` for others (up to ``max_batch``), groups them by ``?max_side=`` and image size with ``predict``'s
-``plan_batches`` (equal sizes together, fewer when large) and runs each group on the model's one thread, so the
-maps are those of batch 1; images of different sizes are never padded together (padding changes the maps). While
-a batch runs, the next requests queue up and form the next batch."""
+maps are ``predict``'s for the same image and options; and ``Batcher``, which runs the requests that arrive
+together as one forward pass, grouped as ``predict`` groups images (docs/serve.md, "Batching"): images of
+different sizes are never padded together (padding changes the maps), so the maps are those of batch 1."""
 
 from __future__ import annotations
 
@@ -59,7 +55,9 @@ class _Job:
 
 
 class Batcher:
-    """Collects images into batches for ``maps``; counts the forward passes and the images they ran."""
+    """Collects images into batches for ``maps``: one asyncio task takes the first waiting image and waits up to
+    ``max_wait_s`` for others (up to ``max_batch``); while a batch runs, the next requests queue up. Counts the
+    forward passes and the images they ran."""
 
     def __init__(self, maps: BatchMaps, max_batch: int, max_wait_s: float) -> None:
         self.maps, self.max_batch, self.max_wait_s = maps, max_batch, max_wait_s
