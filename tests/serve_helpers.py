@@ -33,8 +33,7 @@ def serving(app: Any, say: Callable[[str], Any] | None = None) -> Iterator[str]:
     in a thread; yields its base URL, stops it (answering what is in flight) on leaving."""
     import uvicorn
 
-    from ignite_r3net.serve.middleware import RequestLog
-    from ignite_r3net.serve.server import bind
+    from ignite_r3net.serve.server import RequestLog, bind
 
     listening = bind("127.0.0.1", 0)
     logged = RequestLog(app, say) if say is not None else RequestLog(app, lambda line: None)

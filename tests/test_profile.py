@@ -20,9 +20,9 @@ from torchvision.models import resnet18
 from ignite_r3net import cli
 from ignite_r3net.model.r3net import NUM_PARAMETERS, R3Net
 from ignite_r3net.options import ProfileOptions
-from ignite_r3net.profiling import command, max_batch, measure
+from ignite_r3net.profiling import command, measure
 from ignite_r3net.profiling.command import MAX_BATCH_NEEDS_CUDA, TRAIN_NEEDS_TWO, Combination, Profiler, Subject
-from ignite_r3net.profiling.rows import HEADER_KEYS, ROW_KEYS
+from ignite_r3net.profiling.report import HEADER_KEYS, ROW_KEYS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,16 +256,16 @@ def test_find_max_batch_finds_the_batch_above_which_memory_runs_out(monkeypatch:
     install(1, monkeypatch.setattr)
     cuda = torch.device("cuda", 0)
     tries: list[int] = []
-    assert max_batch.find_max_batch(_out_of_memory_above(12, tries), cuda, start=2) == 12
+    assert measure.find_max_batch(_out_of_memory_above(12, tries), cuda, start=2) == 12
     assert tries == [2, 4, 8, 16, 12, 14, 13]  # doubling, then halving the gap between 8 and 16
-    assert max_batch.find_max_batch(_out_of_memory_above(1, []), cuda, start=2) == 0
-    assert max_batch.find_max_batch(_out_of_memory_above(10**6, []), cuda, limit=64) == 64
+    assert measure.find_max_batch(_out_of_memory_above(1, []), cuda, start=2) == 0
+    assert measure.find_max_batch(_out_of_memory_above(10**6, []), cuda, limit=64) == 64
 
     def broken(batch: int) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     with pytest.raises(RuntimeError, match="illegal memory access"):  # only running out of memory means "too big"
-        max_batch.find_max_batch(broken, cuda)
+        measure.find_max_batch(broken, cuda)
 
 
 def test_the_max_batch_row_of_a_faked_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,23 +1,16 @@
 """Whether an exported model gives the model's maps: its output is judged against the exact map (the same
-model run in float64), with room for float32 rounding however the CPU's kernels round.
+model run in float64), with room for float32 rounding however the CPU's kernels round: the rule that
+docs/deployment.md states, ``Fidelity.allowed_max`` at every pixel and ``allowed_mean`` on average.
 
 An absolute bound on the difference to PyTorch's float32 output judges the CPU, not the file: a model whose
 output is sensitive to rounding (an early checkpoint, whose BatchNorm statistics come from a few small
 batches) gives PyTorch float32 maps several gray levels from the exact ones at single pixels, and
-onnxruntime's kernels round otherwise than PyTorch's, differently on each CPU. So the file passes when its
-output is
-
-* at most half a gray level (0.5 / 255) from the exact map at every pixel, so that its 8-bit maps are within one
-  gray level of the exact ones, or no further from it than ``ROUNDING_FACTOR`` times PyTorch's own float32
-  error, for a model whose float32 rounding is larger than that; and
-* on average at most ``MEAN_FLOOR`` from the exact map, or ``ROUNDING_FACTOR`` times PyTorch's own average
-  float32 error.
-
-A wrong graph (another normalisation, no sigmoid, channels or axes swapped, other weights) is off by far more
-than rounding at most pixels, and the average bound refuses it even where a few sensitive pixels widen the
-first bound. The bounds widen with the model's own rounding: for a model whose float32 maps are far from
-exact on average, a mistake that moves its maps less than 4 times that (a channel swap, for a model that hardly
-looks at colour) passes, and such a file's maps are then within that rounding of the model's."""
+onnxruntime's kernels round otherwise than PyTorch's, differently on each CPU. A wrong graph (another
+normalisation, no sigmoid, channels or axes swapped, other weights) is off by far more than rounding at most
+pixels, and the average bound refuses it even where a few sensitive pixels widen the first bound. The bounds
+widen with the model's own rounding: for a model whose float32 maps are far from exact on average, a mistake
+that moves its maps less than 4 times that (a channel swap, for a model that hardly looks at colour) passes,
+and such a file's maps are then within that rounding of the model's."""
 
 from __future__ import annotations
 
@@ -30,7 +23,7 @@ from torch import nn
 
 from ..errors import ExportError
 
-HALF_GRAY_LEVEL = 0.5 / 255
+HALF_GRAY_LEVEL = 0.5 / 255  # the 8-bit maps within one gray level of the exact ones
 MEAN_FLOOR = 1e-5  # a twentieth of a gray level on average: far below what a wrong graph gives
 ROUNDING_FACTOR = 4  # another float32 implementation rounds about as much as PyTorch's; 4x leaves room
 

@@ -75,7 +75,7 @@ def model_card(
     if results is not None:
         parts.append(_evaluation(*results))
     if cost is not None:
-        parts.append(_cost(*cost))
+        parts.append(f"## Cost\n\n{measured_with(*cost)}\n\n{markdown_table(cost[1])}")
     parts.append(f"## Citation\n\n```bibtex\n{_CITATION}\n```")
     return "\n\n".join(parts) + "\n"
 
@@ -154,7 +154,3 @@ def _evaluation(kind: str, results: Results) -> str:
         table = "\n".join([header, "|---|--:" + "|--:" * len(DEFAULT_METRICS) + "|", *rows])
         intro = "From `evaluate` (each image at its full resolution):"
     return f"## Evaluation\n\n{intro}\n\n{table.rstrip()}"
-
-
-def _cost(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    return f"## Cost\n\n{measured_with(header, rows)}\n\n{markdown_table(rows)}"

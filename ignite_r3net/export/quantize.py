@@ -1,9 +1,7 @@
 """``export --format onnx --quantize int8``: the float ONNX file, once checked, statically quantized by
-onnxruntime's quantizer (QDQ format: INT8 weights per output channel, UINT8 activations whose ranges come
-from running the float file on the images of ``--calibrate``, each at its own size), then scored against the
-float model on the held-out images of ``--check-data``, each at its own size as ``predict`` runs it: with
-masks, max F and MAE of each; without, the MAE between the two maps. A file that loses more than
-``--max-drop`` (max F, or that MAE) is refused and nothing is written."""
+onnxruntime's quantizer, calibrated on ``--calibrate`` and scored against the float model on the held-out
+images of ``--check-data`` (docs/deployment.md, "INT8 files"); a file that loses more than ``--max-drop`` is
+refused and nothing is written."""
 
 from __future__ import annotations
 

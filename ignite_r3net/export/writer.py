@@ -1,7 +1,8 @@
 """``export``: a trained R3Net as one ONNX or TorchScript file that gives ``predict``'s maps without this
-package (read back by ``load_exported``, for ``predict --model``), or (``--format hub``) as a folder with its
-model card for ``hf upload``, which every command reads as ``--checkpoint hf-hub:ORG/NAME``. Either is
-checked against PyTorch before it is renamed into place."""
+package (read back by ``load_exported``, for ``predict --model``), or (``--for rembg``) as rembg's
+``u2net_custom`` model, or (``--format hub``) as a folder with its model card for ``hf upload``, which every
+command reads as ``--checkpoint hf-hub:ORG/NAME``. Each is checked against PyTorch before it is renamed into
+place."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import nn
@@ -28,16 +30,15 @@ from ..atomic_files import (
 )
 from ..data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from ..errors import CheckpointError, ExportError, OptionError, install_extra
-from ..inference.model import load_exported, quiet_torchscript
+from ..inference.model import load_exported, onnx_session, quiet_torchscript
 from ..model.backbone_weights import is_hub_source
 from ..model.trained_model import HUB_CONFIG, HUB_WEIGHTS, TrainedWeights, build_model, read_trained_weights
 from ..options import ExportOptions
 from ..options.formats import SUFFIXES
-from ..profiling.rows import read_report
+from ..profiling.report import read_report
 from .fidelity import check_fidelity
 from .model_card import model_card, read_results
 from .quantize import Int8Plan, quantize_in_place
-from .rembg import REMBG_SHAPE, REMBG_SIDE, RembgGraph, load_rembg_model, random_rembg_input, rembg_contract
 
 INPUT_NAME = "image"
 OUTPUT_NAME = "saliency"
@@ -51,6 +52,8 @@ CARD = "README.md"
 # the exporter would tie them) and both above 32 (the backbone's stride), so no size becomes 1.
 _TRACE_SHAPE = (2, 3, 64, 96)
 _CHECK_SHAPE = (1, 3, 45, 71)
+REMBG_SIDE = 320  # rembg's u2net_custom resizes every image to 320x320
+REMBG_SHAPE = (1, 3, REMBG_SIDE, REMBG_SIDE)
 
 
 class SaliencyGraph(nn.Module):
@@ -105,7 +108,7 @@ def export_model(options: ExportOptions) -> Path:
     try:
         with atomic_output(out) as tmp:  # makes out's folder too, inside the error handling
             if options.format == "onnx":
-                _write_onnx(plan.graph, plan.example, tmp, plan.metadata, options.onnx_opset, plan.dynamic_shapes)
+                _write_onnx(plan, tmp, options.onnx_opset)
             else:
                 _write_torchscript(plan.graph, plan.example, tmp, plan.metadata)
             difference = _check_written(tmp, plan.graph, plan.load, plan.check_input)
@@ -153,16 +156,65 @@ def _plan(weights: TrainedWeights) -> _ExportPlan:
 
 
 def _rembg_plan(weights: TrainedWeights) -> _ExportPlan:
-    """The file rembg runs as its ``u2net_custom`` model (``rembg.py``): its normalised 320x320 input, no more."""
+    """The file rembg runs as its ``u2net_custom`` model.
+
+    rembg (``sessions/u2net_custom.py`` and ``BaseSession.normalize``) feeds a custom model one image resized to
+    320x320 (LANCZOS), divided by its largest pixel value and normalised with the ImageNet mean and std, as float32
+    (1, 3, 320, 320) under the model's first input name; it reads ``outputs[0][:, 0]``, min-max scales it to 0..1,
+    truncates it to 8 bits and resizes that mask back to the image's size (LANCZOS). So the graph is R3Net itself,
+    no normalisation inside, with the saliency probability (after the sigmoid) as its only output, (1, 1, 320,
+    320)."""
     return _ExportPlan(
-        graph=RembgGraph(build_model(weights, "cpu")),
-        example=random_rembg_input(seed=0),
-        check_input=random_rembg_input(seed=1),
+        graph=build_model(weights, "cpu"),
+        example=_random_rembg_input(seed=0),
+        check_input=_random_rembg_input(seed=1),
         dynamic_shapes=None,
-        load=load_rembg_model,
-        metadata=rembg_contract(contract(weights), INPUT_NAME, OUTPUT_NAME),
+        load=_load_rembg_model,
+        metadata={
+            **contract(weights),
+            "input": f"{INPUT_NAME}: float32 (1, 3, {REMBG_SIDE}, {REMBG_SIDE}), RGB, normalised outside the graph",
+            "output": f"{OUTPUT_NAME}: float32 (1, 1, {REMBG_SIDE}, {REMBG_SIDE}), saliency probability in 0..1; "
+            "rembg reads [:, 0] and min-max scales it",
+            "preprocessing": f"outside the graph, as rembg's u2net_custom does: resize to {REMBG_SIDE}x{REMBG_SIDE} "
+            "(LANCZOS), divide by the image's largest value, minus mean (0.485, 0.456, 0.406), divided by "
+            "std (0.229, 0.224, 0.225)",
+            "map": "rembg's mask is the output min-max scaled to 0..255 and resized back to the image's size",
+            "usage": 'rembg i -m u2net_custom -x \'{"model_path": "FILE.onnx"}\' in.jpg out.png',
+        },
         summary=f"for rembg: float32 {REMBG_SHAPE}, normalised by rembg -> float (1, 1, {REMBG_SIDE}, {REMBG_SIDE})",
     )
+
+
+def _random_rembg_input(seed: int) -> torch.Tensor:
+    """A random photo of rembg's size as its ``normalize`` gives it to the model (to trace and to check the graph):
+    divided by its largest value, minus the ImageNet mean, divided by the std, in float64, then float32."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, REMBG_SHAPE, dtype=torch.uint8, generator=generator).to(torch.float64)
+    mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float64).view(1, -1, 1, 1)
+    std = torch.tensor(IMAGENET_STD, dtype=torch.float64).view(1, -1, 1, 1)
+    return ((x / x.amax().clamp_min(1e-6) - mean) / std).to(torch.float32)
+
+
+def _load_rembg_model(path: str | Path) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The ONNX file ``path`` run as rembg runs it (its first input, its first output), after checking that it
+    has rembg's contract; ``ExportError`` when it does not."""
+    try:
+        session = onnx_session(path, ["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own types
+        raise ExportError(f"the exported file does not load: {e}") from None
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(float)" or list(inputs[0].shape) != list(REMBG_SHAPE):
+        found = ", ".join(f"{i.name} {i.type} {i.shape}" for i in inputs)
+        raise ExportError(f"the exported file does not take rembg's float32 {REMBG_SHAPE} input (its inputs: {found})")
+    if list(outputs[0].shape) != [1, 1, REMBG_SIDE, REMBG_SIDE]:
+        raise ExportError(f"the exported file's first output is {outputs[0].shape}, not (1, 1, 320, 320)")
+    name = inputs[0].name
+
+    def run(image: torch.Tensor) -> torch.Tensor:
+        array = np.ascontiguousarray(image.detach().to("cpu", torch.float32).numpy())
+        return torch.from_numpy(session.run(None, {name: array})[0])
+
+    return run
 
 
 def _check_output(options: ExportOptions) -> Path:
@@ -181,28 +233,21 @@ def _check_output(options: ExportOptions) -> Path:
     return out
 
 
-def _write_onnx(
-    graph: nn.Module,
-    example: torch.Tensor,
-    path: Path,
-    metadata: dict[str, str],
-    opset: int,
-    dynamic_shapes: dict[str, dict[int, Any]] | None,
-) -> None:
+def _write_onnx(plan: _ExportPlan, path: Path, opset: int) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's notes on decompositions: nothing to act on
         program = torch.onnx.export(
-            graph,
-            (example,),
+            plan.graph,
+            (plan.example,),
             dynamo=True,
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
-            dynamic_shapes=dynamic_shapes,
+            dynamic_shapes=plan.dynamic_shapes,
             opset_version=opset,
             verbose=False,
         )
     assert program is not None  # None only without dynamo=True
-    program.model.metadata_props.update(metadata)
+    program.model.metadata_props.update(plan.metadata)
     program.save(str(path), external_data=False)  # one self-contained file (R3Net is far below 2 GB)
 
 
@@ -243,8 +288,12 @@ def write_hub_folder(options: ExportOptions) -> Path:
     results = read_results(options.results) if options.results else None
     cost = read_report(options.profile, "--profile") if options.profile else None
     weights = read_trained_weights(options.checkpoint, options.backbone)
-    if cost is not None:
-        _check_cost_backbone(cost[1], weights.backbone, options.profile)
+    other = sorted({str(r["backbone"]) for r in cost[1]} - {weights.backbone}) if cost is not None else []
+    if other:  # the cost table must be of this architecture
+        raise OptionError(
+            f"--profile {options.profile} measured backbone {', '.join(other)}, but the checkpoint's is "
+            f"{weights.backbone}"
+        )
     model = build_model(weights, "cpu")
     training, starting = _run_record(Path(weights.path))
     meta = contract(weights)
@@ -269,13 +318,6 @@ def write_hub_folder(options: ExportOptions) -> Path:
         f"checked); upload it with: hf upload {options.repo_id or 'ORG/NAME'} {out}"
     )
     return out
-
-
-def _check_cost_backbone(rows: list[dict[str, Any]], backbone: str, path: str | None) -> None:
-    """The cost table must be of this architecture: a profile of another backbone is refused."""
-    other = sorted({str(r["backbone"]) for r in rows} - {backbone})
-    if other:
-        raise OptionError(f"--profile {path} measured backbone {', '.join(other)}, but the checkpoint's is {backbone}")
 
 
 def _run_record(checkpoint: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

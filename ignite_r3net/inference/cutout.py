@@ -64,7 +64,12 @@ def cutout_image(
     rgb = refine_foreground(image, alpha) if refine else image.to(torch.uint8)
     if background is None:
         return Image.fromarray(_pixels(torch.cat([rgb, alpha[None]])), mode="RGBA")
-    return Image.fromarray(_pixels(composite(rgb, alpha, _background_pixels(background, rgb))), mode="RGB")
+    if isinstance(background, tuple):
+        backdrop = torch.tensor(background, dtype=torch.uint8, device=rgb.device).view(3, 1, 1)
+    else:  # the image scaled to cover the photo: aspect kept, centred, cropped
+        fitted = ImageOps.fit(background, (rgb.shape[2], rgb.shape[1]), Image.Resampling.LANCZOS)
+        backdrop = torch.from_numpy(np.array(fitted)).permute(2, 0, 1).to(rgb.device)
+    return Image.fromarray(_pixels(composite(rgb, alpha, backdrop)), mode="RGB")
 
 
 def composite(rgb: torch.Tensor, alpha: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
@@ -73,15 +78,6 @@ def composite(rgb: torch.Tensor, alpha: torch.Tensor, background: torch.Tensor) 
     weight = alpha.to(torch.int32)
     mixed = weight * rgb.to(torch.int32) + (255 - weight) * background.to(torch.int32)
     return torch.div(mixed + 127, 255, rounding_mode="floor").to(torch.uint8)
-
-
-def _background_pixels(background: Background, like: torch.Tensor) -> torch.Tensor:
-    """``background`` as uint8 ``(3, H, W)`` (a colour ``(3, 1, 1)``) for a photo ``like``, on its device."""
-    if isinstance(background, tuple):
-        return torch.tensor(background, dtype=torch.uint8, device=like.device).view(3, 1, 1)
-    height, width = like.shape[1:]
-    fitted = ImageOps.fit(background, (width, height), Image.Resampling.LANCZOS)  # aspect kept, centred, cropped
-    return torch.from_numpy(np.array(fitted)).permute(2, 0, 1).to(like.device)
 
 
 def _pixels(picture: torch.Tensor) -> np.ndarray:

@@ -1,11 +1,5 @@
-"""The foreground's own colours where a cutout's alpha is soft. There a photo's pixel I mixes the foreground F
-and the background B, I = alpha F + (1 - alpha) B, so the photo's colour keeps a fringe of the old background.
-Blur-fusion (Forte and Pitié, "Approximate Fast Foreground Colour Estimation", ICIP 2021) estimates F from I and
-alpha alone: with the local means of F weighted by alpha and of B weighted by 1 - alpha,
-
-    F' = mean_F + alpha (I - alpha mean_F - (1 - alpha) mean_B),   B' = mean_B + (1 - alpha) (I - ...),
-
-applied twice, with a wide window and then a narrow one (the paper's "Blur-Fusion x2"). Box sums make each
+"""The foreground's own colours where a cutout's alpha is soft, by Blur-fusion x2 (Forte and Pitié, ICIP 2021),
+from the photo and its alpha alone: docs/deployment.md gives the update and its two windows. Box sums make each
 window cost the same whatever its size; torch runs it on the device of the image."""
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ def estimate_foreground(image: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     torch.mul(alpha, image, out=stack[:3])
     small = [F.avg_pool2d(x[None], REDUCTION, ceil_mode=True)[0] for x in (stack[:3], alpha, image)]
     small = [small[0], small[1], small[2] - small[0], 1 - small[1]]
-    sums = window_sums(torch.cat(small), _reduced(RADII[0]))
+    sums = window_sums(torch.cat(small), max(1, round(RADII[0] / REDUCTION)))
     means = torch.cat([sums[:3] / sums[3:4].clamp_min(_EPSILON), sums[4:7] / sums[7:8].clamp_min(_EPSILON)])
     means = F.interpolate(means[None], size=(height, width), mode="bilinear", align_corners=False)[0]
     residual = _residual(image, alpha, means[:3], means[3:])
@@ -52,10 +46,6 @@ def estimate_foreground(image: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     mean_background = sums[4:7].div_((counts - sums[3:4]).clamp_min_(_EPSILON))
     residual = _residual(image, alpha, mean_foreground, mean_background)
     return torch.addcmul(mean_foreground, alpha, residual).clamp_(0, 1)
-
-
-def _reduced(radius: int) -> int:
-    return max(1, round(radius / REDUCTION))
 
 
 def _residual(

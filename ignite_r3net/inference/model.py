@@ -18,16 +18,13 @@ from ..errors import OptionError, error_line, install_extra
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from .engine import SaliencyFunction, predict_maps, saliency_at_input_size, to_8bit_maps
 
-# a uint8 batch (N, 3, H, W) on the device, ``--size`` and ``--max-side`` to 8-bit maps (N, H, W)
-SizedMapFunction = Callable[[torch.Tensor, int | None, int | None], torch.Tensor]
-
 
 @dataclass(frozen=True)
 class LoadedModel:
     """A model's 8-bit maps at ``inference_shape(size, max_side)`` (before ``--crf`` and ``--threshold``), and what
     runs them."""
 
-    maps: SizedMapFunction
+    maps: Callable[[torch.Tensor, int | None, int | None], torch.Tensor]  # a uint8 batch, --size, --max-side
     backbone: str | None  # None: an exported file (it holds its backbone)
     provider: str  # "torch", or onnxruntime's execution provider
 
@@ -109,15 +106,21 @@ class OnnxModel:
         return torch.from_numpy(saliency).to(images.device)
 
 
-def _load_onnx(path: Path, device: torch.device, threads: int | None) -> OnnxModel:
+def onnx_session(path: str | Path, providers: list[Any], threads: int | None = None) -> Any:
+    """An onnxruntime ``InferenceSession`` of ``path`` (``threads`` for its operators); onnxruntime's own errors."""
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise here
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=providers)
+
+
+def _load_onnx(path: Path, device: torch.device, threads: int | None) -> OnnxModel:
+    providers = onnx_providers(device)  # a missing onnxruntime is its own error
     try:
-        session = ort.InferenceSession(str(path), options, providers=onnx_providers(device))
+        session = onnx_session(path, providers, threads)
     except Exception as e:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
         raise OptionError(f"cannot load ONNX model {path}: {error_line(e)}") from None
     inputs, outputs = session.get_inputs(), session.get_outputs()

@@ -1,2 +1,2 @@
-"""``profile``: what a model costs (``command``), how it is measured (``measure``), the rows and their JSON
-(``rows``), the largest training batch a GPU holds (``max_batch``) and the tables (``report``)."""
+"""``profile``: what a model costs (``command``), how it is measured and the largest training batch a GPU holds
+(``measure``), and the rows, their JSON and their tables (``report``)."""

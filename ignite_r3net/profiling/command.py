@@ -1,7 +1,6 @@
-"""``profile``: what a model costs, one row per size, batch and mode: parameters, GMACs per image, latency (median
-and 95th percentile), images/s and peak memory, on the CPU or a GPU, in inference (PyTorch or an exported ONNX
-file), in a training step, or as the largest training batch a GPU holds. A mode that cannot run is a row saying
-why; the others still run."""
+"""``profile``: what a model costs, one row per size, batch and mode (docs/profile.md), in inference (PyTorch or
+an exported ONNX file), in a training step, or as the largest training batch a GPU holds. A mode that cannot
+run is a row saying why; the others still run."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import datetime
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,7 @@ from ..model.trained_model import build_model, read_trained_weights
 from ..options import ProfileOptions
 from ..options.fields import flag_of, option_fields
 from . import measure
-from .max_batch import find_max_batch
-from .report import MACS_NOTE, console_header, console_line, row_label
-from .rows import CostRow
+from .report import MACS_NOTE, CostRow, console_header, console_line, row_label
 
 TRAIN_NEEDS_TWO = (
     "a training step needs a batch of 2 or more (the ASPP's image-level BatchNorm sees one value per image)"
@@ -74,15 +72,17 @@ def profile(options: ProfileOptions) -> list[dict[str, Any]]:
         raise OptionError(f"--onnx {options.onnx} does not exist")
     subject = load_subject(options.checkpoint, options.backbone, device, options.head_width)
     header = make_header(subject, command_line(options))
-    for line in header_lines(header):
-        echo(line)
+    echo(f"profile: {header['model']} on {header['device']} ({header['device_name']})")
+    echo(
+        f"torch {header['torch']}, {header['threads']} threads, load average {header['load_average']}, {header['date']}"
+    )
     plan = list(combinations(options))
     profiler = Profiler(subject, options)
     rows: list[dict[str, Any]] = []
     echo(console_header())
     for done, combination in enumerate(plan):
         echo(f"profile: row {done + 1}/{len(plan)}: {row_label(asdict(combination))} ...", sys.stderr)
-        rows.append(profiler.row(combination).to_json())
+        rows.append(asdict(profiler.row(combination)))
         echo(console_line(rows[-1]))
         if options.json_path:
             write_json({"header": header, "rows": rows}, options.json_path)
@@ -142,24 +142,12 @@ def make_header(subject: Subject, command: str) -> dict[str, Any]:
     }
 
 
-def header_lines(header: dict[str, Any]) -> list[str]:
-    return [
-        f"profile: {header['model']} on {header['device']} ({header['device_name']})",
-        f"torch {header['torch']}, {header['threads']} threads, load average {header['load_average']}, "
-        f"{header['date']}",
-    ]
-
-
 def combinations(options: ProfileOptions) -> Iterator[Combination]:
-    """The rows of ``options`` in order: per size, per batch, each --amp mode, then the ONNX file."""
-    if options.find_max_batch:
-        for height, width in options.shapes:
-            for amp in options.amp:
-                yield Combination("max-batch", height, width, 0, amp, options.channels_last, options.compile)
-        return
-    mode = "train" if options.train else "inference"
+    """The rows of ``options`` in order: per size, per batch (none to search for the largest), each --amp mode,
+    then the ONNX file."""
+    mode = "max-batch" if options.find_max_batch else "train" if options.train else "inference"
     for height, width in options.shapes:
-        for batch in options.batch_sizes:
+        for batch in [0] if options.find_max_batch else options.batch_sizes:
             for amp in options.amp:
                 yield Combination(mode, height, width, batch, amp, options.channels_last, options.compile)
             if options.onnx is not None:
@@ -196,13 +184,56 @@ class Profiler:
             row.status, row.reason = "unavailable", reason
             return row
         try:
-            _measure(row, c, subject, self.run_model, self.onnx, options)
+            self._measure(row, c)
         except Exception as e:  # noqa: BLE001 - one mode failing (compile, memory) must not stop the others
             row.status = "failed"
             row.reason = f"out of memory: {error_line(e)}" if measure.is_out_of_memory(e) else error_line(e)
         finally:
             measure.free_cached_memory(subject.device)
         return row
+
+    def _measure(self, row: CostRow, c: Combination) -> None:
+        device, channels_last = self.subject.device, self.options.channels_last
+        if c.mode == "max-batch":
+            self._max_batch(row, c)
+            return
+        run: Callable[[], object]
+        if c.mode == "train":
+            step = training_step(self.subject.model, self.run_model, device, c.amp, channels_last)
+            # one step, no accumulation
+            run = partial(step, None, [synthetic_batch(c.batch_size, c.height, c.width, device)])
+        elif c.mode == "onnx":
+            assert isinstance(self.onnx, OnnxModel)
+            shape = (c.batch_size, 3, c.height, c.width)
+            run = partial(self.onnx, torch.randint(0, 256, shape, dtype=torch.uint8, device=device))
+        else:
+            run = inference_run(self.run_model, device, c, channels_last)
+        timing = measure.time_runs(run, device, self.options.warmup, self.options.repeats)
+        row.latency_ms_median, row.latency_ms_p95 = 1000 * timing.median, 1000 * timing.p95
+        row.images_per_s = c.batch_size / timing.median
+        row.peak_memory_mib = None if timing.peak_memory is None else timing.peak_memory / 2**20
+        row.memory_measure = timing.memory_measure
+
+    def _max_batch(self, row: CostRow, c: Combination) -> None:
+        """The largest training batch that fits at ``c``'s size and autocast, and the peak memory of its step."""
+        device = self.subject.device
+        step = training_step(self.subject.model, self.run_model, device, c.amp, self.options.channels_last)
+
+        def step_at(batch: int) -> None:
+            step(None, [synthetic_batch(batch, c.height, c.width, device)])
+            measure.synchronize(device)  # an asynchronous failure belongs to this try
+
+        largest = measure.find_max_batch(step_at, device, start=2)
+        row.max_batch, row.batch_size = largest, largest
+        if largest == 0:
+            row.status, row.reason = "failed", "a training step of batch 2 does not fit"
+            return
+        memory = measure.PeakMemory(device)
+        memory.reset()
+        step_at(largest)
+        peak = memory.peak()
+        row.peak_memory_mib = None if peak is None else peak / 2**20
+        row.memory_measure = memory.measure
 
 
 def _unavailable(c: Combination, device: torch.device, onnx: OnnxModel | str | None) -> str | None:
@@ -249,41 +280,6 @@ def _onnx_model(path: str, device: torch.device) -> OnnxModel | str:
     return model
 
 
-def _measure(
-    row: CostRow,
-    c: Combination,
-    subject: Subject,
-    run_model: Callable[..., Any],
-    onnx: OnnxModel | str | None,
-    options: ProfileOptions,
-) -> None:
-    device = subject.device
-    if c.mode == "max-batch":
-        _max_batch(row, c, subject, run_model, options.channels_last)
-        return
-    if c.mode == "train":
-        step = training_step(subject.model, run_model, device, c.amp, options.channels_last)
-        micro_batches = [synthetic_batch(c.batch_size, c.height, c.width, device)]  # one step, no accumulation
-
-        def run() -> object:
-            return step(None, micro_batches)
-
-    elif c.mode == "onnx":
-        assert isinstance(onnx, OnnxModel)
-        images = torch.randint(0, 256, (c.batch_size, 3, c.height, c.width), dtype=torch.uint8, device=device)
-
-        def run() -> object:
-            return onnx(images)
-
-    else:
-        run = inference_run(run_model, device, c, options.channels_last)
-    timing = measure.time_runs(run, device, options.warmup, options.repeats)
-    row.latency_ms_median, row.latency_ms_p95 = 1000 * timing.median, 1000 * timing.p95
-    row.images_per_s = c.batch_size / timing.median
-    row.peak_memory_mib = None if timing.peak_memory is None else timing.peak_memory / 2**20
-    row.memory_measure = timing.memory_measure
-
-
 def inference_run(
     run_model: Callable[..., Any], device: torch.device, c: Combination, channels_last: bool
 ) -> Callable[[], object]:
@@ -305,17 +301,12 @@ def training_step(
 ) -> Callable[[Any, list[dict[str, Any]]], torch.Tensor]:
     """``train``'s step (device augmentation, forward, 7 losses, backward, SGD with the recipe's groups and
     momentum) at learning rate 0: the work of a real step, the weights left as they are."""
+    from ..training.optim import build_optimizer
     from ..training.step import create_train_step
 
-    optimizer = _build_optimizer(model)
+    optimizer = build_optimizer(model, TrainConfig(lr=0.0))
     scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
     return create_train_step(run_model, optimizer, device, amp, scaler, channels_last)  # type: ignore[arg-type]
-
-
-def _build_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    from ..training.optim import build_optimizer
-
-    return build_optimizer(model, TrainConfig(lr=0.0))
 
 
 def synthetic_batch(batch: int, height: int, width: int, device: torch.device) -> dict[str, torch.Tensor]:
@@ -327,26 +318,3 @@ def synthetic_batch(batch: int, height: int, width: int, device: torch.device) -
     if device.type == "cuda":
         angle = angle.pin_memory()
     return {"image": image.to(device), "mask": mask.to(device), "angle": angle}
-
-
-def _max_batch(
-    row: CostRow, c: Combination, subject: Subject, run_model: Callable[..., Any], channels_last: bool
-) -> None:
-    """The largest training batch that fits at ``c``'s size and autocast, and the peak memory of its step."""
-    step = training_step(subject.model, run_model, subject.device, c.amp, channels_last)
-
-    def step_at(batch: int) -> None:
-        step(None, [synthetic_batch(batch, c.height, c.width, subject.device)])
-        measure.synchronize(subject.device)  # an asynchronous failure belongs to this try
-
-    largest = find_max_batch(step_at, subject.device, start=2)
-    row.max_batch, row.batch_size = largest, largest
-    if largest == 0:
-        row.status, row.reason = "failed", "a training step of batch 2 does not fit"
-        return
-    memory = measure.PeakMemory(subject.device)
-    memory.reset()
-    step_at(largest)
-    peak = memory.peak()
-    row.peak_memory_mib = None if peak is None else peak / 2**20
-    row.memory_measure = memory.measure

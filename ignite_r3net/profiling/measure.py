@@ -1,6 +1,7 @@
 """How ``profile`` (and ``benchmarks/gpu_check.py``) measure a model: parameters, multiply-accumulates from
-``torch.utils.flop_counter``, latencies with the device synchronised around each timed run, and peak memory
-(the CUDA allocator's peak on a GPU, the growth of the process's peak resident memory on the CPU)."""
+``torch.utils.flop_counter``, latencies with the device synchronised around each timed run, peak memory (the
+CUDA allocator's peak on a GPU, the growth of the process's peak resident memory on the CPU), and the largest
+training batch a GPU holds (``find_max_batch``)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class PeakMemory:
         self.cuda = device.type == "cuda"
         self.resettable = not self.cuda and _reset_peak_rss()
         self.measure = CUDA_MEMORY if self.cuda else CPU_MEMORY if self.resettable else CPU_MEMORY_FALLBACK
-        self.before = 0 if self.cuda else _rss() if self.resettable else _max_rss()
+        self.before = 0 if self.cuda else _status_bytes("VmRSS") if self.resettable else _max_rss()
 
     def reset(self) -> None:
         if self.cuda:
@@ -112,11 +113,12 @@ class PeakMemory:
     def peak(self) -> int | None:
         if self.cuda:
             return int(torch.cuda.max_memory_allocated(self.device))
-        now = _peak_rss() if self.resettable else _max_rss()
+        now = _status_bytes("VmHWM") if self.resettable else _max_rss()
         return None if now is None or self.before is None else max(now - self.before, 0)
 
 
-def _status_kib(key: str) -> int | None:
+def _status_bytes(key: str) -> int | None:
+    """``key``'s figure in /proc/self/status (VmRSS: resident memory now; VmHWM: its peak), in bytes."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(key + ":"):
@@ -126,21 +128,13 @@ def _status_kib(key: str) -> int | None:
     return None
 
 
-def _rss() -> int | None:
-    return _status_kib("VmRSS")
-
-
-def _peak_rss() -> int | None:
-    return _status_kib("VmHWM")
-
-
 def _reset_peak_rss() -> bool:
     """Reset the process's peak resident memory to its current one (Linux 4.0+: ``clear_refs`` 5)."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         return False
-    return _peak_rss() is not None
+    return _status_bytes("VmHWM") is not None
 
 
 def _max_rss() -> int | None:
@@ -181,3 +175,44 @@ def load_average() -> str:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+LIMIT = 4096  # no search beyond this batch: a model that small needs no search
+
+
+def fits(step: Callable[[int], object], batch: int, device: torch.device) -> bool:
+    """Whether ``step(batch)`` runs without the device running out of memory (other errors propagate)."""
+    try:
+        step(batch)
+    except Exception as e:  # torch.cuda.OutOfMemoryError, or a RuntimeError from another allocator
+        if not is_out_of_memory(e):
+            raise
+        return False
+    finally:
+        free_cached_memory(device)
+    return True
+
+
+def find_max_batch(step: Callable[[int], object], device: torch.device, start: int = 1, limit: int = LIMIT) -> int:
+    """``profile --train --find-max-batch``: the largest batch from ``start`` (a training step needs 2) to ``limit``
+    for which ``step`` fits, 0 when ``start`` does not, found by trying real steps: doubling until one runs out of
+    memory, then halving the gap between the largest batch that fitted and the smallest that did not. Assumes
+    that a batch fits when a larger one does (memory grows with the batch)."""
+    if not fits(step, start, device):
+        return 0
+    low, high = start, None  # the largest batch known to fit; the smallest known not to
+    batch = 2 * start
+    while batch <= limit:
+        if not fits(step, batch, device):
+            high = batch
+            break
+        low, batch = batch, batch * 2
+    if high is None:
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(step, middle, device):
+            low = middle
+        else:
+            high = middle
+    return low
