@@ -1,5 +1,4 @@
-"""Validation during training: metrics on every rank, a log line and TensorBoard scalars on rank 0,
-and a best checkpoint kept by max F-measure beside the periodic ones."""
+"""Validation during training, with a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
@@ -50,7 +49,17 @@ def attach_validation(
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
     left_out = _LeftOut(evaluator, log)
-    best = _best_checkpointer(plain, trainer, config)
+    saver = SafeDiskSaver(config.output_dir)
+    best = Checkpoint(
+        {"model": plain},
+        saver,
+        filename_prefix="best",
+        score_function=lambda e: e.state.metrics["maxF"],
+        score_name="maxF",
+        n_saved=1,
+        global_step_transform=lambda *_: trainer.state.iteration,
+    )
+    continue_rotation(best, saver, BEST_PATTERN)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
 
@@ -99,12 +108,10 @@ class _LeftOut:
         self.mine += [p for p in cast(dict[str, Any], engine.state.batch).get("problem", ()) if p]
 
     def report(self) -> None:
-        every = sorted(set(all_gather_items(self.mine)))
+        for problem in sorted(set(all_gather_items(self.mine)) - self.reported):
+            self.reported.add(problem)
+            self.log.write(f"warning: {problem}; left out of the validation scores")
         self.mine = []
-        for problem in every:
-            if problem not in self.reported:
-                self.reported.add(problem)
-                self.log.write(f"warning: {problem}; left out of the validation scores")
 
 
 def use_rank0_buffers(model: nn.Module) -> None:
@@ -154,18 +161,3 @@ def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile:
     if not tiles:  # the first images could not be read
         return torch.zeros(3, tile, tile)
     return make_grid(torch.stack(tiles).clamp(0, 1).cpu(), nrow=2 + 7, padding=2)
-
-
-def _best_checkpointer(model: nn.Module, trainer: Engine, config: TrainConfig) -> Checkpoint:
-    saver = SafeDiskSaver(config.output_dir)
-    best = Checkpoint(
-        {"model": model},
-        saver,
-        filename_prefix="best",
-        score_function=lambda e: e.state.metrics["maxF"],
-        score_name="maxF",
-        n_saved=1,
-        global_step_transform=lambda *_: trainer.state.iteration,
-    )
-    continue_rotation(best, saver, BEST_PATTERN)
-    return best
