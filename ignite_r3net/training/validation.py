@@ -49,17 +49,7 @@ def attach_validation(
     metric = SaliencyMetrics(device=device)
     attach_scoring(evaluator, metric)
     left_out = _LeftOut(evaluator, log)
-    saver = SafeDiskSaver(config.output_dir)
-    best = Checkpoint(
-        {"model": plain},
-        saver,
-        filename_prefix="best",
-        score_function=lambda e: e.state.metrics["maxF"],
-        score_name="maxF",
-        n_saved=1,
-        global_step_transform=lambda *_: trainer.state.iteration,
-    )
-    continue_rotation(best, saver, BEST_PATTERN)
+    best = _best_checkpointer(plain, trainer, config)
     period = config.val_every or config.checkpoint_every
     untrained: dict[str, float] = {}
 
@@ -161,3 +151,18 @@ def side_output_grid(model: R3Net, dataset: Any, count: int = GRID_IMAGES, tile:
     if not tiles:  # the first images could not be read
         return torch.zeros(3, tile, tile)
     return make_grid(torch.stack(tiles).clamp(0, 1).cpu(), nrow=2 + 7, padding=2)
+
+
+def _best_checkpointer(model: nn.Module, trainer: Engine, config: TrainConfig) -> Checkpoint:
+    saver = SafeDiskSaver(config.output_dir)
+    best = Checkpoint(
+        {"model": model},
+        saver,
+        filename_prefix="best",
+        score_function=lambda e: e.state.metrics["maxF"],
+        score_name="maxF",
+        n_saved=1,
+        global_step_transform=lambda *_: trainer.state.iteration,
+    )
+    continue_rotation(best, saver, BEST_PATTERN)
+    return best

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, cast
 
@@ -74,16 +75,8 @@ def training(local_rank: int, plan: RunPlan) -> None:
 
 def train_data(plan: RunPlan) -> TrainData:
     """What the training loader reads, and how: the plan's folders, the options' augmentation and loading."""
-    config = plan.options
-    return TrainData(
-        plan.data.folders,
-        config.crop,
-        config.rotate,
-        config.seed,
-        config.workers,
-        config.allow_decode_warnings,
-        config.val_split,
-    )
+    same = [f.name for f in dataclasses.fields(TrainData) if f.name != "folders"]
+    return TrainData(plan.data.folders, **{name: getattr(plan.options, name) for name in same})
 
 
 def _build_val_loader(plan: RunPlan) -> Any:
