@@ -271,7 +271,7 @@ def format_log_line(iteration: int, metrics: dict[str, float], lr: float, eta: f
     return ", ".join(parts)
 
 
-def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> Checkpoint:
+def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: TrainConfig) -> None:
     """Periodic and final checkpoints (rank 0 writes), the last ``--keep`` kept, counting older ones."""
     saver = SafeDiskSaver(config.output_dir)
     checkpointer = Checkpoint(
@@ -284,8 +284,6 @@ def attach_checkpointing(trainer: Engine, to_save: dict[str, Any], config: Train
     def save_final(engine: Engine) -> None:
         if engine.state.iteration % config.checkpoint_every != 0:
             checkpointer(engine)
-
-    return checkpointer
 
 
 class RunProgress:
