@@ -26,6 +26,15 @@ class BatchLayout:
     def global_batch(self) -> int:
         return self.processes * self.per_process
 
+    def recorded(self) -> dict[str, int]:
+        """The layout as ``config.json`` (under ``resolved``) and a checkpoint's recipe record it."""
+        return {
+            "world_size": self.processes,
+            "batch_size": self.batch,
+            "accumulate": self.accumulate,
+            "global_batch": self.global_batch,
+        }
+
     def describe(self, short: bool = False) -> str:
         """``2 processes x 6``, ``1 process x 4 x 2 accumulated``; ``short``: ``4 x 3`` (no word for processes)."""
         processes = str(self.processes)

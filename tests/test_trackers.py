@@ -196,7 +196,7 @@ def test_ignites_wandb_logger_gets_what_tensorboard_gets(tmp_path: Path, monkeyp
 
     from ignite_r3net.metrics.keys import METRIC_KEYS
     from ignite_r3net.training.events import ValidationEvents
-    from ignite_r3net.training.meters import LOSS_NAMES
+    from ignite_r3net.training.step import LOSS_NAMES
     from ignite_r3net.training.tracker_loggers import attach_loggers
 
     calls: list[tuple] = []

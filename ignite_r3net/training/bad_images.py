@@ -54,9 +54,6 @@ class BadImages:
         self.known.update(new)
         return sorted(new.items())
 
-    def too_many(self) -> bool:
-        return len(self.known) > self.allowed
-
     def state_dict(self) -> dict[str, Any]:
         return {"known": sorted(self.known.items())}
 
@@ -77,7 +74,7 @@ def attach_bad_images(
     @trainer.on(sync_iterations)
     def report_bad_images(engine: Engine) -> None:
         new = bad.sync()
-        stopping = bad.too_many()
+        stopping = len(bad.known) > bad.allowed
         for _, problem in new:
             if stopping:  # one line on the console (below); train.log names every pair
                 log.write(f"unreadable: {problem}", console=False)

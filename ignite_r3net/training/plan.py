@@ -1,6 +1,5 @@
-"""The run as start-up resolved it (``start.planned_run``), apart from what the user asked (``TrainConfig``): the
-batch and process layout, the device, the checkpoint resumed, the starting weights, the data. Frozen; the launch
-and every worker receive it, and ``config.json`` records both, the options as given and this under ``resolved``."""
+"""The run as ``start.planned_run`` resolved it, kept apart from the options as asked (``TrainConfig``): the launch
+and every worker receive it, and ``config.json`` records it under ``resolved``."""
 
 from __future__ import annotations
 
@@ -51,12 +50,8 @@ class RunPlan:
 
     def resolved(self) -> dict[str, Any]:
         """What ``config.json`` records under ``resolved``: the values the run used where start-up decided them."""
-        layout = self.layout
         return {
-            "world_size": layout.processes,
-            "batch_size": layout.batch,
-            "accumulate": layout.accumulate,
-            "global_batch": layout.global_batch,
+            **self.layout.recorded(),
             "device": self.device,
             "resume": self.resume,
             "weights": self.weights,

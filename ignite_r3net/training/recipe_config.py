@@ -28,10 +28,9 @@ def config_from_options(
     given: Mapping[str, Any], base: Mapping[str, Any] | None = None, base_given: Iterable[str] = ()
 ) -> TrainConfig:
     """``base`` (default: the defaults; ``base_given``: which of its options its run was given) under the recipe
-    ``given`` names (the default one when ``base`` is empty), under ``given``. A recipe's global batch (such as
-    ``r3net-paper``'s 14) is kept unless ``--batch-size`` is given without ``--global-batch``; ``batch_layout``
-    derives the batch per process and the accumulation from a global batch once the launch layout is known.
-    Any of ``BATCH_OPTIONS`` given chooses the batch anew: those ``base`` was given no longer count as given."""
+    ``given`` names (the default one when ``base`` is empty), under ``given``. A recipe's global batch is kept
+    unless ``--batch-size`` is given without ``--global-batch``; any of ``BATCH_OPTIONS`` given chooses the batch
+    anew: those ``base`` was given no longer count as given."""
     values = dict(base or {})
     base_given = set(base_given) | set(values.pop("given", ()))
     if any(name in given for name in BATCH_OPTIONS):
@@ -52,9 +51,8 @@ def config_from_options(
 
 
 def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
-    """``config``'s layout on ``world_size`` processes: its ``global_batch`` shared among them (the batch per
-    process and the accumulation derived unless given), or without one its ``batch_size`` and ``accumulate``.
-    ``OptionError`` listing the process counts that can keep the global batch."""
+    """``config``'s layout on ``world_size`` processes: its ``global_batch`` shared among them, or without one its
+    ``batch_size`` and ``accumulate``. ``OptionError`` listing the process counts that can keep the global batch."""
     global_batch = config.global_batch
     if global_batch is None:
         return BatchLayout(world_size, config.batch_size, config.accumulate)

@@ -41,23 +41,13 @@ class RunRecipe:
     def of(
         cls, config: TrainConfig, layout: BatchLayout, pairs: int, data_sets: list[dict[str, Any]] | None = None
     ) -> RunRecipe:
-        values = {name: getattr(config, name) for name in RESUME_FIXED}
-        values.update(
-            batch_size=layout.batch,
-            accumulate=layout.accumulate,
-            global_batch=layout.global_batch,
-            world_size=layout.processes,
-            pairs=pairs,
-        )
+        values = {name: getattr(config, name) for name in RESUME_FIXED} | layout.recorded() | {"pairs": pairs}
         if data_sets is not None:
             values["data"] = [dict(d) for d in data_sets]
         return cls(values)
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.values)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Nothing to restore: the recipe is compared before the run starts, never loaded."""
 
     def differences(self, saved: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
         """``{name: (saved, this run's value)}``; folders differ when their pairs do (not when moved)."""
@@ -93,7 +83,15 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
             checkpoint = load_checkpoint(path)
         except CheckpointError as e:
             raise OptionError(f"--resume: {e}") from None
-        _refuse_newer_checkpoints(config)
+        # newer checkpoints beside the one resumed would be picked up by the next --resume auto
+        here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
+        resumed = Path(path).resolve()
+        newer = sorted(p.name for p, it in here.items() if resumed in here and it > here[resumed])
+        if newer:
+            raise OptionError(
+                f"--resume {path}: --output-dir {config.output_dir} also holds newer checkpoints "
+                f"({', '.join(newer)}) of the run; move them away first, or resume into another --output-dir"
+            )
     needed = TRAINING_STATE_KEYS + (("scaler",) if config.amp == "fp16" else ())
     missing = [k for k in needed if k not in checkpoint]
     if missing:
@@ -107,19 +105,6 @@ def resolve_resume(config: TrainConfig) -> tuple[str, dict[str, Any]] | None:
             f"--resume {path} is not a training checkpoint for this run: it lacks {', '.join(missing)}{hint}"
         )
     return path, checkpoint
-
-
-def _refuse_newer_checkpoints(config: TrainConfig) -> None:
-    # newer checkpoints beside the one resumed would be picked up by the next --resume auto
-    resume = Path(str(config.resume)).resolve()
-    here = {p.resolve(): it for it, p in list_checkpoints(config.output_dir)}
-    newer = sorted(p.name for p, it in here.items() if resume in here and it > here[resume])
-    if newer:
-        raise OptionError(
-            f"--resume {config.resume}: --output-dir {config.output_dir} also holds newer "
-            f"checkpoints ({', '.join(newer)}) of the run; move them away first, or "
-            "resume into another --output-dir"
-        )
 
 
 def check_resume_compatible(
@@ -139,8 +124,7 @@ def check_resume_compatible(
     moved = was is not None and was != layout
     kept = moved and was is not None and was.global_batch == layout.global_batch
     if kept:
-        for name in LAYOUT:
-            changed.pop(name, None)
+        changed = {name: change for name, change in changed.items() if name not in LAYOUT}
     elif moved and was is not None:
         changed.setdefault("global_batch", (was.global_batch, layout.global_batch))
     # what ignite itself keeps, so also checked for checkpoints without a recipe

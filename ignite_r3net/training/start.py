@@ -1,6 +1,5 @@
 """``train``: the run resolved once in the launching process (``planned_run``: every user error one line,
-before any work can be lost) into the frozen ``RunPlan`` that the launch and every worker receive; then the
-workers, which save the config once they agree."""
+before any work can be lost), then the workers, which save the config once they agree."""
 
 from __future__ import annotations
 
@@ -82,7 +81,6 @@ def train_worker(local_rank: int, plan: RunPlan) -> None:
 
 
 def _save_records(plan: RunPlan) -> None:
-    """``config.json`` and, with ``--val-split``, the held-out names (``val_split.txt``) in the output folder."""
     output_dir = plan.options.output_dir
     plan.save(os.path.join(output_dir, "config.json"))
     if plan.data.val_held_out is not None:
@@ -94,15 +92,13 @@ def options_every_rank_shares(plan: RunPlan) -> dict[str, str]:
     layout as resolved), the options that schedule collectives, the data's pairs; not what may differ between nodes
     (``--workers``, ``--output-dir``, ``--node-rank``, rendezvous and speed options, ``--keep``) nor the starting
     weights (DDP copies rank 0's)."""
-    layout = plan.layout
-    resolved = {"--batch-size": layout.batch, "--accumulate": layout.accumulate, "--global-batch": layout.global_batch}
+    layout = {flag_named(TrainConfig, k): str(v) for k, v in plan.layout.recorded().items() if k != "world_size"}
     listings = {flag_named(TrainConfig, name): listing for name, listing in plan.data.listings.items()}
-    shared = values_by_flag(plan.options, RESUME_FIXED + COLLECTIVE_SCHEDULE)
-    return shared | {flag: str(value) for flag, value in resolved.items()} | listings
+    return values_by_flag(plan.options, RESUME_FIXED + COLLECTIVE_SCHEDULE) | layout | listings
 
 
 def launch_spec(config: TrainConfig) -> LaunchSpec:
-    """Where the workers run: the distribution options (the tracebacks of failed workers go to ``--output-dir``)."""
+    """The distribution options (the tracebacks of failed workers go to ``--output-dir``)."""
     same = [f.name for f in dataclasses.fields(LaunchSpec) if f.name != "traceback_dir"]
     return LaunchSpec(**{name: getattr(config, name) for name in same}, traceback_dir=config.output_dir)
 
@@ -116,8 +112,7 @@ def plan_in_process(config: TrainConfig, world_size: int = 1) -> RunPlan:
 
 @contextmanager
 def planned_run(config: TrainConfig, expected_weights: dict[str, str] | None = None) -> Iterator[RunPlan]:
-    """Check and resolve everything a run needs, holding its output folder (``run_lock``) meanwhile.
-    Raises ``OptionError`` (an option, folder, checkpoint, weights, tracker) or ``DataError`` (by file)."""
+    """Resolve the run, holding its output folder meanwhile. ``OptionError`` or ``DataError`` (by file)."""
     config.validate()
     if config.deterministic:  # before any CUDA work here; spawned workers inherit it
         set_deterministic_environment()
@@ -175,25 +170,23 @@ def check_slurm(spec: LaunchSpec) -> None:
 
 def check_torchrun(config: TrainConfig) -> None:
     """Under torchrun the ranks meet where torchrun says: another address or port cannot be honoured."""
-    env = os.environ
     if not started_by_torchrun():
         return
     for flag, given, variable in (
         ("--master-addr", config.master_addr, "MASTER_ADDR"),
         ("--master-port", config.master_port, "MASTER_PORT"),
     ):
-        if given is not None and str(given) != env.get(variable):
+        if given is not None and str(given) != os.environ.get(variable):
             raise OptionError(
                 f"{flag} {given}: under torchrun the ranks meet where torchrun says ({variable}="
-                f"{env.get(variable)}); leave {flag} out, or give the address to torchrun (--rdzv-endpoint, "
+                f"{os.environ.get(variable)}); leave {flag} out, or give the address to torchrun (--rdzv-endpoint, "
                 "--master-addr, --master-port)"
             )
 
 
 def check_disk_space(config: TrainConfig, num_parameters: int) -> None:
     """Refuse to start when the checkpoints kept (weights + momentum, fp32) cannot fit."""
-    per_checkpoint = num_parameters * 4 * 2 + (1 << 20)
-    needed = per_checkpoint * (config.keep + 2)  # kept + best + the one being written
+    needed = (num_parameters * 4 * 2 + (1 << 20)) * (config.keep + 2)  # kept + best + the one being written
     free = shutil.disk_usage(config.output_dir).free
     if free < needed:
         raise OptionError(
@@ -228,8 +221,13 @@ def resolve_data(config: TrainConfig, layout: BatchLayout) -> DataPlan:
     }
     split = {folder: split_pairs(pairs, config.val_split) for folder, pairs in checked.items()}
     held_out = [pair for _, held in split.values() for pair in held]
-    if config.val_split is not None:
-        _check_val_split(config.val_split, folders, sum(len(p) for p in checked.values()), len(held_out))
+    total = sum(len(p) for p in checked.values())
+    if config.val_split is not None and not 0 < len(held_out) < total:  # a split leaves pairs on both sides
+        side = "no pair for validation: give a larger F" if not held_out else "no pair to train on: give a smaller F"
+        raise OptionError(
+            f"--val-split {config.val_split} holds out {len(held_out)} of the {total} pairs of --data "
+            f"{' '.join(folders)}, leaving {side}, or a validation folder as --val-data"
+        )
     val_pairs = assert_dataset_ok(val_data, option="--val-data") if val_data else None
     # config.json's record of each training folder: the listing ("6 pairs (sha256 ...)") tells a resume
     # the same pairs from others
@@ -255,17 +253,6 @@ def resolve_data(config: TrainConfig, layout: BatchLayout) -> DataPlan:
     listings = {"data": "; ".join(d["listing"] for d in data_sets), "val_data": val_listing}
     held_out_record = held_out_names(held_out) if config.val_split is not None else None
     return DataPlan(folders, val_data, data_sets, listings, held_out_record)
-
-
-def _check_val_split(fraction: float, folders: list[str], pairs: int, held_out: int) -> None:
-    """A split must leave pairs on both sides."""
-    if 0 < held_out < pairs:
-        return
-    side = "no pair for validation: give a larger F" if held_out == 0 else "no pair to train on: give a smaller F"
-    raise OptionError(
-        f"--val-split {fraction} holds out {held_out} of the {pairs} pairs of --data {' '.join(folders)}, "
-        f"leaving {side}, or a validation folder as --val-data"
-    )
 
 
 def resolve_initial_weights(
@@ -298,7 +285,7 @@ def resolve_initial_weights(
 
 
 def _what_it_holds(state: Mapping[str, torch.Tensor]) -> tuple[str, str | None] | None:
-    """``("R3Net" or "backbone", its backbone or None)``; None for a layout we do not read."""
+    """``("R3Net" or "backbone", its backbone or None)``; None: a layout we do not read."""
     try:
         if any(key.startswith(HEAD_PREFIXES) for key in to_our_layout(state)):
             return "R3Net", infer_backbone(state)

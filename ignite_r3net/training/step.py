@@ -1,5 +1,4 @@
-"""One training iteration (one optimiser step): for each micro-batch, batched device augmentation, forward, 7 BCE
-losses, backward; then the SGD step."""
+"""One training iteration (one optimiser step; docs/design.md, step 6)."""
 
 from __future__ import annotations
 
@@ -13,6 +12,8 @@ from torch import nn
 
 from ..data.transforms import DeviceAugment
 from ..inference.engine import AMP_DTYPES
+
+LOSS_NAMES = ("total",) + tuple(f"loss{i}" for i in range(7))  # what a step returns, in order
 
 
 def prepare_batch(

@@ -1,7 +1,5 @@
-"""Experiment loggers, rank 0's part: ignite's ``TensorboardLogger`` and the loggers of the runs
-``trackers`` opened, each attached alike to the trainer and the validation evaluator; the trackers get
-the best checkpoint as an artifact at the end.
-"""
+"""Experiment loggers, rank 0's part: ignite's ``TensorboardLogger`` and the loggers of the runs ``trackers``
+opened, attached alike; the trackers get the best checkpoint as an artifact at the end."""
 
 from __future__ import annotations
 
@@ -17,9 +15,9 @@ from ..checkpoint_io import BEST_PATTERN, saved_files
 from ..distributed.ranks import rank_zero_only
 from ..metrics.keys import METRIC_KEYS
 from .events import ValidationEvents, log_iterations
-from .meters import LOSS_NAMES
 from .optim import learning_rates
 from .plan import RunPlan
+from .step import LOSS_NAMES
 from .trackers import recipe_params
 
 

@@ -83,21 +83,19 @@ def header_lines(
     layout_note = [plan.resumed_note] if plan.resumed_note else []
     sets = plan.data.data_sets
     folders = ", ".join(d["folder"] for d in sets) if len(sets) < 3 else f"{len(sets)} folders"
-    pairs = sum(d["pairs"] for d in sets)
-    held_out = sum(d.get("held_out", 0) for d in sets)
+    pairs, held_out = plan.data.pairs, sum(d.get("held_out", 0) for d in sets)
     split = []  # said at every start: which pairs validate is part of the recipe
     if config.val_split is not None:
         listed = Path(config.output_dir) / VAL_SPLIT_FILE
-        total = pairs + held_out
         split.append(
-            f"--val-split {config.val_split}: {held_out} of {total} pairs held out for validation, listed in {listed}"
+            f"--val-split {config.val_split}: {held_out} of {pairs + held_out} pairs held out for validation, "
+            f"listed in {listed}"
         )
     header = [config_line, world, *weights, *split, *notes, *resumed, *layout_note]
+    described = f" ({layout.describe()})" if layout.accumulate > 1 else ""
     summary = (  # the one console line about a run
-        f"training {model_name(config.backbone, config.head_width)} on {pairs} pairs ({folders}): "
-        f"world size {layout.processes}, "
-        f"global batch {layout.global_batch}{f' ({layout.describe()})' if layout.accumulate > 1 else ''}, "
-        f"{config.iters} iterations, "
+        f"training {model_name(config.backbone, config.head_width)} on {pairs} pairs ({folders}): world size "
+        f"{layout.processes}, global batch {layout.global_batch}{described}, {config.iters} iterations, "
         f"output {config.output_dir}"
     )
     console = [summary, *header] if config.verbose else [summary, *split, *notes, *resumed]

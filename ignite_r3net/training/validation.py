@@ -1,5 +1,4 @@
-"""Validation during training: metrics on every rank, a log line and TensorBoard scalars on rank 0,
-and a best checkpoint kept by max F-measure beside the periodic ones."""
+"""Validation during training, with a best checkpoint kept by max F-measure beside the periodic ones."""
 
 from __future__ import annotations
 
@@ -99,12 +98,10 @@ class _LeftOut:
         self.mine += [p for p in cast(dict[str, Any], engine.state.batch).get("problem", ()) if p]
 
     def report(self) -> None:
-        every = sorted(set(all_gather_items(self.mine)))
+        for problem in sorted(set(all_gather_items(self.mine)) - self.reported):
+            self.reported.add(problem)
+            self.log.write(f"warning: {problem}; left out of the validation scores")
         self.mine = []
-        for problem in every:
-            if problem not in self.reported:
-                self.reported.add(problem)
-                self.log.write(f"warning: {problem}; left out of the validation scores")
 
 
 def use_rank0_buffers(model: nn.Module) -> None:

@@ -1,8 +1,8 @@
-"""``training(local_rank, plan)``, what every worker runs under spawn, torchrun or srun: data, model,
-optimiser, the Engine and its handlers, the checkpoint when resuming, then the run."""
+"""``training(local_rank, plan)``, what every worker runs under spawn, torchrun or srun (docs/design.md, step 5)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,33 +48,35 @@ def training(local_rank: int, plan: RunPlan) -> None:
     trainer, to_save = create_trainer(model, optimizer, lr_scheduler, stream, log, plan, device, scaler, val_loader)
 
     resumed_from = _restore(to_save, plan.resume, stream)
-    _check_same_start(trainer.state.iteration)
+    # every rank must resume from the same iteration (a shared --output-dir on every node)
+    starts = torch.as_tensor(idist.all_gather(trainer.state.iteration)).flatten().tolist()  # a list, or a tensor
+    if len(set(starts)) > 1:
+        raise RuntimeError(
+            f"ranks would start from different iterations {starts}: --resume needs "
+            "--output-dir on a filesystem shared by all nodes"
+        )
     log.open(*header_lines(plan, resumed_from, trainer.state.iteration, device))
-    if val_loader is not None:
-        _say_validation_subset(cast(SaliencyEvalSet, val_loader.dataset), plan, log)
-    loaders = [stream.loader] if val_loader is None else [stream.loader, val_loader]
+    val_set = None if val_loader is None else cast(SaliencyEvalSet, val_loader.dataset)
+    if val_set is not None and len(val_set) < val_set.listed:
+        source = plan.data.val_data if config.val_split is None else f"--val-split {config.val_split}"
+        log.write(
+            f"validation: {len(val_set)} of the {val_set.listed} pairs of {source} (--val-max "
+            f"{config.val_max}), evenly spaced, the same ones at every validation"
+        )
     try:
         if resumed_from is None:
             trainer.run(stream, max_iters=config.iters, epoch_length=len(stream))
         else:
             trainer.run(stream)
     finally:
-        for each in loaders:
-            stop_workers(each)
+        for loader in [stream.loader] if val_loader is None else [stream.loader, val_loader]:
+            stop_workers(loader)
 
 
 def train_data(plan: RunPlan) -> TrainData:
     """What the training loader reads, and how: the plan's folders, the options' augmentation and loading."""
-    config = plan.options
-    return TrainData(
-        plan.data.folders,
-        config.crop,
-        config.rotate,
-        config.seed,
-        config.workers,
-        config.allow_decode_warnings,
-        config.val_split,
-    )
+    same = [f.name for f in dataclasses.fields(TrainData) if f.name != "folders"]
+    return TrainData(plan.data.folders, **{name: getattr(plan.options, name) for name in same})
 
 
 def _build_val_loader(plan: RunPlan) -> Any:
@@ -97,16 +99,6 @@ def _build_val_loader(plan: RunPlan) -> Any:
     )
 
 
-def _say_validation_subset(dataset: SaliencyEvalSet, plan: RunPlan, log: TrainLog) -> None:
-    config = plan.options
-    if len(dataset) < dataset.listed:
-        source = plan.data.val_data if config.val_split is None else f"--val-split {config.val_split}"
-        log.write(
-            f"validation: {len(dataset)} of the {dataset.listed} pairs of {source} (--val-max "
-            f"{config.val_max}), evenly spaced, the same ones at every validation"
-        )
-
-
 def _build_model(plan: RunPlan, device: torch.device) -> torch.nn.Module:
     """R3Net with the starting weights start-up checked (a resumed run's come from its checkpoint)."""
     config, weights = plan.options, plan.weights
@@ -125,9 +117,8 @@ def _build_model(plan: RunPlan, device: torch.device) -> torch.nn.Module:
 
 
 def _restore(to_load: dict[str, Any], resume: str | None, stream: StepStream) -> Path | None:
-    """Load ``--resume``'s checkpoint (start-up resolved 'auto' to a file that loads) on the CPU;
-    ``load_state_dict`` moves it to the device. On another batch layout (start-up checked that the global
-    batch is kept) the Engine counts this layout's epochs, and the stream continues at the next global batch."""
+    """Load ``--resume``'s checkpoint (resolved and checked at start-up) on the CPU; ``load_state_dict`` moves it
+    to the device. On another batch layout the stream continues at the next global batch."""
     if not resume:
         return None
     path = Path(resume)
@@ -142,13 +133,3 @@ def _restore(to_load: dict[str, Any], resume: str | None, stream: StepStream) ->
     state.epoch_length = len(stream)
     state.epoch = state.iteration // len(stream)
     return path
-
-
-def _check_same_start(iteration: int) -> None:
-    """Every rank must resume from the same iteration (a shared ``--output-dir`` on every node)."""
-    starts = torch.as_tensor(idist.all_gather(iteration)).flatten().tolist()  # a list, or a tensor
-    if len(set(starts)) > 1:
-        raise RuntimeError(
-            f"ranks would start from different iterations {starts}: --resume needs "
-            "--output-dir on a filesystem shared by all nodes"
-        )
