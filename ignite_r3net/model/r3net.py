@@ -103,15 +103,10 @@ def resize_by_matmul(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy)."""
-    scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-    position = torch.arange(n_out, dtype=torch.float64, device=device) * scale
-    low = position.floor().clamp(max=n_in - 1)
-    high = (low + 1).clamp(max=n_in - 1)
-    frac = (position - low).unsqueeze(1)
-    columns = torch.arange(n_in, dtype=torch.float64, device=device).unsqueeze(0)
-    weights = (columns == low.unsqueeze(1)) * (1 - frac) + (columns == high.unsqueeze(1)) * frac
-    return weights.to(dtype)
+    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy): the
+    identity resized (a forward pass, deterministic; only the backward of interpolation is not)."""
+    identity = torch.eye(n_in, dtype=torch.float64, device=device)
+    return F.interpolate(identity[None], size=n_out, mode="linear", align_corners=True)[0].t().to(dtype)
 
 
 def _conv_bn_prelu(in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1) -> list[nn.Module]:
