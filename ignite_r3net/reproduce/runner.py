@@ -60,7 +60,11 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
         raise OptionError("reproduce needs --data-root DIR: the folder holding MSRA10K and the test sets")
     out = Path(given["output_dir"])
     configs = [] if options.checkpoint else _training_configs(given, options.seeds)
-    test_sets = _test_sets(data_root)
+    test_sets = found_sets(data_root)  # the standard test sets, their counts checked
+    if not test_sets:
+        raise OptionError(f"--data-root {data_root} holds none of the test sets {', '.join(TEST_SETS)}")
+    for name, folder in test_sets.items():
+        check_count(folder, STANDARD_BY_NAME[name])
     missing = [name for name in TEST_SETS if name not in test_sets]
     if missing:
         warn(f"--data-root {data_root}: not found, left out of the table: {', '.join(missing)}")
@@ -99,16 +103,6 @@ def _training_configs(given: Mapping[str, Any], seeds: list[int] | None) -> list
     for config in configs:
         config.validate()
     return configs
-
-
-def _test_sets(data_root: str) -> dict[str, Path]:
-    """The standard test sets in ``data_root``, their counts checked."""
-    found = found_sets(data_root)
-    if not found:
-        raise OptionError(f"--data-root {data_root} holds none of the test sets {', '.join(TEST_SETS)}")
-    for name, folder in found.items():
-        check_count(folder, STANDARD_BY_NAME[name])
-    return found
 
 
 def evaluate_model(
@@ -212,11 +206,11 @@ def _read_json(path: Path) -> dict[str, Any]:
     return done or {}
 
 
-Summary = dict[str, dict[str, float]]  # metric -> {"mean", and with several models "std", "min", "max"}
+# metric -> {"mean", and with several models their spread: "std" (sample standard deviation), "min", "max"}
+Summary = dict[str, dict[str, float]]
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
-    # mean, and with several models their spread: sample standard deviation, min and max
     out = {"mean": statistics.fmean(values)}
     if len(values) > 1:
         out.update(std=statistics.stdev(values), min=min(values), max=max(values))
