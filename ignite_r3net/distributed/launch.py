@@ -100,25 +100,23 @@ def launch(fn: Callable[[int, T], None], arg: T, spec: LaunchSpec) -> None:
 def _job_failure(failure: UserError, store: object | None, spec: LaunchSpec) -> UserError:
     """The job's first failure as a multi-node job's store records it (this node's worker may have ended for
     another node's), else ``failure``, announced here to the other nodes (a worker may die without a word)."""
-    if store is None or not isinstance(failure, WorkerFailed):
-        return failure
-    return WorkerFailed(publish_quietly(store, str(failure), spec.world_size - 1))
+    if store is not None and isinstance(failure, WorkerFailed):
+        return WorkerFailed(publish_quietly(store, str(failure), spec.world_size - 1))
+    return failure
 
 
 @contextmanager
 def joined_group(spec: LaunchSpec) -> Iterator[None]:
     """This process as one rank of a job whose ranks were started separately: meet, form the group with
     ``--dist-timeout`` (ignite's ``Parallel`` would wait c10d's 30 minutes), and destroy it at the end."""
-    backend = spec.resolved_backend
-    endpoint = rendezvous_endpoint(spec)
-    task = spec.slurm
-    if task is not None:  # torch's variables from SLURM's
+    backend, endpoint = spec.resolved_backend, rendezvous_endpoint(spec)
+    if (task := spec.slurm) is not None:  # torch's variables from SLURM's
         os.environ.update(RANK=str(task.procid), LOCAL_RANK=str(task.localid), WORLD_SIZE=str(task.ntasks))
         os.environ.update(MASTER_ADDR=endpoint.addr, MASTER_PORT=str(endpoint.port))
     local_rank_on_its_gpu()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
     torchrun = started_by_torchrun()
+    alike = {"WORLD_SIZE": str(world_size), "--backend": backend}
     meeting = Meeting("rank", rank, world_size, endpoint, backend, world_size, spec.dist_timeout, alike, torchrun)
     if torchrun:
         # torchrun's agents have met already and started every rank together: c10d's wait is short
@@ -145,12 +143,9 @@ def nodes_met(spec: LaunchSpec) -> Iterator[object | None]:
         yield None
         return
     node_rank, nnodes = spec.node()
-    backend = spec.resolved_backend
+    backend, endpoint = spec.resolved_backend, rendezvous_endpoint(spec)
     alike = {"--nproc": str(spec.nproc), "--nnodes": str(nnodes), "--backend": backend}
-    meeting = Meeting(
-        "node", node_rank, nnodes, rendezvous_endpoint(spec), backend, spec.world_size, spec.dist_timeout, alike
-    )
-    store = meet(meeting)
+    store = meet(Meeting("node", node_rank, nnodes, endpoint, backend, spec.world_size, spec.dist_timeout, alike))
     try:
         with environment(_USE_MEETING_STORE):
             yield store
@@ -242,9 +237,7 @@ def _key(name: str) -> str:
 
 def published(store: Any) -> str | None:
     """The line of the job's first failure, or None while no process failed."""
-    if not store.check([_key("line")]):
-        return None
-    return bytes(store.get(_key("line"))).decode()
+    return bytes(store.get(_key("line"))).decode() if store.check([_key("line")]) else None
 
 
 def publish(store: Any, line: str, readers: int) -> str:
@@ -255,9 +248,7 @@ def publish(store: Any, line: str, readers: int) -> str:
     return first
 
 
-def publish_quietly(store: Any | None, line: str, readers: int) -> str:
-    if store is None:
-        return line
+def publish_quietly(store: Any, line: str, readers: int) -> str:
     try:
         return publish(store, line, readers)
     except dist.DistError:
@@ -324,18 +315,13 @@ class FailureWatch:
                 return  # the line may be this rank's own, published after its main thread left
             if line is not None:
                 self._read(line)
-                _abort_group()
+                try:  # NCCL's collectives then fail in the main thread (gloo ignores it); ignite destroys the group
+                    distributed_c10d._get_default_group().abort()
+                except (RuntimeError, ValueError):
+                    pass  # no group, or none left to abort
                 if not self._main_left.wait(GRACE_S):
                     _end_process(line, print_line=not self._spawned)
                 return
-
-
-def _abort_group() -> None:
-    """NCCL's collectives then fail in the main thread (gloo ignores it); ignite's clean-up destroys the group."""
-    try:
-        distributed_c10d._get_default_group().abort()
-    except (RuntimeError, ValueError):
-        pass  # no group, or none left to abort
 
 
 def _end_process(line: str, print_line: bool) -> None:

@@ -46,15 +46,13 @@ def use_device(spec: LaunchSpec) -> str:
 def check_processes_fit(spec: LaunchSpec, gpus: int) -> None:
     """Raise ``OptionError`` when this node runs more processes than the ``gpus`` this process sees."""
     advice = "or --device cpu for CPU processes"
-    if spec.spawns():
-        if spec.nproc > gpus:
-            raise OptionError(
-                f"--nproc {spec.nproc} is more than the {gpus} GPU(s) visible on this node (one process per GPU): "
-                f"give --nproc {gpus} or fewer, {advice}"
-            )
-        return
-    if not spec.joins():
-        return  # one process, on the current GPU
+    if spec.spawns() and spec.nproc > gpus:
+        raise OptionError(
+            f"--nproc {spec.nproc} is more than the {gpus} GPU(s) visible on this node (one process per GPU): "
+            f"give --nproc {gpus} or fewer, {advice}"
+        )
+    if spec.spawns() or not spec.joins():
+        return  # the spawned workers fit, or one process on the current GPU
     if started_by_torchrun():
         ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         if ranks > gpus:

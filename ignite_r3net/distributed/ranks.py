@@ -78,8 +78,7 @@ def refuse_unless_ranks_agree(options: Mapping[str, str]) -> None:
             raise RanksDisagree(line)
 
 
-Side = tuple[str, Mapping[str, str], Mapping[str, str]]
-"""Who (``"rank 1 (node 1)"``), their options and their software."""
+Side = tuple[str, Mapping[str, str], Mapping[str, str]]  # who ("rank 1 (node 1)"), their options, their software
 
 
 def disagreement(what: str, first: Side, other: Side) -> str | None:

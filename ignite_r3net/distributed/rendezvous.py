@@ -18,8 +18,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..errors import RanksDisagree, RendezvousFailed
-from .ranks import disagreement
+from ..errors import RanksDisagree, RendezvousFailed, error_line
+from .ranks import Side, disagreement
 from .topology import Endpoint
 
 REPORT_EVERY_S = 30.0
@@ -81,7 +81,7 @@ def meet(meeting: Meeting) -> Any:
         other = "a participant" if meeting.serves else f"{meeting.kind} 0"
         raise RendezvousFailed(
             f"{meeting.who} lost the rendezvous at {meeting.endpoint}: {other} stopped or the network failed "
-            f"({str(e).strip().splitlines()[0]})"
+            f"({error_line(e)})"
         ) from None
     if refusal:
         raise RanksDisagree(refusal)
@@ -125,7 +125,7 @@ def _serve(meeting: Meeting) -> Any:
     except dist.DistError as e:
         raise RendezvousFailed(
             f"{meeting.who} cannot open the rendezvous port {endpoint.port} ({endpoint.source}): "
-            f"{str(e).strip().splitlines()[0]}; another job may use it: choose another port"
+            f"{error_line(e)}; another job may use it: choose another port"
         ) from None
 
 
@@ -189,11 +189,8 @@ def _judge(store: Any, meeting: Meeting, wait: _Wait) -> str | None:
     )
     refusal = None
     for index in range(1, meeting.count):
-        theirs = json.loads(store.get(f"{_ARRIVED}{index}"))
-        refusal = disagreement(
-            f"{meeting.kind}s", (meeting.who, meeting.alike, {}), (f"{meeting.kind} {index}", theirs, {})
-        )
-        if refusal:
+        theirs: Side = (f"{meeting.kind} {index}", json.loads(store.get(f"{_ARRIVED}{index}")), {})
+        if refusal := disagreement(f"{meeting.kind}s", (meeting.who, meeting.alike, {}), theirs):
             break
     store.set(_VERDICT, json.dumps({"refusal": refusal}))
     if refusal:  # it ends this process and its store: every participant must stop with this line, not a lost one

@@ -4,7 +4,6 @@ distribution options read together with what torchrun or srun, seen through the 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -75,7 +74,7 @@ def slurm_task() -> SlurmTask | None:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``): scontrol's, else parsed."""
+    """The first host of a SLURM node list (``node[03-05,9],gpu1`` -> ``node03``): scontrol's, else ignite's."""
     try:
         out = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10, check=True
@@ -84,12 +83,10 @@ def first_host(nodelist: str) -> str:
             return out[0]
     except (OSError, subprocess.SubprocessError):
         pass
-    entry = re.split(r",(?![^\[]*\])", nodelist)[0].strip()  # the commas outside brackets part the entries
-    prefix, _, rest = entry.partition("[")
-    if not rest:
-        return entry
-    ranges, _, suffix = rest.partition("]")
-    return prefix + re.split("[,-]", ranges)[0] + suffix
+    # the expansion ignite itself gives SLURM_JOB_NODELIST when it takes the ranks from SLURM
+    from ignite.distributed.comp_models.native import _expand_hostlist
+
+    return (_expand_hostlist(nodelist) or [nodelist])[0]
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import asdict, dataclass
 from itertools import chain
 from pathlib import Path
@@ -129,8 +128,7 @@ def _fetch_from_torchvision(backbone: str, name: str, what: str) -> Path:
     cache = Path(torch.hub.get_dir()) / "checkpoints"
     path = cache / os.path.basename(urlparse(url).path)
     # torchvision names its files name-<first hex digits of the sha256>.pth, as torch.hub checks
-    match = re.search(r"-([a-f0-9]*)\.", path.name)
-    hash_prefix = match.group(1) if match else None
+    hash_prefix = match.group(1) if (match := torch.hub.HASH_REGEX.search(path.name)) else None
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):  # the launching processes of one node download once
         if not path.is_file():

@@ -44,17 +44,14 @@ class Backbone(nn.Module):
         self.layer0 = nn.Sequential(
             OrderedDict(conv1=resnet.conv1, bn1=resnet.bn1, relu=resnet.relu, maxpool=resnet.maxpool)
         )
-        self.layer1 = resnet.layer1
-        self.layer2 = resnet.layer2
-        self.layer3 = resnet.layer3
-        self.layer4 = resnet.layer4
+        for i in range(1, 5):
+            self.add_module(f"layer{i}", getattr(resnet, f"layer{i}"))
         expansion = resnet.layer1[0].expansion  # 4 for Bottleneck, 1 for BasicBlock
         self.channels: tuple[int, ...] = (64,) + tuple(c * expansion for c in (64, 128, 256, 512))
 
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Return the five stage outputs, finest first."""
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:  # the five stage outputs, finest first
         features = []
-        for stage in (self.layer0, self.layer1, self.layer2, self.layer3, self.layer4):
+        for stage in self.children():  # layer0..layer4
             x = stage(x)
             features.append(x)
         return features
@@ -83,11 +80,6 @@ def num_parameters(backbone: str, head_width: float = 1.0) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def head_channels(head_width: float) -> tuple[int, int]:
-    """The channels of the head's features and of its refinement blocks at ``head_width`` (a multiple of 1/128)."""
-    return round(HEAD_CHANNELS * head_width), round(REFINE_CHANNELS * head_width)
-
-
 def _resize(x: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
     # align_corners=True: the bilinear upsampling of the PyTorch 0.3 era the original was trained with
     if _deterministic_backward(x):
@@ -111,15 +103,10 @@ def resize_by_matmul(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _interpolation_matrix(n_in: int, n_out: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy)."""
-    scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-    position = torch.arange(n_out, dtype=torch.float64, device=device) * scale
-    low = position.floor().clamp(max=n_in - 1)
-    high = (low + 1).clamp(max=n_in - 1)
-    frac = (position - low).unsqueeze(1)
-    columns = torch.arange(n_in, dtype=torch.float64, device=device).unsqueeze(0)
-    weights = (columns == low.unsqueeze(1)) * (1 - frac) + (columns == high.unsqueeze(1)) * frac
-    return weights.to(dtype)
+    """``(n_out, n_in)`` linear interpolation weights, align_corners=True, made on ``device`` (no host copy): the
+    identity resized (a forward pass, deterministic; only the backward of interpolation is not)."""
+    identity = torch.eye(n_in, dtype=torch.float64, device=device)
+    return F.interpolate(identity[None], size=n_out, mode="linear", align_corners=True)[0].t().to(dtype)
 
 
 def _conv_bn_prelu(in_ch: int, out_ch: int, kernel_size: int, dilation: int = 1) -> list[nn.Module]:
@@ -152,15 +139,6 @@ class ASPP(nn.Module):
         return self.fuse(torch.cat(branches, dim=1))
 
 
-def _refinement_block(head: int, refine: int) -> nn.Sequential:
-    # Input: previous prediction (1 channel) concatenated with a head-wide (256-ch) feature map.
-    return nn.Sequential(
-        *_conv_bn_prelu(head + 1, refine, 3),
-        *_conv_bn_prelu(refine, refine, 3),
-        nn.Conv2d(refine, 1, kernel_size=1),
-    )
-
-
 class R3Net(nn.Module):
     """R3Net. ``forward`` returns, in training mode, the seven logit maps ``(predict0, ..., predict6)``
     of shape ``(N, 1, H, W)``; in eval mode, the sigmoid of the last, ``(N, 1, H, W)`` in ``[0, 1]``."""
@@ -169,7 +147,8 @@ class R3Net(nn.Module):
         super().__init__()
         self.backbone: Backbone | TimmBackbone = build_backbone(backbone)
         channels = self.backbone.channels  # layer0..layer4 (a timm model without a stem: layer1..layer4)
-        head, refine = head_channels(head_width)
+        # a head_width that is a multiple of 1/128 keeps the channels whole
+        head, refine = round(HEAD_CHANNELS * head_width), round(REFINE_CHANNELS * head_width)
 
         # Low-level integrated features (layer0..layer2), kept at layer0's resolution.
         self.reduce_low = nn.Sequential(
@@ -185,7 +164,9 @@ class R3Net(nn.Module):
         )
         self.predict0 = nn.Conv2d(head, 1, kernel_size=1)
         for i in range(1, NUM_REFINEMENTS + 1):
-            self.add_module(f"predict{i}", _refinement_block(head, refine))
+            # input: the previous prediction (1 channel) and a head-wide feature map
+            block = [*_conv_bn_prelu(head + 1, refine, 3), *_conv_bn_prelu(refine, refine, 3), nn.Conv2d(refine, 1, 1)]
+            self.add_module(f"predict{i}", nn.Sequential(*block))
 
     def integrated_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Low- and high-level integrated features, both at layer0's resolution."""

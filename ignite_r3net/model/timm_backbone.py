@@ -1,12 +1,6 @@
-"""R3Net's backbone from a timm model, ``--backbone timm:NAME``: ``timm.create_model(NAME, features_only=True)``.
-
-R3Net takes five ResNet stages: layer0 (the stem, max-pooled to stride 4), layer1 (stride 4), layer2 (8) for
-its low-level features and layer3 (16), layer4 (32) for its high-level ones. From a timm model it takes the
-last feature level at each of the strides 4, 8, 16 and 32 as layer1..layer4, and as layer0 the stem (the level
-at stride 2) max-pooled to stride 4 as ResNet's layer0 is; a model without a stride-2 level (ConvNeXt, Swin:
-their first level is at stride 4) gives four, and the low-level features are then its levels at 4 and 8. timm's
-``resnet18`` so gives torchvision's resnet18 stages. A model without levels at those four strides (a ViT's are
-all at 16) is refused in one line."""
+"""R3Net's backbone from a timm model, ``--backbone timm:NAME``: ``timm.create_model(NAME, features_only=True)``,
+its last level at each of the strides 4, 8, 16, 32 as layer1..layer4 and its stride-2 level (the stem, if it has
+one), max-pooled, as layer0; docs/training.md#timm-backbones says why and which models fit."""
 
 from __future__ import annotations
 
@@ -72,7 +66,7 @@ def imagenet_weights(backbone: str) -> str:
 
 
 class TimmBackbone(nn.Module):
-    """The feature levels of a timm model as R3Net's stages (see above); ``channels``: each one's channels."""
+    """The feature levels of a timm model as R3Net's stages; ``channels``: each one's channels."""
 
     def __init__(self, backbone: str) -> None:
         super().__init__()
@@ -92,11 +86,9 @@ class TimmBackbone(nn.Module):
         if self.pool_stem:
             levels.insert(0, max(i for i, s in enumerate(strides) if s == STEM_STRIDE))
         self.levels = levels
-        channels = info.channels()
-        self.channels: tuple[int, ...] = tuple(channels[i] for i in levels)
+        self.channels: tuple[int, ...] = tuple(info.channels()[i] for i in levels)
 
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """The chosen levels, finest first (the stem max-pooled as ResNet's layer0)."""
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:  # the chosen levels, finest first
         features = self.body(x)
         chosen = [features[i] for i in self.levels]
         if self.pool_stem:

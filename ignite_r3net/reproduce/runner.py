@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import write_json, write_text
+from ..atomic_files import read_json_object, write_json, write_text
 from ..config import TrainConfig
 from ..content_key import ContentKey
 from ..data.folder import listing_digest
@@ -60,7 +60,14 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
         raise OptionError("reproduce needs --data-root DIR: the folder holding MSRA10K and the test sets")
     out = Path(given["output_dir"])
     configs = [] if options.checkpoint else _training_configs(given, options.seeds)
-    test_sets = _test_sets(data_root)
+    test_sets = found_sets(data_root)  # the standard test sets, their counts checked
+    if not test_sets:
+        raise OptionError(f"--data-root {data_root} holds none of the test sets {', '.join(TEST_SETS)}")
+    for name, folder in test_sets.items():
+        check_count(folder, STANDARD_BY_NAME[name])
+    missing = [name for name in TEST_SETS if name not in test_sets]
+    if missing:
+        warn(f"--data-root {data_root}: not found, left out of the table: {', '.join(missing)}")
     models = [Model("checkpoint", options.checkpoint)] if options.checkpoint else []
     for config in configs:
         train(config)
@@ -82,7 +89,6 @@ def reproduce(given: Mapping[str, Any], options: ReproduceOptions) -> dict[str, 
             model.checkpoint, test_sets, evaluations, processes, inference, variants, progress
         )
     author = score_author_maps(options.author_maps, test_sets, evaluations, progress) if options.author_maps else None
-    missing = [name for name in TEST_SETS if name not in test_sets]
     cost = model_cost(models[0].checkpoint, given.get("device", "auto"), evaluations) if models else None
     results = build_results(models, test_sets, missing, author, options, data_root, cost)
     write_results(results, out)
@@ -97,19 +103,6 @@ def _training_configs(given: Mapping[str, Any], seeds: list[int] | None) -> list
     for config in configs:
         config.validate()
     return configs
-
-
-def _test_sets(data_root: str) -> dict[str, Path]:
-    """The standard test sets in ``data_root`` (their counts checked); warns naming the missing ones."""
-    found = found_sets(data_root)
-    if not found:
-        raise OptionError(f"--data-root {data_root} holds none of the test sets {', '.join(TEST_SETS)}")
-    for name, folder in found.items():
-        check_count(folder, STANDARD_BY_NAME[name])
-    missing = [name for name in TEST_SETS if name not in found]
-    if missing:
-        warn(f"--data-root {data_root}: not found, left out of the table: {', '.join(missing)}")
-    return found
 
 
 def evaluate_model(
@@ -207,20 +200,17 @@ def _score_maps(maps: Path, dataset: Path, protocol: str, progress: bool) -> dic
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    done = read_json_object(path) if path.is_file() else {}
+    if done is None:
         warn(f"{path} cannot be read: evaluating again")
-        return {}
+    return done or {}
 
 
-Summary = dict[str, dict[str, float]]  # metric -> {"mean", and with several models "std", "min", "max"}
+# metric -> {"mean", and with several models their spread: "std" (sample standard deviation), "min", "max"}
+Summary = dict[str, dict[str, float]]
 
 
 def _summary(values: Sequence[float]) -> dict[str, float]:
-    # mean, and with several models their spread: sample standard deviation, min and max
     out = {"mean": statistics.fmean(values)}
     if len(values) > 1:
         out.update(std=statistics.stdev(values), min=min(values), max=max(values))
@@ -232,11 +222,10 @@ def _ours(models: Sequence[Model], variant: str, dataset: str, protocol: str) ->
     return {metric: _summary([float(row[metric]) for row in rows]) for metric in METRICS} if rows else None
 
 
-def _comparison(ours: Summary | None, ref: Mapping[str, float], options: ReproduceOptions) -> dict:
+def _comparison(ours: Summary | None, ref: Mapping[str, float], tolerance: Mapping[str, float]) -> dict:
     if ours is None or not all(metric in ref for metric in METRICS):
         return {}
     delta = {metric: ours[metric]["mean"] - ref[metric] for metric in METRICS}
-    tolerance = {"maxF": options.tolerance_maxf, "mae": options.tolerance_mae}
     # a rounding margin: the references are given to 3 decimals
     within = all(abs(delta[m]) <= tolerance[m] + 1e-9 for m in METRICS)
     return {"delta": delta, "within_tolerance": within}
@@ -253,6 +242,7 @@ def build_results(
 ) -> dict[str, Any]:
     """Everything results.json holds: models, references, tolerances, an entry per found and the missing sets,
     and the first model's cost (``profile``'s header and row)."""
+    tolerance = {"maxF": options.tolerance_maxf, "mae": options.tolerance_mae}
     sets: dict[str, Any] = {}
     for name, folder in test_sets.items():
         ref = reference_for(name)
@@ -265,8 +255,8 @@ def build_results(
         }
         for variant in COLUMNS:
             ours = _ours(models, variant, name, "r3net")
-            entry[variant] = {"r3net": ours, "standard": _ours(models, variant, name, "standard")}
-            entry[variant].update(_comparison(ours, ref_values, options))
+            standard = _ours(models, variant, name, "standard")
+            entry[variant] = {"r3net": ours, "standard": standard, **_comparison(ours, ref_values, tolerance)}
         if author is not None and name in author:
             entry["author_maps"] = {p: {m: author[name][p][m] for m in METRICS} for p in ("r3net", "standard")}
         sets[name] = entry
@@ -275,7 +265,7 @@ def build_results(
         "models": [{"label": m.label, "checkpoint": m.checkpoint} for m in models],
         "protocol": "maxF and MAE by the original R3Net code's definitions (--protocol r3net); 'standard': "
         "PySODMetrics on the same maps",
-        "tolerance": {"maxF": options.tolerance_maxf, "mae": options.tolerance_mae},
+        "tolerance": tolerance,
         "references": {
             name: {"label": r.label, "source": r.source, "kind": r.kind, "note": r.note}
             for name, r in ((n, reference(n)) for n in REFERENCE_NAMES)
