@@ -21,7 +21,8 @@ from ignite_r3net.config import TrainConfig
 from ignite_r3net.data.sampler import ResumableDistributedSampler
 from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.model.r3net import R3Net
-from ignite_r3net.training.engine import LossMeter, attach_poly_lr
+from ignite_r3net.training.engine import attach_poly_lr
+from ignite_r3net.training.meters import LossMeter
 from ignite_r3net.training.optim import build_optimizer, build_poly_lr
 from ignite_r3net.training.step import side_output_losses
 
@@ -161,7 +162,7 @@ def test_the_meter_is_saved_without_a_collective_only_where_it_synced(monkeypatc
     rank0, rank1 = [_losses(1, 2, 3, 4, 5, 6, 7)], [_losses(3, 3, 3, 3, 3, 3, 3)]
     meters = world.run(lambda: _meter_after(rank0), lambda: _meter_after(rank1))
     world.run(lambda: meters[0].sync(iteration=1), lambda: meters[1].sync(iteration=1))
-    import ignite_r3net.training.engine as meters_module
+    import ignite_r3net.training.meters as meters_module
 
     monkeypatch.setattr(meters_module, "all_reduce_tensor", lambda *a, **k: pytest.fail("a collective in state_dict"))
     saved = meters[0].state_dict()  # rank 0 alone
