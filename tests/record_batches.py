@@ -1,6 +1,7 @@
 """``python run.py`` that records, for every iteration each rank trains, the (pair index, sample seed) of every
-image of its micro-batches in ``RECORD_DIR/rank-R-pid-P.jsonl``. The patches are made at import, so the
-workers that ``--nproc`` spawns (which import this file as ``__mp_main__``) record too."""
+image of its micro-batches in ``RECORD_DIR/rank-R-pid-P.jsonl``. The patches are made at import as a script, so
+the workers that ``--nproc`` spawns (which import this file as ``__mp_main__``) record too; imported as a module
+(``PATCHES``), it patches nothing."""
 
 from __future__ import annotations
 
@@ -41,8 +42,16 @@ def _recording_step(*args: Any, **kwargs: Any) -> Any:
     return recorded
 
 
-loader.SaliencyTrainSet.__getitem__ = _item_with_seed  # type: ignore[method-assign]
-engine.create_train_step = _recording_step  # type: ignore[assignment]
+# what recording replaces: (object, attribute, replacement); a test that trains in its own process sets them
+# with monkeypatch, which undoes them at its end
+PATCHES: list[tuple[Any, str, Any]] = [
+    (loader.SaliencyTrainSet, "__getitem__", _item_with_seed),
+    (engine, "create_train_step", _recording_step),
+]
+
+if __name__ in ("__main__", "__mp_main__"):  # this script, or a worker it spawned
+    for target, name, replacement in PATCHES:
+        setattr(target, name, replacement)
 
 if __name__ == "__main__":
     sys.exit(main())

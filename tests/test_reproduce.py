@@ -1,7 +1,8 @@
 """``reproduce``: end to end on the CPU with small overrides (resnet18, crop 64, 2 iterations) on a
-generated data root: the table holds every test set found, both CRF columns, the published numbers
-and the differences, and names the missing set; a rerun trains and evaluates nothing again;
-``--checkpoint`` skips the training and ``--author-maps`` adds a column scored by the same code.
+generated data root, in this process (``cli.main``: reproduce trains and evaluates on one process, and a
+``python run.py`` of its own cost each test ~5 s of start-up): the table holds every test set found, both CRF
+columns, the published numbers and the differences, and names the missing set; a rerun trains and evaluates
+nothing again; ``--checkpoint`` skips the training and ``--author-maps`` adds a column scored by the same code.
 The table itself (means and spread of several seeds) is checked in-process."""
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import make_data_root, run_cli
+from helpers import make_data_root
 
 from ignite_r3net import cli
 from ignite_r3net.evaluation.comparison_table import reference
 from ignite_r3net.options.reproduce import REPRODUCE_DEFAULTS, ReproduceOptions
+from ignite_r3net.reproduce import runner
 from ignite_r3net.reproduce.runner import Model, _training_configs, build_results, to_csv, to_markdown
 
 # SOD left out: the table must name it as missing
@@ -23,12 +25,21 @@ SMALL = ["--backbone", "resnet18", "--pretrained", "none", "--crop", "64", "--it
 SMALL += ["--workers", "0", "--no-progress"]
 
 
+# the tests of the first run share one worker under xdist: each worker would otherwise make it again
+ONE_RUN = pytest.mark.xdist_group("reproduce-first-run")
+# the cost beside the table measured by one timed run, without untimed ones: the 2 + 5 runs of the command, at
+# 400x300, are ~6 s of CPU here per reproduction, and what the tests check of the cost holds for any number
+ONE_COST_RUN = (0, 1)
+
+
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A data root and the output folder of one reproduction on it: (root, out)."""
     base = tmp_path_factory.mktemp("reproduce")
     root = make_data_root(base / "root", n=3, sets=(*FOUND, "MSRA10K"))
-    run_cli(["reproduce", "--data-root", str(root), "--output-dir", str(base / "out"), *SMALL], timeout=300)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(runner, "COST_RUNS", ONE_COST_RUN)
+        assert cli.main(["reproduce", "--data-root", str(root), "--output-dir", str(base / "out"), *SMALL]) == 0
     return root, base / "out"
 
 
@@ -37,6 +48,7 @@ def _evaluation_files(out: Path) -> dict[Path, int]:
 
 
 @pytest.mark.slow
+@ONE_RUN
 @pytest.mark.timeout(400)
 def test_the_table_holds_every_found_set_both_crf_columns_and_the_references(first_run):
     _, out = first_run
@@ -67,26 +79,32 @@ def test_the_table_holds_every_found_set_both_crf_columns_and_the_references(fir
 
 
 @pytest.mark.slow
+@ONE_RUN
 @pytest.mark.timeout(400)
-def test_a_rerun_trains_nothing_and_evaluates_nothing_again(first_run):
+def test_a_rerun_trains_nothing_and_evaluates_nothing_again(first_run, capfd):
     root, out = first_run
     checkpoint = out / "seed-2018" / "checkpoint_2.pt"
     before, checkpoint_time = _evaluation_files(out), checkpoint.stat().st_mtime_ns
-    rerun = run_cli(["reproduce", "--data-root", str(root), "--output-dir", str(out), *SMALL], timeout=300)
-    assert "run already complete" in rerun.stdout + rerun.stderr
-    assert "maps written to" not in rerun.stdout
+    capfd.readouterr()
+    assert cli.main(["reproduce", "--data-root", str(root), "--output-dir", str(out), *SMALL]) == 0
+    rerun = capfd.readouterr()
+    assert "run already complete" in rerun.out + rerun.err
+    assert "maps written to" not in rerun.out
     assert _evaluation_files(out) == before and checkpoint.stat().st_mtime_ns == checkpoint_time
-    assert "| ECSSD | 3 |" in rerun.stdout
+    assert "| ECSSD | 3 |" in rerun.out
 
 
 @pytest.mark.slow
+@ONE_RUN
 @pytest.mark.timeout(400)
-def test_checkpoint_skips_training_and_author_maps_are_scored_by_the_same_code(first_run, tmp_path):
+def test_checkpoint_skips_training_and_author_maps_are_scored_by_the_same_code(first_run, tmp_path, monkeypatch):
     root, out = first_run
+    monkeypatch.setattr(runner, "COST_RUNS", ONE_COST_RUN)
     checkpoint = out / "seed-2018" / "checkpoint_2.pt"
     (maps,) = (out / "evaluations").glob("*/maps-no-crf")  # our own maps stand for the authors'
     args = ["reproduce", "--data-root", str(root), "--output-dir", str(tmp_path / "again")]
-    run_cli([*args, "--checkpoint", str(checkpoint), "--author-maps", str(maps), "--workers", "0", "--no-progress"])
+    options = ["--checkpoint", str(checkpoint), "--author-maps", str(maps), "--workers", "0", "--no-progress"]
+    assert cli.main([*args, *options]) == 0
     assert not list((tmp_path / "again").glob("seed-*"))
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     first = json.loads((out / "results.json").read_text())
@@ -165,8 +183,6 @@ def test_help_shows_the_papers_recipe_as_the_defaults(capsys):
 
 def test_seeds_each_train_and_evaluate_one_model(tmp_path, monkeypatch, capsys):
     """The steps' wiring, with training, evaluation and the cost stood in for (each has its own tests)."""
-    from ignite_r3net.reproduce import runner
-
     root = make_data_root(tmp_path / "root", n=3, sets=("ECSSD",))
     trained = []
 

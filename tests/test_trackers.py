@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TRAIN, blocked_signals, cpu_env, free_port, log_lines, make_tiny_dataset, plan_of, run_cli
+from helpers import TINY_TRAIN, blocked_signals, cpu_env, free_port, log_lines, make_tiny_dataset, plan_of
 
 from ignite_r3net import cli
 from ignite_r3net.config import TrainConfig
@@ -113,12 +113,25 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_run_logged_to_a_real_mlflow_server_reads_back(tmp_path: Path, mlflow_server: str) -> None:
+def test_a_run_logged_to_a_real_mlflow_server_reads_back(
+    tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training runs in this process (one process trains in the launcher's own; a ``python run.py`` of its
+    own cost ~5 s of start-up and as much again to import MLflow); the server is a process of its own."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
     data = make_tiny_dataset(tmp_path / "data", n=4, n_val=1)
     out = tmp_path / "run"
-    run_cli(_train_args(data, out), timeout=400, env=cpu_env(MLFLOW_TRACKING_URI=mlflow_server))
+    # what the run sets for MLflow in its process, undone after it: the tracking URI (MLflow's global and the
+    # environment variable) and async logging (an environment variable)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.delenv("MLFLOW_ENABLE_ASYNC_LOGGING", raising=False)
+    try:
+        assert cli.main(_train_args(data, out)) == 0
+    finally:
+        mlflow.end_run()  # none is left open by a run that ended; one that failed may leave its own
+        mlflow.set_tracking_uri(None)  # unsets MLFLOW_TRACKING_URI too
     record = json.loads((out / RECORD).read_text())["mlflow"]
     assert record["tracking_uri"] == mlflow_server
     client = MlflowClient(mlflow_server)

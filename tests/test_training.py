@@ -176,28 +176,27 @@ def test_resuming_a_finished_run_does_nothing(reference_run, tmp_path, capfd):
 
 @pytest.mark.slow
 def test_two_nodes_on_loopback(reference_data, tmp_path):
+    """Node 0 is a process of its own, as a user starts it; node 1 is this process (each spawns its rank)."""
     port = str(free_port())
     outs = [tmp_path / "node0", tmp_path / "node1"]
     node = ["--nnodes", "2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port", port]
     train = ["--data", str(reference_data[0]), "--iters", "2", "--checkpoint-every", "1", *TINY_TRAIN]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(REPO / "run.py"), *node, "--node-rank", str(rank), "--output-dir", str(out), *train],
-            cwd=REPO,
-            env=cpu_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank, out in enumerate(outs)
-    ]
+    # node 1 waits at most 120 s for node 0 (not --dist-timeout's default of 600 s)
+    train += ["--dist-timeout", "120"]
+    node0 = subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *node, "--node-rank", "0", "--output-dir", str(outs[0]), *train],
+        cwd=REPO,
+        env=cpu_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        results = [p.communicate(timeout=240) for p in procs]
+        node1 = cli.main([*node, "--node-rank", "1", "--output-dir", str(outs[1]), *train])
+        _, err = node0.communicate(timeout=240)
     finally:
-        for p in procs:
-            p.kill()
-    for p, (_, err) in zip(procs, results):
-        assert p.returncode == 0, err[-3000:]
+        node0.kill()
+    assert node0.returncode == 0 and node1 == 0, err[-3000:]
     assert "world size 2" in (outs[0] / "train.log").read_text()
     assert sorted(p.name for p in outs[0].glob("checkpoint_*.pt")) == ["checkpoint_1.pt", "checkpoint_2.pt"]
     # rank 1 writes nothing: no log, no checkpoints, no TensorBoard
