@@ -7,12 +7,25 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def one_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """One torch thread for a benchmark run in this process that does not set its own count, as the
+    suite's child processes have (``helpers.cpu_env``): the suite runs two workers on two cores, where
+    two threads per process spin against each other (3-6x the wall time, over twice the CPU time)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.mark.slow
@@ -91,6 +104,7 @@ def test_inference_tiny_with_the_shared_export(spread_checkpoint: Path, exported
 
 @pytest.mark.slow  # a predict of a 128x128 photo, twice
 @pytest.mark.timeout(180)
+@pytest.mark.usefixtures("one_thread")
 def test_cutout_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--only cutout`` at its tiny settings: the colour errors, the refinement's time and its share of predict."""
     bench_run = _bench_run()
@@ -153,6 +167,7 @@ def test_figure_tiny() -> None:
     assert bench_run.format_line("figure", result).startswith("figure: 3 methods x 6 maps of 60x80, 2-row figure")
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_gpu_check_writes_each_result_as_soon_as_it_has_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpu_check.py --device cpu --only unwrapped speed_fp32`` in this process: the machine line
     and each check are in the JSON before the next check starts (a run stopped at its time limit
@@ -187,12 +202,16 @@ def test_gpu_check_runs_every_check_on_the_cpu(tmp_path: Path) -> None:
     deterministic resume equals the uninterrupted run in every tensor, the maps compare, the
     export works) and each is in the JSON. Meant to take under 2 minutes; the limit here allows
     for a loaded machine."""
+    from helpers import cpu_env
+
     out = tmp_path / "check.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--json", str(out)]
         + ["--max-seconds", "1200", "--work-dir", str(tmp_path / "work")],
         cwd=str(tmp_path),
-        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+        # one torch thread per process, as the suite's other child processes: two threads per process
+        # on the suite's two busy cores spin against each other (over twice the CPU time)
+        env=cpu_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -126,11 +126,13 @@ def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixt
         cli.main(["evaluate", "--maps", str(maps), "--checkpoint", "x.pt", "--gt", str(gts)])
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every process with one torch thread, this one and the spawned ones: a convolution computed
     with another number of threads may differ in its last bits (a rare pixel one gray level off),
-    so the maps of N processes equal those of one at the same threads per process."""
+    so the maps of N processes equal those of one at the same threads per process. For every test
+    here (no test is about the thread count): the suite runs two workers on two cores, where two
+    threads per process spin against each other (an in-process command took 3-6x the wall time)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -139,7 +141,6 @@ def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_thread_per_process")
 def test_checkpoint_one_and_two_processes_identical(
     tmp_path: Path, dataset: Path, checkpoints: tuple[Path, Path], capfd: pytest.CaptureFixture
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,19 @@ from ignite_r3net.model.r3net import R3Net
 from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOptions
 from ignite_r3net.options.fields import is_group, is_option
 from ignite_r3net.options.predict import PREDICT_NOT_PIXELS
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """One torch thread in this process and in the processes it starts (``OMP_NUM_THREADS``, which
+    the commands honour), as the suite's child processes have (``helpers.cpu_env``): the suite runs
+    two workers on two cores, where two threads per process spin against each other (an
+    in-process ``predict`` took 3-6x the wall time). No test here is about the thread count."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -452,9 +466,11 @@ def test_a_bad_image_is_listed_and_the_others_written(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_n_processes_give_the_maps_of_one_byte_for_byte(tmp_path: Path, checkpoint: Path) -> None:
-    """One process, two spawned (--nproc 2) and two ranks of torchrun (which predict joins): the
-    same maps, byte for byte, each rank writing its share."""
+def test_n_processes_give_the_maps_of_one_byte_for_byte(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """One process (this one, one thread as the others), two spawned (--nproc 2) and two ranks of
+    torchrun (which predict joins): the same maps, byte for byte, each rank writing its share."""
     import subprocess
 
     from helpers import REPO, cpu_env, free_port, run_cli
@@ -462,9 +478,11 @@ def test_n_processes_give_the_maps_of_one_byte_for_byte(tmp_path: Path, checkpoi
     images = _folder_of_images(tmp_path / "in", [(32, 48)] * 6 + [(40, 24)] * 3 + [(36, 36), (28, 28)])
     outs = {name: tmp_path / name for name in ("one", "spawned", "torchrun")}
     common = ["predict", "--checkpoint", str(checkpoint), "--input", str(images), "--batch-size", "4"]
-    for name, extra in (("one", []), ("spawned", ["--nproc", "2", "--master-port", str(free_port())])):
-        proc = run_cli([*common, "--output", str(outs[name]), "--workers", "1", *extra], timeout=200)
-        assert f"wrote 11 map(s) to {outs[name]}" in proc.stdout
+    assert cli.main([*common, "--output", str(outs["one"]), "--workers", "1"]) == 0  # no process of its own
+    assert f"wrote 11 map(s) to {outs['one']}" in capsys.readouterr().out
+    spawned = ["--nproc", "2", "--master-port", str(free_port())]
+    proc = run_cli([*common, "--output", str(outs["spawned"]), "--workers", "1", *spawned], timeout=200)
+    assert f"wrote 11 map(s) to {outs['spawned']}" in proc.stdout
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     proc = subprocess.run(
         [*torchrun, str(REPO / "run.py"), *common, "--output", str(outs["torchrun"]), "--workers", "0"],
