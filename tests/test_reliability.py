@@ -457,35 +457,20 @@ def test_non_finite_loss_stops_all_ranks_at_the_same_iteration(data, tmp_path, c
 
 
 @pytest.mark.slow
-def test_a_full_disk_is_a_clear_error_naming_the_file(data, tmp_path):
-    """Simulated with a file-size limit: the first checkpoint cannot be written."""
+def test_a_full_disk_is_a_clear_error_naming_the_file(data, tmp_path, capsys):
+    """Simulated with a file-size limit: the first checkpoint cannot be written. In this process (a run of
+    its own would spend seconds importing torch): the limit is set for the run and lifted after it; Python
+    ignores SIGXFSZ, so an over-long write fails with EFBIG as in a process of its own."""
     limit = 20 * 2**20  # train.log and TensorBoard fit; a 74 MB resnet18 checkpoint does not
-
-    def small_disk():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "run.py"),
-            "--data",
-            str(data),
-            "--output-dir",
-            str(tmp_path),
-            "--iters",
-            "2",
-            "--checkpoint-every",
-            "1",
-            *TINY_TRAIN,
-        ],
-        cwd=REPO,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=small_disk,
-    )
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert f"cannot write checkpoint {tmp_path / 'checkpoint_1.pt'}" in last, proc.stderr[-2000:]
+    args = ["--data", str(data), "--output-dir", str(tmp_path), "--iters", "2", "--checkpoint-every", "1", *TINY_TRAIN]
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        code = main(args)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    err = capsys.readouterr().err
+    assert code != 0
+    last = err.strip().splitlines()[-1]
+    assert f"cannot write checkpoint {tmp_path / 'checkpoint_1.pt'}" in last, err[-2000:]
     assert not list(tmp_path.glob("checkpoint_*")) and not list(tmp_path.glob(".tmp-*"))

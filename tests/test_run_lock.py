@@ -68,9 +68,14 @@ def test_stale_locks_are_taken_over_with_a_note(tmp_path, capsys, monkeypatch):
 def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, capsys):
     train, _ = make_tiny_dataset(tmp_path / "data", n=6, n_val=0)
     out = tmp_path / "run"
-    # long enough that the first run is still training when the second one's checks are done
-    args = ["--data", str(train), "--output-dir", str(out), "--iters", "16", "--checkpoint-every", "2", *TINY_TRAIN]
+    # long enough that the first run is still training when the second one's checks are done: 6
+    # iterations and 3 checkpoints after checkpoint_2, where the checks take a fraction of a second
+    args = ["--data", str(train), "--output-dir", str(out), "--iters", "8", "--checkpoint-every", "2", *TINY_TRAIN]
     first = start_cli(args)
+    # the second run's code, imported while the first run starts rather than by the second run itself
+    # (seconds, which the first run would have to outlast)
+    import ignite_r3net.training.start  # noqa: F401
+
     try:
         deadline = time.monotonic() + 120
         while not (out / "checkpoint_2.pt").exists():  # training is under way
@@ -85,8 +90,8 @@ def test_a_second_training_run_is_refused_while_the_first_goes_on(tmp_path, caps
     finally:
         first.kill()
     assert first.returncode == 0, first_err[-2000:]
-    assert sorted(int(p.stem.split("_")[1]) for p in out.glob("checkpoint_*.pt")) == [12, 14, 16]
-    assert "[iter 16]" in (out / "train.log").read_text()
+    assert sorted(int(p.stem.split("_")[1]) for p in out.glob("checkpoint_*.pt")) == [4, 6, 8]
+    assert "[iter 8]" in (out / "train.log").read_text()
     assert not (out / LOCK_NAME).exists(), "the lock is released when the run ends"
 
 

@@ -16,7 +16,6 @@ import torch
 from ignite.exceptions import NotComputableError
 from ignite.metrics import Metric
 from ignite.metrics.metric import reinit__is_reduced, sync_all_reduce
-from scipy import ndimage
 
 from . import histogram
 from .keys import METRIC_KEYS, ImageScores
@@ -115,6 +114,10 @@ def weighted_fmeasure(pred: np.ndarray, gt: np.ndarray) -> float:
     """
     if not gt.any():
         return 0.0
+    # here, not at the module's top: scipy.ndimage takes ~0.4 s to import, and every training rank imports this
+    # module (validation's metrics) whether or not the run validates
+    from scipy import ndimage
+
     nearest = ndimage.distance_transform_edt(~gt, return_distances=False, return_indices=True)
     # the foreground's bounding box grown by _REACH (a slice past the map's end stops at it)
     fg_rows, fg_cols = np.flatnonzero(gt.any(1)), np.flatnonzero(gt.any(0))
