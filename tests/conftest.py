@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -185,3 +185,19 @@ def exported_onnx(spread_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
 def exported_torchscript(spread_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spread_checkpoint`` exported by the CLI as TorchScript."""
     return _export(spread_checkpoint, "torchscript", tmp_path_factory.mktemp("torchscript") / "r3net.pt")
+
+
+@pytest.fixture
+def one_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """One torch thread in this process and in the processes it starts (``OMP_NUM_THREADS``, which the commands
+    honour), as the suite's child processes have (``helpers.cpu_env``): under ``-n 0`` two threads per process spin
+    against another test run's on two cores (an in-process command took 3-6x the wall time). A convolution computed
+    with another number of threads may differ in its last bits, so test_evaluate's maps of N processes equal those
+    of one at the same threads per process."""
+    import torch  # not at the top: this module sets the threads' environment before torch is imported
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -7,25 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def one_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """One torch thread for a benchmark run in this process that does not set its own count, as the
-    suite's child processes have (``helpers.cpu_env``): the suite runs two workers on two cores, where
-    two threads per process spin against each other (3-6x the wall time, over twice the CPU time)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,17 +33,8 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
-@pytest.fixture(autouse=True)
-def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """One torch thread in this process and in the processes it starts (``OMP_NUM_THREADS``, which
-    the commands honour), as the suite's child processes have (``helpers.cpu_env``): the suite runs
-    two workers on two cores, where two threads per process spin against each other (an
-    in-process ``predict`` took 3-6x the wall time). No test here is about the thread count."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one torch thread per process, as the suite's child processes have (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

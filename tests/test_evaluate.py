@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -126,18 +125,8 @@ def test_maps_resized_and_user_errors(tmp_path: Path, capsys: pytest.CaptureFixt
         cli.main(["evaluate", "--maps", str(maps), "--checkpoint", "x.pt", "--gt", str(gts)])
 
 
-@pytest.fixture(autouse=True)
-def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every process with one torch thread, this one and the spawned ones: a convolution computed
-    with another number of threads may differ in its last bits (a rare pixel one gray level off),
-    so the maps of N processes equal those of one at the same threads per process. For every test
-    here (no test is about the thread count): the suite runs two workers on two cores, where two
-    threads per process spin against each other (an in-process command took 3-6x the wall time)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one torch thread per process, as the suite's child processes have (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,18 +24,8 @@ from ignite_r3net.options import InferenceOptions, PredictOptions, ProcessOption
 from ignite_r3net.options.fields import is_group, is_option
 from ignite_r3net.options.predict import PREDICT_NOT_PIXELS
 
-
-@pytest.fixture(autouse=True)
-def one_thread_per_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """One torch thread in this process and in the processes it starts (``OMP_NUM_THREADS``, which
-    the commands honour), as the suite's child processes have (``helpers.cpu_env``): the suite runs
-    two workers on two cores, where two threads per process spin against each other (an
-    in-process ``predict`` took 3-6x the wall time). No test here is about the thread count."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one torch thread per process, as the suite's child processes have (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
