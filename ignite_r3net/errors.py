@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterable
+from types import ModuleType
 
 
 def install_extra(extra: str) -> str:
@@ -18,6 +20,14 @@ class UserError(Exception):
 
 class OptionError(UserError):
     """A bad option value or path, or options that cannot work together."""
+
+
+def optional_module(name: str, missing: str) -> ModuleType:
+    """``import name`` for a command that needs an optional extra, else an ``OptionError`` saying ``missing``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise OptionError(missing) from None
 
 
 class DataError(UserError):

@@ -9,7 +9,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ..errors import OptionError, install_extra
+from ..errors import install_extra, optional_module
 
 CRF_MISSING = f"--crf needs the optional extra: {install_extra('crf')} (builds pydensecrf2: needs a C++ compiler)"
 
@@ -22,11 +22,7 @@ _STEPS = 1
 
 def require_crf() -> ModuleType:
     """The ``pydensecrf.densecrf`` module, else an ``OptionError`` (commands call this before any work)."""
-    try:
-        import pydensecrf.densecrf as dcrf
-    except ImportError:
-        raise OptionError(CRF_MISSING) from None
-    return dcrf
+    return optional_module("pydensecrf.densecrf", CRF_MISSING)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

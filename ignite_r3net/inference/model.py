@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..errors import OptionError, error_line, install_extra
+from ..errors import OptionError, error_line, install_extra, optional_module
 from ..model.trained_model import TrainedWeights, build_model, read_trained_weights
 from .engine import SaliencyFunction, predict_maps, saliency_at_input_size, to_8bit_maps
 
@@ -60,11 +60,7 @@ def is_onnx(path: str | Path) -> bool:
 
 
 def require_onnxruntime() -> ModuleType:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise OptionError(ONNXRUNTIME_MISSING) from None
-    return onnxruntime
+    return optional_module("onnxruntime", ONNXRUNTIME_MISSING)
 
 
 def load_exported(path: str | Path, device: torch.device | str = "cpu", threads: int | None = None) -> SaliencyFunction:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import OptionError, error_line, install_extra, listing
+from ..errors import OptionError, error_line, install_extra, listing, optional_module
 from .backbones import TIMM_PREFIX
 
 TIMM_MISSING = f"--backbone {TIMM_PREFIX}NAME needs the optional extra timm: {install_extra('timm')}"
@@ -22,11 +22,7 @@ STEM_STRIDE = 2
 
 
 def require_timm() -> ModuleType:
-    try:
-        import timm
-    except ImportError:
-        raise OptionError(TIMM_MISSING) from None
-    return timm
+    return optional_module("timm", TIMM_MISSING)
 
 
 def create_features(backbone: str, state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
