@@ -336,6 +336,59 @@ def test_an_error_in_a_dataloader_worker_keeps_its_one_line_message():
     assert error_line(raised.value) == "cannot read image /data/img0.jpg: truncated"
 
 
+# a DataLoader worker of a process that turns SIGTERM into Terminated; its first ``done_event.is_set()`` gets the
+# group's SIGTERM at the worst moment: just after the event's lock was taken, before the ``with`` body began
+SIGTERM_IN_IS_SET_SCRIPT = """
+import os, signal, sys
+sys.path[:0] = [{repo!r}]
+import torch
+from ignite_r3net.data.loader import init_loader_worker, stop_workers
+from ignite_r3net.distributed.signals import raise_on_sigterm
+
+
+def sigterm_just_after_the_lock(frame, event, arg):
+    # c_return of the C acquire in multiprocessing's SemLock.__enter__, under Condition.__enter__, under is_set
+    caller = frame.f_back and frame.f_back.f_back
+    if event == "c_return" and frame.f_code.co_name == "__enter__" and caller and caller.f_code.co_name == "is_set":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)  # CPython runs the handler before the next bytecode
+
+
+def init_worker(worker_id):
+    init_loader_worker(worker_id)
+    sys.setprofile(sigterm_just_after_the_lock)
+
+
+raise_on_sigterm()  # as launch() does, before the loader forks its workers
+loader = torch.utils.data.DataLoader(
+    list(range(8)), num_workers=1, persistent_workers=True, worker_init_fn=init_worker, multiprocessing_context="fork"
+)
+print("batch", next(iter(loader)).tolist(), flush=True)
+stop_workers(loader)  # waited forever in done_event.set() on the lock the worker had left taken
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_sigterm_just_after_a_worker_took_the_done_event_lock_does_not_hang_the_loader(tmp_path):
+    """SIGTERM to the process group (a scheduler's stop) reaches the DataLoader workers too; landing just after a
+    worker's ``done_event.is_set()`` took its lock, it made the inherited ``Terminated`` leave the lock taken,
+    and the run hung in ``stop_workers``. The worker ignores it: the loader's process stops it."""
+    script = tmp_path / "sigterm_in_is_set.py"
+    script.write_text(SIGTERM_IN_IS_SET_SCRIPT.format(repo=str(REPO)))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the loader's process hung (stdout: {out!r}); stderr:\n{err[-2000:]}")
+    assert proc.returncode == 0, err[-2000:]
+    assert out.splitlines() == ["batch [0]", "stopped"], err[-2000:]
+
+
 @pytest.mark.serial
 @pytest.mark.slow
 def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):

@@ -207,13 +207,27 @@ def stop_workers(loader: DataLoader) -> None:
     iterator = getattr(loader, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
+        # torch ends a worker that missed its stop message with SIGTERM, which ours ignore (init_loader_worker),
+        # and multiprocessing's exit joins every child without a timeout
+        for worker in getattr(iterator, "_workers", ()):
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
         loader._iterator = None
 
 
 def init_loader_worker(worker_id: int) -> None:
-    """DataLoader worker set-up: Ctrl-C is for the loader's process, which shuts the workers down, and a
-    worker dies with that process (else it lingers until PyTorch's watchdog notices, seconds later)."""
+    """DataLoader worker set-up: Ctrl-C, and SIGTERM to the process group, are for the loader's process,
+    which shuts the workers down, and a worker dies with that process (else it lingers until PyTorch's
+    watchdog notices, seconds later)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker inherits the loader's process's SIGTERM handler (``raise_on_sigterm``), and CPython
+    # runs a handler right after a C call returns: a SIGTERM to the group that lands just after the worker's
+    # ``done_event.is_set()`` took the multiprocessing lock inside ``Condition.__enter__`` raised Terminated
+    # before the ``with`` could release it, torch's worker loop swallowed it as a KeyboardInterrupt, and the
+    # lock stayed taken for good: the loader's process then waited forever in ``_shutdown_workers``'s
+    # ``done_event.set()``. SIG_DFL would not do: killed inside ``is_set``, a worker leaves the lock taken too.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -46,7 +46,7 @@ T = TypeVar("T")
 POLL_S = 1.0  # how often a rank reads the store; every rank adds one request per period
 GRACE_S = 10.0  # how long the main thread has to end by itself once the failure is known
 SEEN_WAIT_S = 5.0  # how long the failed process keeps the store for the others to read its line
-CHILDREN_GRACE_S = 2.0  # DataLoader workers of a process that must end: SIGTERM, then SIGKILL
+CHILDREN_GRACE_S = 0.0  # DataLoader workers of a process that must end: they ignore SIGTERM, so SIGKILL at once
 
 # gloo's and NCCL's words for a peer that went away
 _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
