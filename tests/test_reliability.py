@@ -369,6 +369,7 @@ print("stopped", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_sigterm_just_after_a_worker_took_the_done_event_lock_does_not_hang_the_loader(tmp_path):
     """SIGTERM to the process group (a scheduler's stop) reaches the DataLoader workers too; landing just after a
