@@ -433,7 +433,7 @@ def test_an_image_broken_during_training_stops_every_rank(data, tmp_path):
         # kill PID (``Terminated`` is a ``KeyboardInterrupt``: the same path)
         ("launcher", signal.SIGTERM, 143, "terminated", 2),
         # how torchrun, SLURM and systemd stop a rank that is its own process: SIGTERM to it and to
-        # its DataLoader workers at once (their deaths are no failure of the run)
+        # its DataLoader workers at once (the workers ignore it: the rank stops them)
         ("process group", signal.SIGTERM, 143, "terminated", 1),
     ],
 )
