@@ -348,9 +348,10 @@ def test_under_torchrun_only_rank_0_says_how_the_global_batch_is_shared(data, tm
     assert said == (1 if rank == "0" else 0)
 
 
-def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str]) -> subprocess.Popen:
-    """One torchrun agent of ``--nnodes 1:2`` (1 worker), in a process group of its own."""
-    conf = ["--rdzv-conf", rdzv_conf] if rdzv_conf else []
+def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str], host: bool) -> subprocess.Popen:
+    """One torchrun agent of ``--nnodes 1:2`` (1 worker), in a process group of its own; ``host``: whether it hosts the
+    c10d store (``is_host``: else it connects to it, waiting until it is up, whichever agent starts first)."""
+    conf = ["--rdzv-conf", ",".join([*([rdzv_conf] if rdzv_conf else []), f"is_host={str(host).lower()}"])]
     torchrun = ["-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "3"]
     rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, *conf]
     with log.open("w") as out:
@@ -372,9 +373,10 @@ def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 24
     args = _train_args(data, out, "--global-batch", "4", "--max-batch-per-device", "2", "--iters", str(iters))
     args += ["--checkpoint-every", "2", "--resume", "auto", "--dist-timeout", "120"]
     port = free_port()
-    survivor = _agent(port, "elastic-test", rdzv_conf, folder / "survivor.log", args)
-    time.sleep(1)  # the first agent hosts the c10d store
-    lost = _agent(port, "elastic-test", rdzv_conf, folder / "lost.log", args)
+    # started together, so that both join the first rendezvous round (an agent that came after its last call, as
+    # one started a second later could, made the survivor restart its worker at once): is_host says which hosts
+    survivor = _agent(port, "elastic-test", rdzv_conf, folder / "survivor.log", args, host=True)
+    lost = _agent(port, "elastic-test", rdzv_conf, folder / "lost.log", args, host=False)
     try:
         deadline = time.monotonic() + timeout
         while not (out / "checkpoint_2.pt").exists():
