@@ -18,8 +18,8 @@ import ignite.distributed as idist
 import pytest
 import record_batches
 import torch
+from accumulation import ddp_worker, images, part, train
 from helpers import REPO, TINY_TRAIN, cpu_env, free_port, log_iterations, log_lines, make_tiny_dataset, read_scalars
-from torch import nn
 from torch.utils.data import DataLoader
 
 from ignite_r3net import cli
@@ -30,7 +30,6 @@ from ignite_r3net.data.step_stream import StepStream
 from ignite_r3net.errors import OptionError
 from ignite_r3net.training.recipe_config import batch_layout, config_from_file, config_from_options, layout_note
 from ignite_r3net.training.resume import RunRecipe, check_resume_compatible
-from ignite_r3net.training.step import create_train_step
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -146,79 +145,17 @@ def test_a_changed_global_batch_is_refused_in_one_line():
 # ------------------------------------------------------------------ accumulation equals one larger batch
 
 
-class NoBatchNorm(nn.Module):
-    """Seven side outputs from one convolution: a model whose gradient does not depend on how a batch is split."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 7, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        y = self.conv(x)
-        return tuple(y[:, i : i + 1] for i in range(7))
-
-
-def _images(count: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "image": torch.randint(0, 256, (count, 3, 8, 8), generator=g, dtype=torch.uint8),
-        "mask": torch.randint(0, 256, (count, 1, 8, 8), generator=g, dtype=torch.uint8),
-        "angle": torch.zeros(count),
-    }
-
-
-def _part(batch: dict[str, torch.Tensor], positions: list[int]) -> dict[str, torch.Tensor]:
-    return {k: v[positions] for k, v in batch.items()}
-
-
-def _train(micro_batches_per_step: list[list[dict]], scaler: bool = False, model: nn.Module | None = None) -> dict:
-    torch.manual_seed(0)
-    net = NoBatchNorm()
-    trained = model(net) if model is not None else net
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    grad_scaler = torch.amp.GradScaler("cpu") if scaler else None
-    no_sync = getattr(trained, "no_sync", None)
-    step = create_train_step(trained, optimizer, torch.device("cpu"), scaler=grad_scaler, no_sync=no_sync)
-    engine = type("E", (), {})()
-    for micro_batches in micro_batches_per_step:
-        step(engine, micro_batches)  # type: ignore[arg-type]
-    return {k: v.detach().clone() for k, v in net.state_dict().items()}
-
-
 @pytest.mark.parametrize("scaler", [False, True], ids=["no-scaler", "grad-scaler"])
 def test_accumulating_two_batches_of_2_equals_one_batch_of_4(scaler):
     """Without BatchNorm the summed, scaled gradients of 2 x 2 images are those of 4 images at once, through
     AMP's gradient scaler too (its unscaling, inf checks and step see the summed gradients)."""
-    steps = [_images(4, seed) for seed in range(3)]
-    large = _train([[b] for b in steps], scaler)
-    accumulated = _train([[_part(b, [0, 1]), _part(b, [2, 3])] for b in steps], scaler)
-    changed = max((large[k] - _train([], scaler)[k]).abs().max().item() for k in large)
+    steps = [images(4, seed) for seed in range(3)]
+    large = train([[b] for b in steps], scaler)
+    accumulated = train([[part(b, [0, 1]), part(b, [2, 3])] for b in steps], scaler)
+    changed = max((large[k] - train([], scaler)[k]).abs().max().item() for k in large)
     assert changed > 1e-3  # the steps moved the weights
     for name, value in large.items():
         torch.testing.assert_close(accumulated[name], value, rtol=1e-5, atol=1e-6)
-
-
-def _ddp_worker(local_rank: int, out: str) -> None:
-    """2 processes x 2 images x 2 accumulated, under DDP (whose no_sync the step uses): rank r's micro-batch m
-    of each 8-image step holds the step's positions m * 4 + r + 2 * j, as ``StepStream`` lays them out. DDP's
-    all-reduces are counted by a communication hook that all-reduces as DDP does by default."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    rank, world = idist.get_rank(), idist.get_world_size()
-    steps = [_images(8, seed) for seed in range(2)]
-    mine = [[_part(b, [m * 4 + rank + world * j for j in range(2)]) for m in range(2)] for b in steps]
-    allreduces: list[int] = []
-
-    def counted(net: nn.Module) -> nn.Module:
-        ddp = nn.parallel.DistributedDataParallel(net)
-        ddp.register_comm_hook(
-            None, lambda group, bucket: allreduces.append(bucket.index()) or allreduce_hook(group, bucket)
-        )
-        return ddp
-
-    weights = _train(mine, model=counted)
-    if rank == 0:
-        torch.save({"weights": weights, "allreduces": allreduces}, out)
 
 
 @pytest.mark.slow
@@ -226,13 +163,13 @@ def test_two_processes_x_2_x_accumulate_2_equal_one_process_x_4_x_accumulate_2(t
     """The same weights as one process, with DDP's all-reduce skipped for all but the last micro-batch."""
     out = tmp_path / "two.pt"
     with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=free_port()) as parallel:
-        parallel.run(_ddp_worker, str(out))
+        parallel.run(ddp_worker, str(out))
     saved = torch.load(out, weights_only=True)
     # the model's gradients fit one bucket: one all-reduce per optimiser step, none for the first micro-batch
     assert saved["allreduces"] == [0, 0]
     two = saved["weights"]
-    steps = [_images(8, seed) for seed in range(2)]
-    one = _train([[_part(b, list(range(0, 4))), _part(b, list(range(4, 8)))] for b in steps])
+    steps = [images(8, seed) for seed in range(2)]
+    one = train([[part(b, list(range(0, 4))), part(b, list(range(4, 8)))] for b in steps])
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, rtol=1e-5, atol=1e-6)
 
@@ -411,9 +348,10 @@ def test_under_torchrun_only_rank_0_says_how_the_global_batch_is_shared(data, tm
     assert said == (1 if rank == "0" else 0)
 
 
-def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str]) -> subprocess.Popen:
-    """One torchrun agent of ``--nnodes 1:2`` (1 worker), in a process group of its own."""
-    conf = ["--rdzv-conf", rdzv_conf] if rdzv_conf else []
+def _agent(port: int, run_id: str, rdzv_conf: str | None, log: Path, args: list[str], host: bool) -> subprocess.Popen:
+    """One torchrun agent of ``--nnodes 1:2`` (1 worker), in a process group of its own; ``host``: whether it hosts the
+    c10d store (``is_host``: else it connects to it, waiting until it is up, whichever agent starts first)."""
+    conf = ["--rdzv-conf", ",".join([*([rdzv_conf] if rdzv_conf else []), f"is_host={str(host).lower()}"])]
     torchrun = ["-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "3"]
     rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, *conf]
     with log.open("w") as out:
@@ -435,9 +373,10 @@ def elastic_run(data: Path, folder: Path, rdzv_conf: str | None, iters: int = 24
     args = _train_args(data, out, "--global-batch", "4", "--max-batch-per-device", "2", "--iters", str(iters))
     args += ["--checkpoint-every", "2", "--resume", "auto", "--dist-timeout", "120"]
     port = free_port()
-    survivor = _agent(port, "elastic-test", rdzv_conf, folder / "survivor.log", args)
-    time.sleep(1)  # the first agent hosts the c10d store
-    lost = _agent(port, "elastic-test", rdzv_conf, folder / "lost.log", args)
+    # started together, so that both join the first rendezvous round (an agent that came after its last call, as
+    # one started a second later could, made the survivor restart its worker at once): is_host says which hosts
+    survivor = _agent(port, "elastic-test", rdzv_conf, folder / "survivor.log", args, host=True)
+    lost = _agent(port, "elastic-test", rdzv_conf, folder / "lost.log", args, host=False)
     try:
         deadline = time.monotonic() + timeout
         while not (out / "checkpoint_2.pt").exists():

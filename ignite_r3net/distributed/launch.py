@@ -190,15 +190,19 @@ def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | 
     if peer is not None:  # what this rank met (a lost peer, an aborted group) follows from it
         return WorkerFailed(peer)
     line = f"rank {rank} failed on {socket.gethostname()}: {type(e).__name__}: {_peer_lost_line(e)}{where}"
-    return WorkerFailed(watch.report(line) if watch is not None else line)
+    return WorkerFailed(watch.report(line, _lost_a_peer(e)) if watch is not None else line)
+
+
+def _lost_a_peer(e: BaseException) -> bool:
+    """Whether ``e`` is the backend's word for a peer whose process went away (killed, or ended by a failure)."""
+    return isinstance(e, dist.DistNetworkError) or any(words in error_line(e, default="") for words in _PEER_LOST)
 
 
 def _peer_lost_line(e: BaseException) -> str:
     """The cause of ``e`` in one line; a lost peer (no rank published why) in our words, whatever the backend's."""
-    message = error_line(e, default="")
-    if isinstance(e, dist.DistNetworkError) or any(words in message for words in _PEER_LOST):
+    if _lost_a_peer(e):
         return "lost the connection to another rank, which failed or was stopped (its own error says why)"
-    return message
+    return error_line(e, default="")
 
 
 def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:
@@ -287,9 +291,11 @@ class FailureWatch:
                 self._read(line)
         return self.failure
 
-    def report(self, line: str) -> str:
-        """Publish this rank's failure ``line``; return the job's (an earlier one may have won)."""
-        first = publish_quietly(self._store, line, self._readers)
+    def report(self, line: str, lost_a_peer: bool = False) -> str:
+        """Publish this rank's failure ``line``; return the job's (an earlier one may have won). A rank that lost a
+        peer waits for one reader less: the peer's process is gone, and a wait for it lasted all of ``SEEN_WAIT_S``
+        (5 s more before a 2-process job ended, or before torchrun restarted an elastic job's survivor)."""
+        first = publish_quietly(self._store, line, max(0, self._readers - 1) if lost_a_peer else self._readers)
         if first != line:
             self._read(first)
         return first
