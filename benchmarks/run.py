@@ -328,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in NAMES if not args.only or n in args.only]
 
     data = args.data or default_data(args.tiny)
+    words = sys.argv if argv is None else [str(HERE / "run.py"), *argv]  # main(argv) inside another script (tests)
     report: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": " ".join([Path(sys.executable).name, *words]),
         "level": level,
         "data": str(data),
         "machine": machine(),
