@@ -182,27 +182,19 @@ def run_reporting_failures(
 def _failure(e: BaseException, traceback_dir: str | None, watch: FailureWatch | None) -> BaseException:
     """``Terminated`` after SIGTERM, else ``WorkerFailed`` with the job's line (another rank's, if it failed first)."""
     if terminating():
-        # a peer or DataLoader worker the same signal ended (Terminated may have been swallowed in a fork hook)
+        # a peer the same signal ended (Terminated may have been swallowed in a fork hook)
         return Terminated()
     rank = idist.get_rank()
     where = _save_traceback(traceback_dir, rank, e)
     peer = watch.peer_failure() if watch is not None else None
     if peer is not None:  # what this rank met (a lost peer, an aborted group) follows from it
         return WorkerFailed(peer)
-    line = f"rank {rank} failed on {socket.gethostname()}: {type(e).__name__}: {_peer_lost_line(e)}{where}"
-    return WorkerFailed(watch.report(line, _lost_a_peer(e)) if watch is not None else line)
-
-
-def _lost_a_peer(e: BaseException) -> bool:
-    """Whether ``e`` is the backend's word for a peer whose process went away (killed, or ended by a failure)."""
-    return isinstance(e, dist.DistNetworkError) or any(words in error_line(e, default="") for words in _PEER_LOST)
-
-
-def _peer_lost_line(e: BaseException) -> str:
-    """The cause of ``e`` in one line; a lost peer (no rank published why) in our words, whatever the backend's."""
-    if _lost_a_peer(e):
-        return "lost the connection to another rank, which failed or was stopped (its own error says why)"
-    return error_line(e, default="")
+    # the backend's words for a peer whose process went away (killed, or ended by a failure), in ours
+    lost = isinstance(e, dist.DistNetworkError) or any(words in error_line(e, default="") for words in _PEER_LOST)
+    cause = "lost the connection to another rank, which failed or was stopped (its own error says why)"
+    line = f"rank {rank} failed on {socket.gethostname()}: {type(e).__name__}: "
+    line += f"{cause if lost else error_line(e, default='')}{where}"
+    return WorkerFailed(watch.report(line, lost) if watch is not None else line)
 
 
 def _save_traceback(folder: str | None, rank: int, e: BaseException) -> str:

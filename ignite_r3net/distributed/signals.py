@@ -24,8 +24,9 @@ def raise_on_sigterm() -> Any:
 
     def terminate(signum: int, frame: Any) -> None:
         _terminating.set()
-        # torchrun, SLURM and systemd signal the DataLoader workers too, and PyTorch's SIGCHLD handler would raise
-        # "DataLoader worker ... killed by signal" in place of Terminated (not SIG_DFL: "Signal 17 ignored")
+        # torchrun, SLURM and systemd signal the DataLoader workers too: they ignore it (init_loader_worker), but one
+        # forked just before it could ends by it, and PyTorch's SIGCHLD handler would raise "DataLoader worker ...
+        # exited unexpectedly" in place of Terminated (not SIG_DFL: "Signal 17 ignored")
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         raise Terminated()
 
